@@ -1,0 +1,1 @@
+"""attnlab: pretrain, finetune and probe small character-level transformers."""

@@ -1,0 +1,157 @@
+"""The machinery every attention variant shares.
+
+A variant says only what the course material says differs: how query-side and key-side vectors
+are made (``queries_keys``), an optional additive score bias (``score_bias``), and how scores
+become weights (``normalize``, softmax unless overridden). Everything else lives here once:
+value and output projections, masking, dropout, the fused fast path and the KV cache.
+
+Shapes: B batch, h heads, T query length, S key length, e query/key width, dh value width.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+
+
+@dataclass
+class KVCache:
+    """Keys and values of the positions decoded so far, for one layer."""
+
+    k: Tensor | None = None  # (B, h, S, e)
+    v: Tensor | None = None  # (B, h, S, dh)
+
+    def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.k is not None:
+            k = torch.cat([self.k, k], dim=2)
+            v = torch.cat([self.v, v], dim=2)
+        self.k, self.v = k, v
+        return k, v
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+
+class Attention(nn.Module):
+    """Multi-head attention with the parts that vary left to subclasses."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""  # one line: what the variant computes
+    expresses: ClassVar[str] = ""  # what it can and cannot express (for `attnlab variants`)
+    score_cost: ClassVar[str] = "O(T^2 d)"  # cost of the score computation in sequence length T
+    # The fused kernel computes softmax(q k^T * scale + bias) v; variants that normalise
+    # differently (argmax) must take the explicit path.
+    fusable: ClassVar[bool] = True
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.n_head = config.n_head
+        self.head_dim = config.head_dim
+        self.value = nn.Linear(config.n_embd, config.n_embd)
+        self.proj = nn.Linear(config.n_embd, config.n_embd)
+        self.attn_drop = nn.Dropout(config.dropout)
+        self.resid_drop = nn.Dropout(config.dropout)
+
+    # ---- what a variant defines -------------------------------------------------------------
+    def queries_keys(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, float]:
+        """Return (q (B,h,T,e), k (B,h,T,e) or broadcastable, scale) for input x (B,T,C)."""
+        raise NotImplementedError
+
+    def score_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Additive bias broadcastable to (B, h, T, S) from positions (B,T), (B,S); or None."""
+        return None
+
+    def normalize(self, scores: Tensor) -> Tensor:
+        """Scores (masked with -inf) to attention weights along the last dimension."""
+        return torch.softmax(scores, dim=-1)
+
+    # ---- shared ---------------------------------------------------------------------------
+    def split_heads(self, t: Tensor) -> Tensor:
+        B, T, _ = t.shape
+        return t.view(B, T, self.n_head, -1).transpose(1, 2)  # (B, h, T, .)
+
+    def forward(
+        self,
+        x: Tensor,
+        positions: Tensor,
+        *,
+        allowed: Tensor | None = None,
+        cache: KVCache | None = None,
+        key_positions: Tensor | None = None,
+        need_weights: bool = False,
+        fast: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
+        """x (B,T,C), positions (B,T) or (1,T).
+
+        ``allowed`` (B|1, 1, T, S) bool says which keys each query may see; None means the
+        plain case: T == S and causal iff the config is. ``key_positions`` (B|1, S) are the
+        positions of all keys (cached + new) for position-dependent biases.
+        Returns the output (B,T,C) and, if asked, the attention weights (B,h,T,S).
+        """
+        B, T, C = x.shape
+        q, k, scale = self.queries_keys(x, positions)
+        v = self.split_heads(self.value(x))
+        if k.shape[0] != B or k.shape[1] != self.n_head:
+            k = k.expand(B, self.n_head, -1, -1)
+        if cache is not None:
+            k, v = cache.extend(k, v)
+        S = k.shape[2]
+        if key_positions is None:
+            key_positions = positions
+        bias = self.score_bias(positions, key_positions)
+        causal = self.config.causal and allowed is None
+        if allowed is None and causal and T != S:
+            raise ValueError("a cached forward pass needs an explicit mask")
+        p_drop = self.attn_drop.p if self.training else 0.0
+
+        if fast and self.fusable and not need_weights:
+            mask = allowed
+            if bias is not None:
+                mask = bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
+                if causal:
+                    mask = mask.masked_fill(_causal(T, S, x.device).logical_not(), float("-inf"))
+                    causal = False
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=causal, scale=scale
+            )
+            weights = None
+        else:
+            scores = (q @ k.transpose(-2, -1)) * scale  # (B, h, T, S)
+            if bias is not None:
+                scores = scores + bias
+            if allowed is None and causal:
+                allowed = _causal(T, S, x.device)
+            if allowed is not None:
+                scores = scores.masked_fill(~allowed, float("-inf"))
+            weights = self.normalize(scores)
+            y = self.attn_drop(weights) @ v
+        y = y.transpose(1, 2).reshape(B, T, C)
+        return self.resid_drop(self.proj(y)), weights
+
+
+def _causal(T: int, S: int, device: torch.device) -> Tensor:
+    """(T, S) bool: query t (the last T of S positions) may see keys up to its own position."""
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+
+
+class DotProductAttention(Attention):
+    """Separate query and key projections per head, scaled by 1/sqrt(d/h) (SPEC section 4)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.query = nn.Linear(config.n_embd, config.n_embd)
+        self.key = nn.Linear(config.n_embd, config.n_embd)
+
+    def queries_keys(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, float]:
+        q = self.split_heads(self.query(x))
+        k = self.split_heads(self.key(x))
+        return q, k, 1.0 / math.sqrt(self.head_dim)

@@ -1,0 +1,168 @@
+"""Typed, frozen configurations and the named presets.
+
+Every field carries its help text in ``metadata["help"]``; the CLI turns each field into a
+``--dashed-name`` flag from that, so a new option is added in exactly one place. Configs are
+saved as JSON in every checkpoint and beside every run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+POSITION_SCHEMES = ("learned", "sinusoidal", "none")
+POSITION_MODES = ("add", "concat")
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The GPT's shape (SPEC section 4). Keyword defaults are the course ("spec") numbers."""
+
+    vocab_size: int = _f(256, "vocabulary size (set from the corpus, never by hand)", cli=False)
+    block_size: int = _f(128, "longest sequence the model sees (the span-corruption block)")
+    n_layer: int = _f(4, "number of transformer blocks")
+    n_head: int = _f(8, "attention heads per block")
+    n_embd: int = _f(256, "model width")
+    attention: str = _f("vanilla", "attention variant, by registry name (see `attnlab variants`)")
+    positions: str = _f("learned", "absolute position scheme: learned, sinusoidal or none")
+    position_mode: str = _f("add", "how absolute positions join the token embedding: add or concat")
+    position_dim: int = _f(0, "width of the position part with --position-mode concat (0 = n_embd/2)")
+    causal: bool = _f(True, "causal (decoder) masking; --no-causal gives an encoder for analysis")
+    dropout: float = _f(0.1, "dropout on embeddings, attention probabilities and residuals")
+    rel_clip: int = _f(0, "relative attention: clip distances to |i-j| <= k (0 = no clipping)")
+    logit_scale: float = _f(1.0, "output-softmax temperature beta: logits are multiplied by it")
+
+    def __post_init__(self) -> None:
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.positions not in POSITION_SCHEMES:
+            raise ValueError(f"positions must be one of {POSITION_SCHEMES}, not {self.positions!r}")
+        if self.position_mode not in POSITION_MODES:
+            raise ValueError(f"position_mode must be one of {POSITION_MODES}, not {self.position_mode!r}")
+        if self.block_size < 2 or self.n_layer < 1 or self.vocab_size < 3:
+            raise ValueError("block_size must be >= 2, n_layer >= 1 and vocab_size >= 3")
+        if self.position_mode == "concat" and not 0 < self.pos_width < self.n_embd:
+            raise ValueError(f"position_dim must be between 1 and n_embd-1, got {self.pos_width}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def pos_width(self) -> int:
+        """Width of the position embedding: the whole model width when added."""
+        if self.position_mode == "add":
+            return self.n_embd
+        return self.position_dim or self.n_embd // 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+# The course's public name.
+GPTConfig = ModelConfig
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run (SPEC section 5): optimiser, schedule, batching, checkpoints."""
+
+    epochs: float = _f(650, "passes over the dataset (fractions allowed)")
+    batch_size: int = _f(128, "global batch size (examples per optimiser step)")
+    learning_rate: float = _f(6e-3, "peak learning rate")
+    beta1: float = _f(0.9, "AdamW beta1")
+    beta2: float = _f(0.95, "AdamW beta2")
+    weight_decay: float = _f(0.1, "AdamW weight decay on weight matrices (not biases, LayerNorm, embeddings)")
+    grad_clip: float = _f(1.0, "clip the global gradient norm to this (0 = off)")
+    warmup_tokens: int = _f(10_240, "linear learning-rate warmup over this many tokens")
+    final_tokens: int = _f(0, "tokens at which cosine decay reaches the floor (0 = 200 * len(pretrain corpus) * block_size)")
+    lr_floor: float = _f(0.1, "learning-rate floor as a fraction of the peak")
+    seed: int = _f(0, "random seed (weights, data order, span corruption)")
+    length_buckets: int = _f(1, "split each batch into this many length-sorted micro-batches, each trimmed to its longest example (exact; saves padding work)")
+    max_steps: int = _f(0, "stop after this many optimiser steps (0 = run all epochs)")
+    checkpoint_every: int = _f(500, "write a checkpoint every N steps (0 = only at the end)")
+    log_every: int = _f(10, "append metrics to metrics.jsonl every N steps")
+    device: str = _f("auto", "cpu, cuda, cuda:N or auto")
+    compile: str = _f("auto", "torch.compile the model: on, off, or auto (on for CUDA)")
+    amp: str = _f("auto", "bf16 autocast: on, off, or auto (on for CUDA)")
+    fast: bool = _f(True, "use fused scaled_dot_product_attention where the variant allows it")
+    attn_loss: str = _f("none", "attention-shaping loss added to the LM loss: none, focus or near")
+    attn_loss_weight: float = _f(0.0, "weight lambda of the attention-shaping loss")
+    near_max: float = _f(16.0, "L_max: per-row cap of the near (locality) loss")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named bundle: the model shape and the three training runs of the experiment."""
+
+    name: str
+    description: str
+    model: dict[str, Any]
+    pretrain: TrainConfig
+    finetune: TrainConfig  # from a pretrained model
+    finetune_scratch: TrainConfig  # without pretraining
+
+
+_SPEC = Preset(
+    name="spec",
+    description="the course's exact numbers (SPEC sections 4-5)",
+    model=dict(block_size=128, n_layer=4, n_head=8, n_embd=256),
+    pretrain=TrainConfig(epochs=650, batch_size=128, learning_rate=6e-3),
+    finetune=TrainConfig(epochs=10, batch_size=256, learning_rate=6e-4),
+    finetune_scratch=TrainConfig(epochs=75, batch_size=256, learning_rate=6e-4),
+)
+
+# "quick": sized so that `attnlab demo` (pretrain + finetune + no-pretraining finetune + dev
+# evaluations) finishes within 15 minutes on a 2-core CPU. See README "The quick preset" for how
+# it was chosen and what it scores.
+_QUICK = Preset(
+    name="quick",
+    description="CPU-sized: the whole demo in about 10-15 minutes on 2 cores",
+    model=dict(block_size=128, n_layer=4, n_head=8, n_embd=128),
+    pretrain=TrainConfig(epochs=40, batch_size=32, learning_rate=2e-3, length_buckets=2,
+                         final_tokens=0),
+    finetune=TrainConfig(epochs=10, batch_size=64, learning_rate=6e-4, length_buckets=1),
+    finetune_scratch=TrainConfig(epochs=10, batch_size=64, learning_rate=6e-4, length_buckets=1),
+)
+
+# "tiny": seconds-long runs for tests and smoke checks.
+_TINY = Preset(
+    name="tiny",
+    description="seconds-long runs for tests and smoke checks",
+    model=dict(block_size=80, n_layer=2, n_head=2, n_embd=32, dropout=0.0),
+    pretrain=TrainConfig(epochs=1, batch_size=16, learning_rate=3e-3, checkpoint_every=0),
+    finetune=TrainConfig(epochs=1, batch_size=16, learning_rate=1e-3, checkpoint_every=0),
+    finetune_scratch=TrainConfig(epochs=1, batch_size=16, learning_rate=1e-3, checkpoint_every=0),
+)
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (_SPEC, _QUICK, _TINY)}
+
+
+def get_preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+
+
+def cli_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields of a config dataclass that become command-line flags."""
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("cli", True)]

@@ -1,0 +1,108 @@
+"""Evaluation (SPEC section 6): batched greedy answers, exact-match accuracy, the
+most-frequent-place baseline, prediction files, and a confidence for every answer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from .data import QAExample
+from .generate import generate
+from .model import GPT
+from .vocab import MASK_CHAR, MASK_ID, Vocab
+
+MAX_NEW_CHARS = 32
+
+
+@dataclass(frozen=True)
+class Answer:
+    question: str
+    answer: str
+    confidence: float  # probability of the whole greedy completion up to the closing MASK
+    complete: bool  # the model closed its answer with MASK within the budget
+
+
+@dataclass(frozen=True)
+class Score:
+    correct: int
+    total: int
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.correct / self.total if self.total else 0.0
+
+    def __str__(self) -> str:
+        return f"{self.correct}/{self.total} ({self.percent:.1f}%)"
+
+
+def extract_answer(completion: str) -> str:
+    """The text between the first and second MASK of a completion (SPEC 6)."""
+    parts = completion.split(MASK_CHAR)
+    return parts[1] if len(parts) > 1 else ""
+
+
+def answer_questions(
+    model: GPT,
+    vocab: Vocab,
+    examples: list[QAExample],
+    *,
+    batch_size: int = 256,
+    max_new: int = MAX_NEW_CHARS,
+    use_cache: bool = True,
+    progress: bool = False,
+) -> list[Answer]:
+    """Greedy answers for every question, in input order. Questions are batched by length so
+    little padding is decoded; a row stops at its closing MASK."""
+    prompts = [vocab.encode(e.question + MASK_CHAR, source=e.source, line=e.line) for e in examples]
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    answers: list[Answer | None] = [None] * len(prompts)
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    for chunk in tqdm(batches, desc="answering", disable=not progress, leave=False):
+        gen = generate(model, [prompts[i] for i in chunk], max_new, stop_token=MASK_ID, use_cache=use_cache)
+        for i, toks, lps in zip(chunk, gen.tokens, gen.logprobs):
+            complete = bool(toks) and toks[-1] == MASK_ID
+            text = vocab.decode(toks[:-1] if complete else toks)
+            answers[i] = Answer(examples[i].question, text, math.exp(sum(lps)), complete)
+    return answers  # type: ignore[return-value]
+
+
+def score(predictions: list[str], examples: list[QAExample]) -> Score | None:
+    """Exact-match accuracy, or None when the examples have no labels."""
+    if any(e.answer is None for e in examples):
+        return None
+    return Score(sum(p == e.answer for p, e in zip(predictions, examples)), len(examples))
+
+
+def most_frequent_place(train: list[QAExample]) -> str:
+    """The most common place in a training file (ties: the first to appear)."""
+    places = [e.answer for e in train if e.answer is not None]
+    if not places:
+        raise ValueError("the training file has no labelled examples")
+    return Counter(places).most_common(1)[0][0]
+
+
+def write_predictions(path: str | os.PathLike, predictions: list[str]) -> Path:
+    """One answer per line in input order, written atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{path.name}")
+    tmp.write_text("".join(p.replace("\n", " ") + "\n" for p in predictions), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+@torch.no_grad()
+def evaluate(
+    model: GPT, vocab: Vocab, examples: list[QAExample], *, batch_size: int = 256,
+    use_cache: bool = True, progress: bool = False,
+) -> tuple[list[Answer], Score | None]:
+    answers = answer_questions(model, vocab, examples, batch_size=batch_size, use_cache=use_cache,
+                               progress=progress)
+    return answers, score([a.answer for a in answers], examples)

@@ -1,0 +1,127 @@
+"""Batched decoding: greedy, temperature, top-k and top-p sampling, with a KV cache.
+
+Prompts of different lengths share a batch by left padding: each row's positions count from
+its own first real token and padded keys are masked out, so a row decodes exactly as it would
+alone. With the cache, each new token costs one position's worth of work per layer instead of
+a forward pass over the whole sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .attention import KVCache
+from .model import GPT
+from .vocab import PAD_ID
+
+
+@dataclass
+class Generation:
+    tokens: list[list[int]]  # new tokens per prompt (stopped rows end at their stop token)
+    logprobs: list[list[float]]  # log-probability of each chosen token under the model
+
+
+def _pick(logits: Tensor, temperature: float, top_k: int, top_p: float, generator) -> Tensor:
+    """Next token ids (B,) from last-position logits (B, V)."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_k > 0:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if 0 < top_p < 1:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cum - sorted_logits.softmax(-1) >= top_p  # keep the smallest prefix reaching top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    probs = logits.softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def generate(
+    model: GPT,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    *,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    stop_token: int | None = None,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> Generation:
+    """Continue each prompt by up to ``max_new_tokens`` tokens (fewer if the block is full).
+    Rows stop at ``stop_token`` (kept); decoding ends when every row has stopped."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    device = next(model.parameters()).device
+    block = model.config.block_size
+    longest = max(len(p) for p in prompts)
+    if longest > block:
+        raise ValueError(f"a prompt of {longest} tokens exceeds the model's block_size {block}")
+    max_new_tokens = min(max_new_tokens, block - longest)
+    B = len(prompts)
+    idx = torch.full((B, longest), PAD_ID, dtype=torch.long, device=device)
+    valid = torch.zeros(B, longest, dtype=torch.bool, device=device)
+    for b, p in enumerate(prompts):
+        idx[b, longest - len(p):] = torch.tensor(p, device=device)
+        valid[b, longest - len(p):] = True
+    positions = (valid.long().cumsum(1) - 1).clamp(min=0)  # (B, P)
+
+    was_training = model.training
+    model.eval()
+    caches = [KVCache() for _ in model.blocks] if use_cache else None
+    out = torch.empty(B, 0, dtype=torch.long, device=device)
+    logps = torch.empty(B, 0, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    step_idx, step_pos, key_pos = idx, positions, positions
+    try:
+        for _ in range(max_new_tokens):
+            allowed = _mask(valid, step_idx.shape[1])
+            logits, _ = model.run(step_idx, positions=step_pos, allowed=allowed, caches=caches,
+                                  key_positions=key_pos)
+            last = logits[:, -1].float()
+            nxt = _pick(last, temperature, top_k, top_p, generator)
+            nxt = torch.where(done, torch.full_like(nxt, PAD_ID), nxt)
+            lp = last.log_softmax(-1).gather(1, nxt[:, None])
+            out = torch.cat([out, nxt[:, None]], 1)
+            logps = torch.cat([logps, lp], 1)
+            if stop_token is not None:
+                done |= nxt == stop_token
+                if bool(done.all()):
+                    break
+            new_pos = key_pos[:, -1:] + 1
+            valid = torch.cat([valid, torch.ones(B, 1, dtype=torch.bool, device=device)], 1)
+            key_pos = torch.cat([key_pos, new_pos], 1)
+            if use_cache:
+                step_idx, step_pos = nxt[:, None], new_pos
+            else:
+                step_idx = torch.cat([step_idx, nxt[:, None]], 1)
+                step_pos = key_pos
+    finally:
+        model.train(was_training)
+    tokens, logprobs = [], []
+    for b in range(B):
+        row = out[b].tolist()
+        n = len(row)
+        if stop_token is not None and stop_token in row:
+            n = row.index(stop_token) + 1
+        tokens.append(row[:n])
+        logprobs.append(logps[b, :n].tolist())
+    return Generation(tokens, logprobs)
+
+
+def _mask(valid: Tensor, n_queries: int) -> Tensor:
+    """(B, 1, T, S) bool: the last T of S positions see real keys up to themselves; a padded
+    query sees itself so that no row of scores is all -inf (its output is never used)."""
+    S = valid.shape[1]
+    causal = torch.ones(n_queries, S, dtype=torch.bool, device=valid.device).tril(S - n_queries)
+    allowed = causal[None] & valid[:, None, :]
+    eye = torch.zeros(n_queries, S, dtype=torch.bool, device=valid.device)
+    eye[torch.arange(n_queries), torch.arange(S - n_queries, S)] = True
+    return (allowed | eye)[:, None]

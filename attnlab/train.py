@@ -1,0 +1,249 @@
+"""The trainer (SPEC section 5). It knows nothing of GPT: it gets a model, a batch source and a
+loss function, and owns the optimiser, the token-based schedule, clipping, mixed precision,
+logging, checkpoints and resumption.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from . import distributed as dist
+from .batching import Batches, length_buckets
+from .checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from .config import TrainConfig
+from .vocab import PAD_ID, Vocab
+
+LossFn = Callable[[nn.Module, Tensor, Tensor], tuple[Tensor, dict[str, Tensor]]]
+
+
+def lr_at(tokens: int, config: TrainConfig, final_tokens: int) -> float:
+    """Learning rate after ``tokens`` tokens: linear warmup, then cosine decay from the peak to
+    ``lr_floor * peak``, reached at ``final_tokens`` and held after (SPEC section 5)."""
+    peak = config.learning_rate
+    if tokens < config.warmup_tokens:
+        return peak * tokens / max(1, config.warmup_tokens)
+    progress = min(1.0, (tokens - config.warmup_tokens) / max(1, final_tokens - config.warmup_tokens))
+    return peak * (config.lr_floor + (1 - config.lr_floor) * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _switch(value: str, device: torch.device) -> bool:
+    if value not in ("on", "off", "auto"):
+        raise ValueError(f"expected on, off or auto, got {value!r}")
+    return value == "on" or (value == "auto" and device.type == "cuda")
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with decay on weight matrices only: not on biases, LayerNorm weights, embeddings
+    or position tables (SPEC 5, as minGPT)."""
+    exempt = model.no_weight_decay()
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (decay if p.ndim >= 2 and name not in exempt else no_decay).append(p)
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    fused = device.type == "cuda"
+    return torch.optim.AdamW(
+        groups, lr=config.learning_rate, betas=(config.beta1, config.beta2),
+        fused=fused or None, foreach=None if fused else True,
+    )
+
+
+def default_loss(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    """Summed cross-entropy over non-PAD targets (the trainer divides by the batch's count)."""
+    from .model import lm_loss
+
+    logits, _ = model(x)
+    return lm_loss(logits, y, reduction="sum"), {}
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    tokens: int
+    final_loss: float
+    seconds: float
+    tokens_per_second: float
+    checkpoint: Path | None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _rng_state(device: torch.device) -> dict[str, Tensor]:
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def train(
+    model: nn.Module,
+    batches: Batches,
+    config: TrainConfig,
+    *,
+    vocab: Vocab,
+    run_dir: str | Path,
+    final_tokens: int,
+    loss_fn: LossFn = default_loss,
+    resume: bool = False,
+    meta: dict[str, Any] | None = None,
+    trim: bool = True,
+    desc: str = "train",
+    log: Callable[[str], None] = print,
+) -> TrainResult:
+    """Train ``model`` in place; checkpoints and metrics.jsonl go to ``run_dir``."""
+    run_dir = Path(run_dir)
+    env = dist.environment()
+    device = batches.device
+    ckpt_path = run_dir / CHECKPOINT_NAME
+    optimizer = make_optimizer(model, config, device)
+    step, tokens = 0, 0
+    if resume:
+        if not ckpt_path.exists():
+            raise FileNotFoundError(f"{ckpt_path}: nothing to resume (no checkpoint in {run_dir})")
+        ckpt = load_checkpoint(ckpt_path)
+        if ckpt.optimizer_state is None:
+            raise ValueError(f"{ckpt_path}: this checkpoint has no optimizer state and cannot be resumed")
+        model.load_state_dict(ckpt.model_state)
+        optimizer.load_state_dict(ckpt.optimizer_state)
+        step, tokens = int(ckpt.meta["step"]), int(ckpt.meta["tokens"])
+        if ckpt.rng_state:
+            torch.set_rng_state(ckpt.rng_state["cpu"])
+            if "cuda" in ckpt.rng_state and device.type == "cuda":
+                torch.cuda.set_rng_state(ckpt.rng_state["cuda"], device)
+        log(f"resuming {desc} from {ckpt_path} at step {step} ({tokens:,} tokens)")
+    else:
+        torch.manual_seed(config.seed + env.rank)  # dropout stream; per-rank offset
+
+    total_steps = math.ceil(config.epochs * batches.steps_per_epoch)
+    if config.max_steps:
+        total_steps = min(total_steps, config.max_steps)
+    use_amp = _switch(config.amp, device)
+    compiled = torch.compile(model) if _switch(config.compile, device) else model
+    forward_model = dist.wrap(compiled, device, env)
+    meta = dict(meta or {}, train_config=config.to_dict(), final_tokens=final_tokens)
+
+    def checkpoint(at_step: int) -> None:
+        if env.is_main:
+            save_checkpoint(ckpt_path, model, vocab, dict(meta, step=at_step, tokens=tokens),
+                            optimizer, _rng_state(device))
+
+    metrics_file = run_dir / "metrics.jsonl"
+    if env.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    history: list[dict[str, Any]] = []
+    model.train()
+    start = time.perf_counter()
+    start_tokens = tokens
+    window_tokens, window_start = 0, start
+    loss_value = float("nan")
+    bar = tqdm(range(step, total_steps), initial=step, total=total_steps, desc=desc,
+               disable=not env.is_main, dynamic_ncols=True, leave=True)
+    # Ctrl-C finishes the current step, writes a checkpoint and stops: no work is lost.
+    with _stop_on_interrupt() as stop:
+        for step in bar:
+            x, y = batches.batch(step, env.rank if env.world_size > 1 else 0)
+            x, y = dist.shard(x, env), dist.shard(y, env)
+            # Every target position counts, PAD included, as in the course (SPEC 5).
+            batch_tokens = y.numel() * env.world_size
+            tokens += batch_tokens
+            lr = lr_at(tokens, config, final_tokens)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            n_targets = dist.all_reduce_sum((y != PAD_ID).sum(), env).clamp(min=1)
+            micro = length_buckets(x, y, config.length_buckets) if trim else [(x, y)]
+            total = torch.zeros((), device=device)
+            extras_sum: dict[str, Tensor] = {}
+            for i, (xm, ym) in enumerate(micro):
+                share = len(xm) / len(x)
+                with dist.maybe_no_sync(forward_model, i == len(micro) - 1), (
+                    torch.autocast(device.type, dtype=torch.bfloat16) if use_amp else contextlib.nullcontext()
+                ):
+                    loss_sum, extras = loss_fn(forward_model, xm, ym)
+                    # Normalise by the global target count; DDP averages over ranks, so scale back.
+                    loss = loss_sum * env.world_size / n_targets
+                    for k, v in extras.items():  # per-example means, weighted by micro-batch share
+                        loss = loss + v * share
+                        extras_sum[k] = extras_sum.get(k, 0.0) + v.detach() * share
+                loss.backward()
+                total += loss_sum.detach()
+            if config.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            window_tokens += batch_tokens
+            last = step == total_steps - 1 or stop.requested
+            if step % config.log_every == 0 or last:
+                loss_value = float(dist.all_reduce_sum(total, env) / n_targets)
+                now = time.perf_counter()
+                tps = window_tokens / max(now - window_start, 1e-9)
+                window_tokens, window_start = 0, now
+                record = {"step": step + 1, "tokens": tokens, "loss": round(loss_value, 5), "lr": lr,
+                          "tokens_per_s": round(tps, 1), "elapsed_s": round(now - start, 2)}
+                record.update({k: round(float(v), 5) for k, v in extras_sum.items()})
+                history.append(record)
+                bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:,.0f}")
+                if env.is_main:
+                    with open(metrics_file, "a") as f:
+                        f.write(json.dumps(record) + "\n")
+            if stop.requested:
+                checkpoint(step + 1)
+                bar.close()
+                log(f"interrupted: checkpoint at step {step + 1} written to {ckpt_path}; "
+                    "continue with --resume")
+                raise KeyboardInterrupt
+            if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0 and step + 1 < total_steps:
+                checkpoint(step + 1)
+    bar.close()
+    checkpoint(total_steps)
+    dist.barrier(env)
+    seconds = time.perf_counter() - start
+    return TrainResult(
+        steps=total_steps, tokens=tokens, final_loss=loss_value, seconds=seconds,
+        tokens_per_second=(tokens - start_tokens) / max(seconds, 1e-9),
+        checkpoint=ckpt_path if env.is_main else None, history=history,
+    )
+
+
+class _StopFlag:
+    requested = False
+
+
+@contextlib.contextmanager
+def _stop_on_interrupt():
+    """Turn SIGINT into a flag checked between steps (main thread only); a second Ctrl-C
+    interrupts at once."""
+    import signal
+    import threading
+
+    flag = _StopFlag()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum, frame):
+        if flag.requested:
+            raise KeyboardInterrupt
+        flag.requested = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
