@@ -229,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attention", default="vanilla", help="attention variant to demonstrate")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
 
+    from . import explore
+
+    p = command("explore", "the mathematics of attention, checked numerically (claim, numbers, verdict)",
+                explore.main)
+    explore.add_arguments(p)
+
     for extra in _EXTRA_COMMANDS:
         extra(command)
     return parser
