@@ -19,7 +19,13 @@ STAGES = {"pretrain": "pretrain", "finetune": "finetune", "scratch": "finetune_s
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+    """Appends "(default: X)" unless the help text already states its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text:
+            return text
+        return super()._get_help_string(action)
 
 
 def _flag(name: str) -> str:
@@ -191,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--corpus", default="data/wiki.txt", help="pretraining corpus, one document per line")
     p.add_argument("--run-dir", default=None, help="output directory (default: runs/pretrain-ATTENTION)")
-    p.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint (default: start afresh)")
     add_model_flags(p)
     add_train_flags(p, ("pretrain",))
 
@@ -202,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-file", default="data/birth_places_train.tsv", help="question<TAB>place training file")
     p.add_argument("--eval-file", default="data/birth_dev.tsv", help="labelled file to score after training ('' to skip)")
     p.add_argument("--run-dir", default=None, help="output directory (default: runs/finetune-ATTENTION[-scratch])")
-    p.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint (default: start afresh)")
     add_model_flags(p)
     add_train_flags(p, ("finetune", "finetune_scratch"))
 

@@ -89,6 +89,8 @@ class TrainConfig:
     lr_floor: float = _f(0.1, "learning-rate floor as a fraction of the peak")
     seed: int = _f(0, "random seed (weights, data order, span corruption)")
     length_buckets: int = _f(1, "split each batch into this many length-sorted micro-batches, each trimmed to its longest example (exact; saves padding work)")
+    micro_batch_size: int = _f(0, "most examples one process puts through the model at once; a larger share of the batch is split and its gradients accumulated (0 = no limit)")
+    rank_streams: bool = _f(True, "multi-process runs: each process corrupts its share of the batch with its own random stream (--no-rank-streams: all share one stream, so N processes train exactly like 1)")
     max_steps: int = _f(0, "stop after this many optimiser steps (0 = run all epochs)")
     checkpoint_every: int = _f(500, "write a checkpoint every N steps (0 = only at the end)")
     log_every: int = _f(10, "append metrics to metrics.jsonl every N steps")

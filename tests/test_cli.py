@@ -1,0 +1,87 @@
+"""The command line: every option documented with its default, clear one-line errors."""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import sys
+
+import pytest
+
+from attnlab import cli
+from tests.conftest import DATA
+
+
+def _help(*argv: str) -> str:
+    buf = io.StringIO()
+    with pytest.raises(SystemExit), _redirect(buf):
+        cli.main([*argv, "--help"])
+    return buf.getvalue()
+
+
+class _redirect:
+    def __init__(self, buf):
+        self.buf = buf
+
+    def __enter__(self):
+        self.old, sys.stdout = sys.stdout, self.buf
+
+    def __exit__(self, *exc):
+        sys.stdout = self.old
+
+
+REQUIRED = ["pretrain", "finetune", "evaluate", "ask", "baseline", "demo"]
+
+
+def test_top_level_help_lists_the_commands():
+    text = _help()
+    for name in REQUIRED:
+        assert name in text
+
+
+@pytest.mark.parametrize("command", REQUIRED)
+def test_every_option_has_help_with_its_default(command):
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+    formatter = sub._get_formatter()
+    for action in sub._actions:
+        if action.dest == "help":
+            continue
+        assert action.help, f"{command} {action.option_strings or action.dest} has no help"
+        if not action.option_strings and action.required:
+            continue  # a required positional has no default
+        rendered = formatter._get_help_string(action).replace("%(default)s", str(action.default))
+        assert rendered.count("(default") == 1, f"{command} {action.option_strings}: {rendered!r}"
+        assert "(default: None)" not in rendered, f"{command} {action.option_strings}: {rendered!r}"
+
+
+def test_training_flags_show_preset_defaults():
+    text = " ".join(_help("pretrain").split())
+    assert re.search(r"--learning-rate .*spec: 0\.006; quick: ", text)
+    assert "--no-causal" in text and "--attention" in text and "--seed" in text
+
+
+def test_baseline_command_prints_five_percent(capsys):
+    assert cli.main(["baseline", "--train-file", str(DATA / "birth_places_train.tsv"),
+                     "--file", str(DATA / "birth_dev.tsv")]) == 0
+    out = capsys.readouterr().out
+    assert '"London"' in out and "25/500 (5.0%)" in out
+
+
+def test_malformed_input_is_a_one_line_error_naming_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("Where was A born?\tParis\nWhere was B born?\tLima\tPeru\n")
+    assert cli.main(["baseline", "--train-file", str(DATA / "birth_places_train.tsv"), "--file", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{bad}:2:" in err
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
+    assert cli.main(["evaluate", str(tmp_path / "nothing")]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_console_script_runs_as_a_module():
+    out = subprocess.run([sys.executable, "-m", "attnlab", "--help"], capture_output=True, text=True, check=True)
+    assert "pretrain" in out.stdout
