@@ -117,7 +117,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     try:
         finetune(config, run_dir=run_dir, init=args.init, model_config=model_config_from(args),
                  corpus=args.corpus, train_file=args.train_file, resume=args.resume, log=_main_log(env))
-        if args.eval_file and env.is_main:
+        if args.eval_file:  # split across ranks; rank 0 writes the predictions
             evaluate_file(run_dir, args.eval_file, device=device)
     finally:
         distributed.teardown()
@@ -125,11 +125,16 @@ def cmd_finetune(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from . import distributed
     from .pipeline import evaluate_file
 
     overrides = {"attention": args.attention} if args.attention else {}
-    evaluate_file(args.checkpoint, args.file, out=args.out, device=args.device,
-                  batch_size=args.batch_size, overrides=overrides)
+    _env, device = distributed.setup(args.device)  # under torchrun each rank decodes a share
+    try:
+        evaluate_file(args.checkpoint, args.file, out=args.out, device=device,
+                      batch_size=args.batch_size, overrides=overrides)
+    finally:
+        distributed.teardown()
     return 0
 
 
@@ -148,9 +153,18 @@ def cmd_ask(args: argparse.Namespace) -> int:
         return 2
     model, vocab, _ = load_model(args.checkpoint, device=str(resolve_device(args.device)))
     examples = [QAExample(q, None, src, line) for q, src, line in items]
+    index = None
+    if args.evidence:
+        from .data import read_text
+        from .evidence import CorpusIndex
+
+        index = CorpusIndex(read_text(args.evidence).split("\n"))
     for a in answer_questions(model, vocab, examples):
         note = "" if a.complete else " (unfinished: no closing mark within 32 characters)"
-        print(f"{a.question}\t{a.answer}\tconfidence {a.confidence:.2f}{note}")
+        line = f"{a.question}\t{a.answer}\tconfidence {a.confidence:.2f}{note}"
+        if index is not None:
+            line += f"\t{index.find(a.question, a.answer).verdict}"
+        print(line)
     return 0
 
 
@@ -223,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("ask", "answer questions typed as arguments or on stdin, with a confidence", cmd_ask)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
     p.add_argument("questions", nargs="*", help='questions such as "Where was Ada Lovelace born?" (default: read stdin)')
+    p.add_argument("--evidence", default="data/wiki.txt", metavar="CORPUS",
+                   help="corpus in which to check whether each answer is stated about the person "
+                        "('' to skip) (default: data/wiki.txt)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
 
     p = command("baseline", "score the training file's most frequent place on a labelled file", cmd_baseline)

@@ -1,0 +1,29 @@
+"""Evidence: whether the corpus states an answer about the person asked about."""
+
+from __future__ import annotations
+
+from attnlab.evidence import CorpusIndex, subject_of
+
+
+DOCS = [
+    "Ada Brook. Ada Brook was born in Paris and lived there.",
+    "Bela Kron. Kron grew up in Lima.",
+    "A history of Lima, where Cato Fenn once lived.",
+]
+
+
+def test_subject_is_the_person_in_the_question():
+    assert subject_of("Where was Ada Brook born?") == "Ada Brook"
+    assert subject_of("  Where was Jean-Luc Picard born?  ") == "Jean-Luc Picard"
+    assert subject_of("Who wrote Hamlet?") == "Who wrote Hamlet?"
+
+
+def test_supported_unsupported_and_unknown_answers():
+    index = CorpusIndex(DOCS)
+    e = index.find("Where was Ada Brook born?", "Paris")
+    assert e.lines == (1,) and e.supporting == (1,) and "line 1" in e.verdict
+    e = index.find("Where was Bela Kron born?", "Rome")
+    assert e.lines == (2,) and e.supporting == () and e.verdict.startswith("not supported")
+    e = index.find("Where was Cato Fenn born?", "Lima")  # no title line: substring fallback
+    assert e.lines == (3,) and e.supporting == (3,)
+    assert "does not mention" in index.find("Where was Nobody born?", "Oslo").verdict
