@@ -258,12 +258,18 @@ def build_parser() -> argparse.ArgumentParser:
                 explore.main)
     explore.add_arguments(p)
 
-    for extra in _EXTRA_COMMANDS:
+    for extra in _feature_commands() + _EXTRA_COMMANDS:
         extra(command)
     return parser
 
 
-# Later features register their subcommands here: fn(command) -> None.
+def _feature_commands() -> list[Callable]:
+    """Feature modules that register their own subcommands: fn(command) -> None."""
+    from . import maps, sample
+
+    return [sample.register, maps.register]
+
+
 _EXTRA_COMMANDS: list[Callable] = []
 
 

@@ -24,21 +24,28 @@ class Generation:
     logprobs: list[list[float]]  # log-probability of each chosen token under the model
 
 
+def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """Logits (B, V) divided by the temperature, with -inf outside the sampling candidates:
+    exactly the ``top_k`` highest (even under ties), then the smallest prefix of the
+    remaining tokens, by falling probability, whose mass reaches ``top_p``."""
+    logits = logits / temperature
+    if top_k > 0:
+        keep = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).indices
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, keep, logits.gather(-1, keep))
+    if 0 < top_p < 1:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        drop = probs.cumsum(-1) - probs >= top_p  # mass before the token already reaches top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    return logits
+
+
 def _pick(logits: Tensor, temperature: float, top_k: int, top_p: float, generator) -> Tensor:
     """Next token ids (B,) from last-position logits (B, V)."""
     if temperature <= 0:
         return logits.argmax(dim=-1)
-    logits = logits / temperature
-    if top_k > 0:
-        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if 0 < top_p < 1:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        drop = cum - sorted_logits.softmax(-1) >= top_p  # keep the smallest prefix reaching top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    probs = logits.softmax(-1)
+    probs = filter_logits(logits, temperature, top_k, top_p).softmax(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
@@ -64,7 +71,8 @@ def generate(
     longest = max(len(p) for p in prompts)
     if longest > block:
         raise ValueError(f"a prompt of {longest} tokens exceeds the model's block_size {block}")
-    max_new_tokens = min(max_new_tokens, block - longest)
+    # Each row may grow until it fills the block, whatever the other rows' lengths.
+    limits = torch.tensor([min(max_new_tokens, block - len(p)) for p in prompts], device=device)
     B = len(prompts)
     idx = torch.full((B, longest), PAD_ID, dtype=torch.long, device=device)
     valid = torch.zeros(B, longest, dtype=torch.bool, device=device)
@@ -81,7 +89,7 @@ def generate(
     done = torch.zeros(B, dtype=torch.bool, device=device)
     step_idx, step_pos, key_pos = idx, positions, positions
     try:
-        for _ in range(max_new_tokens):
+        for step in range(int(limits.max())):
             allowed = _mask(valid, step_idx.shape[1])
             logits, _ = model.run(step_idx, positions=step_pos, allowed=allowed, caches=caches,
                                   key_positions=key_pos)
@@ -93,9 +101,10 @@ def generate(
             logps = torch.cat([logps, lp], 1)
             if stop_token is not None:
                 done |= nxt == stop_token
-                if bool(done.all()):
-                    break
-            new_pos = key_pos[:, -1:] + 1
+            done |= limits <= step + 1
+            if bool(done.all()):
+                break
+            new_pos = (key_pos[:, -1:] + 1).clamp(max=block - 1)  # clamped only in finished rows
             valid = torch.cat([valid, torch.ones(B, 1, dtype=torch.bool, device=device)], 1)
             key_pos = torch.cat([key_pos, new_pos], 1)
             if use_cache:
@@ -108,8 +117,8 @@ def generate(
     tokens, logprobs = [], []
     for b in range(B):
         row = out[b].tolist()
-        n = len(row)
-        if stop_token is not None and stop_token in row:
+        n = min(len(row), int(limits[b]))
+        if stop_token is not None and stop_token in row[:n]:
             n = row.index(stop_token) + 1
         tokens.append(row[:n])
         logprobs.append(logps[b, :n].tolist())

@@ -1,0 +1,183 @@
+"""`attnlab attention`: attention heatmaps and per-head statistics.
+
+For one text: a PNG per layer (one panel per head, queries down, keys across, the characters on
+both axes) and a table of each head's mean entropy and mean attention distance. With ``--over
+FILE`` the same statistics averaged over a file of texts. The weights come from the model's
+explicit attention path (``GPT.run(need_weights=True)``), so every variant works; argmax
+attention shows its one-hot choices.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from .model import GPT
+from .shaping import head_statistics
+from .vocab import MASK_CHAR, PAD_ID, Vocab
+
+_SHOWN = {" ": "␣", "\n": "↵", "\t": "⇥"}
+
+
+# ---- weights ---------------------------------------------------------------------------------
+@torch.no_grad()
+def attention_weights(model: GPT, rows: list[list[int]]) -> tuple[list[Tensor], Tensor]:
+    """Per-layer attention weights (B, h, T, T) for right-padded rows, and valid (B, T).
+
+    Padded keys are masked out (this matters for a --no-causal model) and a padded query sees
+    only itself, so each row's real weights are exactly those of the row run alone."""
+    device = next(model.parameters()).device
+    T = max(len(r) for r in rows)
+    if T > model.config.block_size:
+        raise ValueError(f"a text of {T} characters exceeds the model's block_size {model.config.block_size}")
+    idx = torch.full((len(rows), T), PAD_ID, dtype=torch.long, device=device)
+    valid = torch.zeros(len(rows), T, dtype=torch.bool, device=device)
+    for b, r in enumerate(rows):
+        idx[b, : len(r)] = torch.tensor(r, device=device)
+        valid[b, : len(r)] = True
+    allowed = valid[:, None, None, :].expand(-1, 1, T, T)  # (B, 1, T, T)
+    if model.config.causal:
+        allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    allowed = allowed | torch.eye(T, dtype=torch.bool, device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        _, weights = model.run(idx, allowed=allowed, need_weights=True)
+    finally:
+        model.train(was_training)
+    return [w.float() for w in weights], valid
+
+
+def labels(vocab: Vocab, ids: list[int]) -> list[str]:
+    """Axis labels: the characters, with whitespace made visible."""
+    return [_SHOWN.get(c, c) for c in vocab.decode(ids)]
+
+
+# ---- drawing -----------------------------------------------------------------------------------
+def plot_layer(weights: np.ndarray, chars: list[str], path: str | Path, title: str = "") -> list[np.ndarray]:
+    """Draw one layer's heads (h, T, T) as a grid of heatmaps into a PNG; return the matrices
+    as read back from the drawn images (so a test can compare what is on the page)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    h, T, _ = weights.shape
+    cols = min(h, 4)
+    rows = (h + cols - 1) // cols
+    size = max(3.0, 0.13 * T + 1.0)
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * size, rows * size), squeeze=False)
+    drawn = []
+    fontsize = max(3, min(8, 400 // max(T, 1)))
+    for k in range(rows * cols):
+        ax = axes[k // cols][k % cols]
+        if k >= h:
+            ax.axis("off")
+            continue
+        image = ax.imshow(weights[k], vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest")
+        drawn.append(np.asarray(image.get_array(), dtype=np.float64))
+        ax.set_title(f"head {k}", fontsize=9)
+        ax.set_xticks(range(T), chars, fontsize=fontsize)
+        ax.set_yticks(range(T), chars, fontsize=fontsize)
+        ax.set_xlabel("key", fontsize=8)
+        ax.set_ylabel("query", fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return drawn
+
+
+def statistics_table(entropy: np.ndarray, distance: np.ndarray) -> str:
+    """Markdown table of (L, h) entropies (nats) and mean distances (characters)."""
+    L, h = entropy.shape
+    lines = ["| layer | head | entropy (nats) | mean distance (chars) |", "| --- | --- | --- | --- |"]
+    for l in range(L):
+        for k in range(h):
+            lines.append(f"| {l} | {k} | {entropy[l, k]:.3f} | {distance[l, k]:.2f} |")
+    return "\n".join(lines)
+
+
+def read_texts(path: str | Path) -> list[str]:
+    """Non-blank lines of a file; for a question<TAB>place file, the question column."""
+    from .data import read_text
+
+    return [ln.split("\t")[0].strip() for ln in read_text(path).split("\n") if ln.strip()]
+
+
+def statistics_over(model: GPT, vocab: Vocab, texts: list[str], *, batch_size: int = 64,
+                    source: str = "<texts>") -> tuple[np.ndarray, np.ndarray, int]:
+    """(L, h) entropy and distance averaged over texts (each text's mean over its positions
+    counts once); texts longer than the block are cut to it. Returns also the count."""
+    block = model.config.block_size
+    rows = [vocab.encode(t[:block], source=source, line=i + 1) for i, t in enumerate(texts)]
+    ent_sum = dist_sum = None
+    batches = range(0, len(rows), batch_size)
+    for start in tqdm(batches, desc="attention", disable=len(batches) < 4):
+        weights, valid = attention_weights(model, rows[start : start + batch_size])
+        ent, dist = head_statistics(weights, valid)  # (B, L, h)
+        ent_sum = ent.sum(0) if ent_sum is None else ent_sum + ent.sum(0)
+        dist_sum = dist.sum(0) if dist_sum is None else dist_sum + dist.sum(0)
+    n = len(rows)
+    return (ent_sum / n).cpu().numpy(), (dist_sum / n).cpu().numpy(), n
+
+
+# ---- command -----------------------------------------------------------------------------------
+def cmd_attention(args: argparse.Namespace) -> int:
+    from .checkpoint import load_model
+    from .train import resolve_device
+
+    overrides = {"attention": args.attention} if args.attention else {}
+    model, vocab, _ = load_model(args.checkpoint, device=str(resolve_device(args.device)), **overrides)
+    suffix = MASK_CHAR if args.sentinel else ""
+    config = model.config
+    print(f"attention maps of {args.checkpoint} ({config.attention}, {config.n_layer} layers x "
+          f"{config.n_head} heads)")
+    if args.text is not None:
+        text = args.text + suffix
+        ids = vocab.encode(text, source="<argument>")
+        weights, _ = attention_weights(model, [ids])
+        out = Path(args.out)
+        chars = labels(vocab, ids)
+        for l, w in enumerate(weights):
+            path = out / f"layer{l}.png"
+            plot_layer(w[0].cpu().numpy(), chars, path, title=f"layer {l}: {text!r}")
+        ent, dist = head_statistics(weights)
+        print(f"\n{text!r} ({len(ids)} characters):")
+        print(statistics_table(ent[0].cpu().numpy(), dist[0].cpu().numpy()))
+        print(f"\nheatmaps written to {out}/layer0.png .. layer{len(weights) - 1}.png")
+    if args.over:
+        texts = [t + suffix for t in read_texts(args.over)][: args.limit or None]
+        if not texts:
+            raise ValueError(f"{args.over}: no texts")
+        ent, dist, n = statistics_over(model, vocab, texts, source=str(args.over))
+        print(f"\nper-head statistics averaged over {n} texts of {args.over}:")
+        print(statistics_table(ent, dist))
+    if args.text is None and not args.over:
+        raise ValueError("give a TEXT to draw, --over FILE to average statistics, or both")
+    return 0
+
+
+def register(command) -> None:
+    p = command("attention", "attention heatmaps (PNG per layer) and per-head entropy and distance",
+                cmd_attention)
+    p.add_argument("checkpoint", help="checkpoint file or run directory")
+    p.add_argument("text", nargs="?", default=None, help="text to draw (default: none, only --over)")
+    p.add_argument("--out", default="runs/attention", help="directory for layerN.png")
+    p.add_argument("--over", default=None, help="file of texts, one per line (TSV: question column), "
+                   "to average the per-head statistics over (default: none)")
+    p.add_argument("--limit", type=int, default=0, help="use at most this many texts of --over (0 = all)")
+    p.add_argument("--sentinel", action="store_true",
+                   help=f"append the QA sentinel {MASK_CHAR} to every text, as evaluation does")
+    p.add_argument("--attention", default=None, help="view the weights as another variant of the "
+                   "same parameters, e.g. argmax (default: the checkpoint's)")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+
