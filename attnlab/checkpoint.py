@@ -42,6 +42,11 @@ class Checkpoint:
     def build_model(self, **overrides: Any) -> GPT:
         """The model with its weights; ``overrides`` change config fields that do not change
         parameters (e.g. attention="argmax" on a vanilla checkpoint, dropout)."""
+        if "attention" in overrides:  # argmax on a rotary checkpoint means rotary+argmax
+            from .attention import attention_override
+
+            overrides = {**overrides, "attention": attention_override(
+                self.model_config.attention, overrides["attention"])}
         config = ModelConfig.from_dict({**self.model_config.to_dict(), **overrides})
         model = GPT(config)
         missing, unexpected = model.load_state_dict(self.model_state, strict=False)

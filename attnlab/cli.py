@@ -265,9 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _feature_commands() -> list[Callable]:
     """Feature modules that register their own subcommands: fn(command) -> None."""
-    from . import maps, sample
+    from . import maps, sample, variants
 
-    return [sample.register, maps.register]
+    return [variants.register, sample.register, maps.register]
 
 
 _EXTRA_COMMANDS: list[Callable] = []

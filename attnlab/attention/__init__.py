@@ -1,9 +1,13 @@
-"""Attention variants. The registry below is the single place a new variant is added."""
+"""Attention variants. The registry below is the single place a new variant is added.
+
+A name is a registry key (``vanilla``, ``rotary``, ...) or ``NAME+argmax``: that variant's
+scores with hard argmax weights (see argmax.py), used to probe a trained checkpoint.
+"""
 
 from __future__ import annotations
 
 from ..config import ModelConfig
-from .argmax import ArgmaxAttention
+from .argmax import HARD_SUFFIX, ArgmaxAttention, hard_variant, straight_through_argmax
 from .base import Attention, DotProductAttention, KVCache
 from .merged_qk import MergedQKAttention, merge_query_key
 from .relative import RelativeAttention
@@ -24,18 +28,38 @@ REGISTRY: dict[str, type[Attention]] = {
 }
 
 
-def build_attention(config: ModelConfig) -> Attention:
+def attention_class(name: str) -> type[Attention]:
+    """The class for a registry name or ``NAME+argmax``; one clear error otherwise."""
+    base = name[: -len(HARD_SUFFIX)] if name.endswith(HARD_SUFFIX) else name
     try:
-        cls = REGISTRY[config.attention]
+        cls = REGISTRY[base]
     except KeyError:
         raise ValueError(
-            f"unknown attention variant {config.attention!r}; choose one of {', '.join(REGISTRY)}"
+            f"unknown attention variant {name!r}; choose one of {', '.join(REGISTRY)} "
+            f"(or NAME{HARD_SUFFIX})"
         ) from None
-    return cls(config)
+    return hard_variant(cls) if base != name else cls
+
+
+def build_attention(config: ModelConfig) -> Attention:
+    return attention_class(config.attention)(config)
+
+
+def attention_override(stored: str, requested: str) -> str:
+    """The variant to build when a checkpoint trained with ``stored`` is evaluated with
+    ``--attention requested``: ``argmax`` means "these scores, hard weights", so a rotary
+    checkpoint becomes ``rotary+argmax`` rather than silently losing its rotation."""
+    if requested != ArgmaxAttention.name:
+        return requested
+    base = stored[: -len(HARD_SUFFIX)] if stored.endswith(HARD_SUFFIX) else stored
+    if base in (ArgmaxAttention.name, "vanilla"):
+        return ArgmaxAttention.name
+    return base + HARD_SUFFIX
 
 
 __all__ = [
     "REGISTRY", "Attention", "DotProductAttention", "KVCache", "build_attention",
+    "attention_class", "attention_override", "hard_variant", "straight_through_argmax",
     "merge_query_key", "VanillaAttention", "SynthesizerAttention", "RelativeAttention",
     "RotaryAttention", "MergedQKAttention", "ArgmaxAttention",
 ]

@@ -11,7 +11,7 @@ Shapes: B batch, h heads, T query length, S key length, e query/key width, dh va
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -27,13 +27,33 @@ class KVCache:
 
     k: Tensor | None = None  # (B, h, S, e)
     v: Tensor | None = None  # (B, h, S, dh)
+    # Preallocated storage, grown by doubling, that k and v are views of: appending a step
+    # writes only the new positions instead of copying the whole cache (torch.cat), which
+    # was a fifth of batched decoding time on CPU (benchmarks/eval_speed.py).
+    _kbuf: Tensor | None = field(default=None, repr=False)
+    _vbuf: Tensor | None = field(default=None, repr=False)
 
     def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        if self.k is not None:
-            k = torch.cat([self.k, k], dim=2)
-            v = torch.cat([self.v, v], dim=2)
-        self.k, self.v = k, v
-        return k, v
+        if k.requires_grad or v.requires_grad:  # autograd: no in-place writes into saved views
+            if self.k is not None:
+                k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+            self.k, self.v = k, v
+            return k, v
+        old, new = self.length, k.shape[2]
+        buf = self._kbuf
+        if buf is None or buf.shape[2] < old + new or buf.shape[:2] != k.shape[:2] or (
+            buf.dtype != k.dtype or (self.k is not None and self.k.data_ptr() != buf.data_ptr())
+        ):  # first step, full, or k/v replaced from outside: (re)allocate and copy what is kept
+            cap = max(64, 2 * (old + new))
+            kbuf = k.new_empty(k.shape[0], k.shape[1], cap, k.shape[3])
+            vbuf = v.new_empty(v.shape[0], v.shape[1], cap, v.shape[3])
+            if self.k is not None:
+                kbuf[:, :, :old], vbuf[:, :, :old] = self.k, self.v
+            self._kbuf, self._vbuf = kbuf, vbuf
+        self._kbuf[:, :, old : old + new] = k
+        self._vbuf[:, :, old : old + new] = v
+        self.k, self.v = self._kbuf[:, :, : old + new], self._vbuf[:, :, : old + new]
+        return self.k, self.v
 
     @property
     def length(self) -> int:
@@ -50,6 +70,9 @@ class Attention(nn.Module):
     # The fused kernel computes softmax(q k^T * scale + bias) v; variants that normalise
     # differently (argmax) must take the explicit path.
     fusable: ClassVar[bool] = True
+    # Whether the scores depend on content only (no position enters the layer), so that with
+    # --positions none and --no-causal the whole network is permutation-equivariant.
+    permutation_equivariant: ClassVar[bool] = True
 
     def __init__(self, config: ModelConfig):
         super().__init__()

@@ -3,7 +3,7 @@ matrix W with scores x_i^T W x_j, instead of separate query and key projections.
 
 A vanilla layer is exactly such a layer with W = W_Q^T W_K / sqrt(d/h); its query bias adds
 a term u.x_j with u = W_K^T b_Q / sqrt(d/h) that survives the softmax, kept here as ``u``
-(the terms that depend on i alone cancel in the softmax). ``from_dot_product`` converts.
+(the terms that depend on i alone cancel in the softmax). ``merge_query_key`` converts.
 Parameters: J^2 per head for W against 2 I J for W_Q and W_K (J = d, I = d/h).
 """
 
@@ -21,7 +21,8 @@ from .base import Attention, DotProductAttention
 class MergedQKAttention(Attention):
     name = "merged_qk"
     summary = "softmax(x_i^T W_h x_j + u_h.x_j), one d x d matrix W_h per head"
-    expresses = "any bilinear score (full rank d, not d/h); costs d^2 per head instead of 2 d^2/h"
+    expresses = ("any bilinear score x_i^T W x_j of rank up to d (vanilla: <= d/h); everything "
+                 "vanilla expresses, at d^2 parameters per head instead of 2 d^2/h")
     score_cost = "O(T^2 d h) (keys are full width d in every head)"
 
     def __init__(self, config: ModelConfig):

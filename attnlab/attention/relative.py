@@ -17,8 +17,10 @@ from .base import DotProductAttention
 class RelativeAttention(DotProductAttention):
     name = "relative"
     summary = "softmax(q_i.k_j / sqrt(d/h) + pi_h[clip(i-j)])"
-    expresses = "content scores plus a learned preference for each distance; translation invariant"
+    expresses = ("content lookup plus a learned per-head preference for each offset i-j (e.g. "
+                 "'the previous token'); shift-invariant; offsets beyond k share a bias")
     score_cost = "O(T^2 d) (+ O(T^2 h) bias lookup)"
+    permutation_equivariant = False  # pi[i-j] depends on where the rows are
 
     def __init__(self, config: ModelConfig):
         super().__init__(config)

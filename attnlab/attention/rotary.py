@@ -27,8 +27,10 @@ def rotate(t: Tensor, positions: Tensor, base: float = 10_000.0) -> Tensor:
 class RotaryAttention(DotProductAttention):
     name = "rotary"
     summary = "softmax(R_i q_i . R_j k_j / sqrt(d/h)), R_t a rotation by angle t * theta"
-    expresses = "content scores modulated by relative position; no learned position parameters"
+    expresses = ("content lookup whose match is modulated by the offset i-j, with no position "
+                 "parameters; no absolute-position preference of its own")
     score_cost = "O(T^2 d) (+ O(T d) rotation)"
+    permutation_equivariant = False  # queries and keys are rotated by their positions
 
     def __init__(self, config: ModelConfig):
         super().__init__(config)

@@ -18,9 +18,10 @@ from .base import Attention
 class SynthesizerAttention(Attention):
     name = "synthesizer"
     summary = "softmax(ReLU(X A_i + b_1) B_i + b_2 + causal mask)(X V_i)"
-    expresses = ("scores depend on the query's content and the key's position only: it cannot "
-                 "look a token up by what it is")
-    score_cost = "O(T^2 d/h * h) = O(T^2 d) (one d/h x T product per head)"
+    expresses = ("a learned distribution over absolute key positions chosen by the query's "
+                 "content: cannot look a key up by its content; nothing beyond block_size")
+    score_cost = "O(T^2 d) (one d/h x T product per head)"
+    permutation_equivariant = False  # B_i and b_2 are indexed by absolute key position
 
     def __init__(self, config: ModelConfig):
         super().__init__(config)
