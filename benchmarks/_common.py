@@ -1,0 +1,156 @@
+"""Helpers shared by the benchmark scripts: machine description, timing, tables, and the
+sections of BENCHMARKS.md.
+
+Each benchmark owns one section of BENCHMARKS.md, delimited by ``<!-- NAME:start -->`` and
+``<!-- NAME:end -->``; ``write_section`` replaces that section (or appends it, creating the file
+if needed) and leaves every other section untouched. A section states the command that produced
+it, the machine, the date and the torch version, so numbers are never quoted without context.
+
+Use from a script in benchmarks/ with ``from _common import ...`` (the script's folder is on
+``sys.path``) or from elsewhere with ``from benchmarks._common import ...``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import fcntl
+import os
+import platform
+import re
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS_MD = REPO / "BENCHMARKS.md"
+DATA = REPO / "data"
+_TITLE = "# Benchmarks\n\nEach section is written by the script named in it; re-run the command to refresh it.\n"
+
+
+# ----------------------------------------------------------------------------- the machine
+
+
+def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo (Linux), else platform.processor()."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_description(device: torch.device | str = "cpu") -> str:
+    """One line: CPU (cores, torch threads), GPU if used, OS, Python, torch."""
+    device = torch.device(device)
+    parts = [f"{cpu_name()}, {os.cpu_count()} CPU cores visible, torch threads {torch.get_num_threads()}"]
+    if device.type == "cuda":
+        parts.append(f"GPU {torch.cuda.get_device_name(device)}")
+    parts.append(f"{platform.system()} {platform.release()}")
+    parts.append(f"Python {platform.python_version()}, torch {torch.__version__}")
+    return "; ".join(parts)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"error: --device {name}: CUDA is not available on this machine")
+    return device
+
+
+# -------------------------------------------------------------------------------- timing
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], object], device: torch.device) -> tuple[float, object]:
+    """(seconds, result) of one call, with the device synchronised on both sides."""
+    sync(device)
+    start = time.perf_counter()
+    result = fn()
+    sync(device)
+    return time.perf_counter() - start, result
+
+
+def matmul_peak(device: torch.device, n: int = 2048, seconds: float = 2.0,
+                dtype: torch.dtype = torch.float32) -> float:
+    """Measured peak FLOP/s: repeated n x n @ n x n products (2 n^3 FLOPs each), best of a
+    few timed rounds after a warm-up. This, not a datasheet number, is the denominator of our
+    utilisation figures: it is what this machine, with these threads, actually reaches."""
+    g = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
+    b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
+    a @ b  # warm-up
+    t, _ = timed(lambda: a @ b, device)
+    reps = max(1, int(seconds / 3 / max(t, 1e-6)))
+    best = float("inf")
+    for _ in range(3):
+        t, _ = timed(lambda: [a @ b for _ in range(reps)], device)
+        best = min(best, t / reps)
+    return 2 * n**3 / best
+
+
+# -------------------------------------------------------------------------------- output
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A GitHub-markdown table (also readable as plain text in a terminal)."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    fmt = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    lines = [fmt(cells[0]), "| " + " | ".join("-" * w for w in widths) + " |"]
+    return "\n".join(lines + [fmt(r) for r in cells[1:]])
+
+
+def command_line() -> str:
+    """How this script was invoked, relative to the repository root where possible."""
+    script = Path(sys.argv[0]).resolve()
+    try:
+        script = script.relative_to(REPO)
+    except ValueError:
+        pass
+    return shlex.join([".venv/bin/python", str(script), *sys.argv[1:]])
+
+
+def write_section(name: str, body: str, *, device: torch.device | str = "cpu",
+                  path: Path = BENCHMARKS_MD, title: str | None = None) -> Path:
+    """Replace (or append) the section ``name`` of ``path`` with ``body`` under a header that
+    states the command, machine, date and torch version. Other sections are kept verbatim."""
+    if not re.fullmatch(r"[A-Za-z0-9_\-]+", name):
+        raise ValueError(f"section name {name!r}: use letters, digits, '_' and '-' only")
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    header = "\n".join([
+        f"## {title or name}",
+        "",
+        f"- command: `{command_line()}`",
+        f"- machine: {machine_description(device)}",
+        f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
+        f"- torch: {torch.__version__}",
+        "",
+    ])
+    section = f"{start}\n{header}\n{body.rstrip()}\n{end}"
+    # Several benchmarks may finish at once: hold a lock over the read-modify-write.
+    with open(Path(tempfile.gettempdir()) / "attnlab-benchmarks.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        text = path.read_text(encoding="utf-8") if path.exists() else _TITLE
+        if start in text and end in text and text.index(start) < text.index(end):
+            before, rest = text.split(start, 1)
+            after = rest.split(end, 1)[1]
+            text = before + section + after
+        else:
+            text = text.rstrip("\n") + "\n\n" + section + "\n"
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)  # atomic: a reader never sees half a file
+    return path

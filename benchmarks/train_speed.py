@@ -1,0 +1,205 @@
+"""Pretraining throughput: the course's plain path against ours, side by side in one run.
+
+(a) course-style: per-example Python span corruption (``SpanCorruptionDataset[i]``, stacked
+    like a DataLoader with default collation), every example at the full padded length 127,
+    explicit attention (``fast=False``), torch's default AdamW (a per-parameter loop on CPU);
+(b) fast path: ``corrupt_batch`` on the whole dataset held as tensors (``CorruptionBatches``),
+    length-bucketed trimmed micro-batches, fused SDPA (``fast=True``), foreach/fused AdamW
+    (``make_optimizer``), the trainer's bf16 autocast / torch.compile switches when asked.
+
+Both take the same optimiser step the trainer takes (summed CE / target count, clip 1.0). Tokens
+are counted as the course counts them: ``batch * 127`` per step, padding included (SPEC 5).
+
+Model FLOPs utilisation (MFU): FLOPs per counted token = 6 N + 12 L T d, with N the parameters
+that take part in matrix products (all but the token/position embedding tables), L layers,
+T = 127, d the width: 6 N for forward+backward of the weight products, 12 L T d for the score
+and value products q k^T and a v (2 x 2 T d per token and layer forward, x3 with backward) --
+the PaLM appendix B estimate, counting the full T x T attention as the course's code computes
+it. MFU = counted tokens/s x that / measured peak, the peak being a large fp32 matmul measured
+in the same run. Trimming skips padded work, so the fast path's MFU counts FLOPs it did not
+have to do: it is "useful-work" utilisation, comparable across the two paths.
+
+Run: .venv/bin/python benchmarks/train_speed.py [--steps 4] [--model spec|quick] [--device auto]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import DATA, matmul_peak, resolve_device, sync, table, timed, write_section  # noqa: E402
+
+from attnlab.batching import CorruptionBatches, length_buckets  # noqa: E402
+from attnlab.config import ModelConfig, get_preset  # noqa: E402
+from attnlab.data import SpanCorruptionDataset, read_text  # noqa: E402
+from attnlab.model import GPT, lm_loss  # noqa: E402
+from attnlab.train import make_optimizer  # noqa: E402
+from attnlab.config import TrainConfig  # noqa: E402
+from attnlab.vocab import PAD_ID  # noqa: E402
+
+COURSE_TOKENS_PER_S = 4_400  # the course code on this 2-core CPU (issue 4)
+TARGET_RATIO = 3.0
+
+
+def matmul_parameters(model: GPT) -> int:
+    """Parameters that take part in matrix products: all but the embedding tables."""
+    n = model.num_parameters() - model.tok_emb.weight.numel()
+    if isinstance(model.pos_emb, torch.nn.Parameter):
+        n -= model.pos_emb.numel()
+    return n
+
+
+def flops_per_token(model: GPT, T: int) -> float:
+    """6 N + 12 L T d (see the module docstring)."""
+    c = model.config
+    return 6 * matmul_parameters(model) + 12 * c.n_layer * T * c.n_embd
+
+
+def course_step(model: GPT, opt, dataset: SpanCorruptionDataset, order: torch.Tensor, step: int,
+                batch_size: int) -> int:
+    """One step of the course's loop; returns the counted tokens."""
+    idx = order[step * batch_size : (step + 1) * batch_size].tolist()
+    items = [dataset[i] for i in idx]  # per-example Python corruption (SPEC 3 reference)
+    x = torch.stack([a for a, _ in items])  # (B, 127): default_collate
+    y = torch.stack([b for _, b in items])
+    logits, _ = model.run(x, fast=False)
+    loss = lm_loss(logits, y)
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return y.numel()
+
+
+def fast_step(model, forward, opt, batches: CorruptionBatches, step: int, buckets: int,
+              amp: bool, device: torch.device) -> tuple[int, int]:
+    """One step as the trainer takes it; returns (counted tokens, positions actually run)."""
+    x, y = batches.batch(step)
+    n_targets = (y != PAD_ID).sum().clamp(min=1)
+    run = 0
+    for xm, ym in length_buckets(x, y, buckets):
+        with torch.autocast(device.type, dtype=torch.bfloat16) if amp else contextlib.nullcontext():
+            logits, _ = forward(xm)  # GPT.forward: run(fast=True)
+            loss = lm_loss(logits, ym, reduction="sum") / n_targets
+        loss.backward()
+        run += xm.numel()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return y.numel(), run
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--steps", type=int, default=4, help="timed optimiser steps per path (after 1 warm-up step)")
+    ap.add_argument("--batch-size", type=int, default=128, help="examples per step (the course: 128)")
+    ap.add_argument("--model", choices=["spec", "quick"], default="spec", help="model shape preset")
+    ap.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    ap.add_argument("--buckets", type=int, default=4, help="length buckets of the fast path")
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = torch's default)")
+    ap.add_argument("--amp", choices=["on", "off", "auto"], default="auto", help="bf16 autocast for the fast path (auto: on for CUDA)")
+    ap.add_argument("--compile", choices=["on", "off", "auto"], default="auto", help="torch.compile the fast path's model (auto: on for CUDA)")
+    ap.add_argument("--skip-course", action="store_true", help="time the fast path only")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    args = ap.parse_args(argv)
+    if args.steps < 1 or args.batch_size < 1:
+        ap.error("--steps and --batch-size must be at least 1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    amp = args.amp == "on" or (args.amp == "auto" and device.type == "cuda")
+    compile_ = args.compile == "on" or (args.compile == "auto" and device.type == "cuda")
+
+    corpus = DATA / "wiki.txt"
+    print(f"train_speed: {args.model} model, batch {args.batch_size}, {args.steps} timed steps per path "
+          f"on {device} ({torch.get_num_threads()} threads); corpus {corpus}")
+    dataset = SpanCorruptionDataset(read_text(corpus), 128, seed=0)
+    shape = get_preset(args.model).model
+    config = ModelConfig(vocab_size=dataset.vocab_size, **shape)  # dropout 0.1 as trained
+    T = config.block_size - 1
+    peak = matmul_peak(device)
+    print(f"measured fp32 matmul peak: {peak / 1e9:,.1f} GFLOP/s")
+
+    rows, results = [], {}
+    # (a) the course's path ------------------------------------------------------------------
+    if not args.skip_course:
+        torch.manual_seed(0)
+        model = GPT(config).to(device).train()
+        fpt = flops_per_token(model, T)
+        opt = torch.optim.AdamW(model.parameters(), lr=6e-3, betas=(0.9, 0.95), weight_decay=0.1)
+        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))
+        order = order.repeat(1 + (args.steps + 1) * args.batch_size // len(dataset))
+        course_step(model, opt, dataset, order, 0, args.batch_size)  # warm-up
+        times = []
+        for s in tqdm(range(1, args.steps + 1), desc="course-style", leave=False):
+            t, _ = timed(lambda: course_step(model, opt, dataset, order, s, args.batch_size), device)
+            times.append(t)
+        step_s = statistics.median(times)
+        tps = args.batch_size * T / step_s
+        results["course"] = tps
+        rows.append(["(a) course-style: per-example corruption, padded 127, explicit attention, AdamW loop",
+                     f"{tps:,.0f}", f"{args.batch_size * T / min(times):,.0f}", f"{tps:,.0f}",
+                     f"{step_s:.2f}", f"{100 * tps * fpt / peak:.1f}%"])
+
+    # (b) the fast path ------------------------------------------------------------------------
+    torch.manual_seed(0)
+    model = GPT(dataclasses.replace(config)).to(device).train()
+    fpt = flops_per_token(model, T)
+    opt = make_optimizer(model, TrainConfig(), device)
+    forward = torch.compile(model) if compile_ else model
+    batches = CorruptionBatches(dataset, args.batch_size, device, seed=0)
+    t0, _ = timed(lambda: fast_step(model, forward, opt, batches, 0, args.buckets, amp, device), device)
+    if compile_:
+        print(f"torch.compile + first step: {t0:.1f} s")
+    times, counted, processed = [], 0, 0
+    for s in tqdm(range(1, args.steps + 1), desc="fast path", leave=False):
+        t, (c, p) = timed(lambda: fast_step(model, forward, opt, batches, s, args.buckets, amp, device), device)
+        times.append(t)
+        counted, processed = counted + c, processed + p
+    step_s = statistics.median(times)
+    tps = args.batch_size * T / step_s
+    results["fast"] = tps
+    label = (f"(b) fast: corrupt_batch, {args.buckets} length buckets, fused SDPA, "
+             f"{'fused' if device.type == 'cuda' else 'foreach'} AdamW"
+             + (", bf16 autocast" if amp else "") + (", torch.compile" if compile_ else ""))
+    rows.append([label, f"{tps:,.0f}", f"{args.batch_size * T / min(times):,.0f}",
+                 f"{tps * processed / counted:,.0f}", f"{step_s:.2f}", f"{100 * tps * fpt / peak:.1f}%"])
+
+    headers = ["path", "counted tokens/s (median step)", "best step", "positions run/s", "s/step (median)", "MFU"]
+    out = table(headers, rows)
+    notes = [
+        "",
+        f"- model: {args.model} ({model.num_parameters():,} parameters; {config.n_layer} layers, "
+        f"{config.n_head} heads, width {config.n_embd}, block {config.block_size}, dropout {config.dropout}), "
+        f"batch {args.batch_size}, {args.steps} timed steps per path after 1 warm-up step; tokens/s from the "
+        "median step time (robust to a busy machine), 'best step' from the fastest",
+        f"- counted tokens = batch x {T} per step (the course's count, padding included); positions run = "
+        f"what the model actually processed after trimming ({100 * processed / max(counted, 1):.0f}% of counted)",
+        f"- FLOPs per counted token = 6 N + 12 L T d = {fpt / 1e6:.1f} MFLOP (N = {matmul_parameters(model):,} "
+        f"non-embedding parameters, T = {T}); peak = measured fp32 {2048}^3 matmul = {peak / 1e9:,.1f} GFLOP/s",
+    ]
+    if "course" in results:
+        ratio = results["fast"] / results["course"]
+        notes.append(f"- fast / course-style in this run: **{ratio:.2f}x**")
+    target = TARGET_RATIO * COURSE_TOKENS_PER_S
+    notes.append(f"- target: >= {TARGET_RATIO:g} x the course code's {COURSE_TOKENS_PER_S:,} tokens/s = "
+                 f"{target:,.0f} counted tokens/s; fast path: {results['fast']:,.0f} "
+                 f"({'met' if results['fast'] >= target else 'not met'})")
+    text = out + "\n" + "\n".join(notes)
+    print(text)
+    if not args.no_write:
+        path = write_section("train_speed", text, device=device, title="Training speed (benchmarks/train_speed.py)")
+        print(f"wrote the train_speed section of {path}")
+
+
+if __name__ == "__main__":
+    main()

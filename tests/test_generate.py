@@ -1,0 +1,139 @@
+"""Batched decoding with the KV cache (issue 4 "Speed") against independent references.
+
+The reference is the course's sampling loop: one prompt, no padding, no cache, the whole
+sequence through ``model(idx)`` at every step and the argmax of the last position. Batched
+left-padded decoding, with and without the cache, must give exactly its greedy tokens for
+every attention variant.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlab.attention import REGISTRY
+from attnlab.config import ModelConfig
+from attnlab.generate import generate
+from attnlab.model import GPT
+
+VARIANTS = sorted(REGISTRY)
+VOCAB = 24
+BLOCK = 16
+# Different lengths in one batch, so most rows are left-padded.
+PROMPTS = [[5, 9, 3], [7], [2, 4, 6, 8, 10, 12, 14], [11, 11, 3, 20, 21]]
+
+
+def make_model(variant: str, seed: int = 0) -> GPT:
+    """A tiny model with N(0, 0.5) weights (LayerNorms left at 1 and 0, whose random biases
+    would add one input-independent favourite token): peaked, well separated logits that
+    depend on the prompt, so greedy choices are not decided by rounding, and non-zero
+    position biases (relative, synthesizer)."""
+    torch.manual_seed(seed)
+    model = GPT(ModelConfig(vocab_size=VOCAB, block_size=BLOCK, n_layer=2, n_head=2, n_embd=16,
+                            dropout=0.0, attention=variant))
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not name.startswith("ln") and ".ln" not in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return model.eval()
+
+
+@torch.no_grad()
+def course_loop(model: GPT, prompt: list[int], steps: int, stop: int | None = None) -> list[int]:
+    """Reference greedy decoding: one unpadded prompt, the full forward pass every step."""
+    idx = torch.tensor([prompt])
+    out: list[int] = []
+    for _ in range(steps):
+        logits, _ = model(idx)
+        nxt = int(logits[0, -1].argmax())
+        out.append(nxt)
+        if nxt == stop:
+            break
+        idx = torch.cat([idx, torch.tensor([[nxt]])], 1)
+    return out
+
+
+@pytest.fixture(scope="module", params=VARIANTS)
+def model(request) -> GPT:
+    return make_model(request.param)
+
+
+def test_batched_cached_and_uncached_match_the_course_loop(model: GPT) -> None:
+    steps = BLOCK - max(map(len, PROMPTS))  # the longest prompt fills the block exactly
+    expected = [course_loop(model, p, steps) for p in PROMPTS]
+    cached = generate(model, PROMPTS, steps, use_cache=True)
+    uncached = generate(model, PROMPTS, steps, use_cache=False)
+    assert cached.tokens == expected
+    assert uncached.tokens == expected
+    # Log-probabilities: of the chosen token under the reference's softmax.
+    for p, toks, lps in zip(PROMPTS, cached.tokens, cached.logprobs):
+        seq = torch.tensor([p + toks])
+        ref = model(seq)[0][0, len(p) - 1 : -1].log_softmax(-1)
+        torch.testing.assert_close(torch.tensor(lps), ref.gather(1, torch.tensor(toks)[:, None])[:, 0],
+                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(torch.tensor(lps), torch.tensor(uncached.logprobs[PROMPTS.index(p)]),
+                                   atol=1e-5, rtol=1e-5)
+
+
+def test_batched_equals_one_prompt_at_a_time(model: GPT) -> None:
+    batched = generate(model, PROMPTS, 6)
+    for p, toks in zip(PROMPTS, batched.tokens):
+        assert generate(model, [p], 6).tokens == [toks]
+    # ...also when the batch is in another order (rows do not interact).
+    reordered = generate(model, PROMPTS[::-1], 6)
+    assert reordered.tokens == batched.tokens[::-1]
+
+
+def test_stop_token_ends_each_row_on_its_own(model: GPT) -> None:
+    free = [course_loop(model, p, 8) for p in PROMPTS]
+    stop = free[0][2]  # row 0 emits it at step 3 (perhaps earlier); other rows may never
+    got = generate(model, PROMPTS, 8, stop_token=stop)
+    for toks, lps, ref in zip(got.tokens, got.logprobs, free):
+        assert toks == (ref[: ref.index(stop) + 1] if stop in ref else ref)
+        assert len(lps) == len(toks)
+    assert len(got.tokens[0]) <= 3  # row 0 did stop; the others went on as they would alone
+
+
+def test_decoding_ends_when_every_row_has_stopped() -> None:
+    model = make_model("vanilla")
+    first = [course_loop(model, [p[0]], 1)[0] for p in PROMPTS]
+    # Stop on the token that a one-token prompt produces first: that row stops at once.
+    got = generate(model, [[PROMPTS[0][0]]], 10, stop_token=first[0])
+    assert got.tokens == [[first[0]]]
+
+
+def test_max_new_tokens_is_capped_at_block_size(model: GPT) -> None:
+    """A row continues until its sequence fills the block; a longer prompt in the same batch
+    does not shorten a shorter one's budget."""
+    long_prompt = list(range(2, 2 + BLOCK - 3))  # leaves room for 3 new tokens
+    got = generate(model, [long_prompt, [5, 9]], 100)
+    assert len(got.tokens[0]) == 3 and len(got.tokens[1]) == BLOCK - 2
+    assert got.tokens == [course_loop(model, long_prompt, 3), course_loop(model, [5, 9], BLOCK - 2)]
+    assert generate(model, [list(range(2, 2 + BLOCK))], 5).tokens == [[]]  # a full block: nothing
+
+
+def test_bad_prompts_are_one_clear_error() -> None:
+    model = make_model("vanilla")
+    with pytest.raises(ValueError, match="at least one token"):
+        generate(model, [[3], []], 4)
+    with pytest.raises(ValueError, match="exceeds the model's block_size"):
+        generate(model, [list(range(2, 2 + BLOCK + 1))], 4)
+
+
+def test_generate_restores_training_mode_and_is_deterministic() -> None:
+    model = make_model("rotary").train()
+    a = generate(model, PROMPTS, 5)
+    assert model.training
+    b = generate(model, PROMPTS, 5, use_cache=False)
+    assert a.tokens == b.tokens  # dropout 0 and eval mode inside: no randomness in greedy
+
+
+def test_sampling_with_the_cache_matches_without() -> None:
+    """Temperature sampling draws from the same distributions with and without the cache, so
+    the same generator seed gives the same tokens."""
+    model = make_model("relative")
+    kw = dict(temperature=0.8, top_k=5, top_p=0.9)
+    a = generate(model, PROMPTS, 6, generator=torch.Generator().manual_seed(3), **kw)
+    b = generate(model, PROMPTS, 6, use_cache=False, generator=torch.Generator().manual_seed(3), **kw)
+    assert a.tokens == b.tokens
