@@ -1,7 +1,9 @@
 """Batches for the trainer: whole-dataset tensors on the training device, indexed per step.
 
 A batch depends only on (seed, step, rank): the epoch's order comes from a generator seeded
-with (seed, epoch) and the span corruption from one seeded with (seed, step, rank). So a run
+with (seed, epoch) and the span corruption from one seeded with (seed, step, rank). Under
+several processes, rank r of W takes the r-th contiguous share of the step's global batch
+(``shard_rows``), so the union over ranks is exactly the global batch. So a run
 resumed at step s sees exactly the batches an uninterrupted run would, with no data-loader state
 to save, and no host-to-device copy or per-example Python work happens per step.
 """
@@ -26,6 +28,14 @@ def _seeded(device: torch.device, *parts: int) -> torch.Generator:
     return g
 
 
+def shard_rows(t: Tensor, rank: int, world_size: int) -> Tensor:
+    """Rank ``rank``'s contiguous share of ``t``'s rows (sizes differ by at most one; a share
+    may be empty when a batch has fewer rows than there are ranks)."""
+    if world_size == 1:
+        return t
+    return t.tensor_split(world_size)[rank]
+
+
 class Batches:
     """Base: a dataset of ``n`` items, shuffled each epoch, ``batch_size`` per step."""
 
@@ -47,7 +57,8 @@ class Batches:
             self._order = (epoch, torch.randperm(self.n, generator=g).to(self.device))
         return self._order[1][i * self.batch_size : (i + 1) * self.batch_size]
 
-    def batch(self, step: int, rank: int = 0) -> tuple[Tensor, Tensor]:
+    def batch(self, step: int, rank: int = 0, world_size: int = 1, shared_stream: bool = False) -> tuple[Tensor, Tensor]:
+        """Rank ``rank``'s share of step ``step``'s global batch (all of it when world_size is 1)."""
         raise NotImplementedError
 
 
@@ -60,9 +71,18 @@ class CorruptionBatches(Batches):
         self.docs, self.lengths = docs.to(self.device), lengths.to(self.device)
         self.block_size = dataset.block_size
 
-    def batch(self, step: int, rank: int = 0) -> tuple[Tensor, Tensor]:
+    def batch(self, step: int, rank: int = 0, world_size: int = 1, shared_stream: bool = False) -> tuple[Tensor, Tensor]:
+        """By default each rank corrupts only its own documents, with its own stream seeded
+        with (seed, step, rank). ``shared_stream``: every rank corrupts the whole global batch
+        with rank 0's stream and keeps its share, so the union of the shares is the 1-process
+        batch bit for bit (W times the batch-making work; for exact comparisons)."""
+        index = self.indices(step)
+        if world_size > 1 and shared_stream:
+            g = _seeded(self.device, self.seed, step, 0)
+            x, y = corrupt_batch(self.docs, self.lengths, index, self.block_size, g)
+            return shard_rows(x, rank, world_size), shard_rows(y, rank, world_size)
         g = _seeded(self.device, self.seed, step, rank)
-        return corrupt_batch(self.docs, self.lengths, self.indices(step), self.block_size, g)
+        return corrupt_batch(self.docs, self.lengths, shard_rows(index, rank, world_size), self.block_size, g)
 
 
 class QABatches(Batches):
@@ -73,8 +93,8 @@ class QABatches(Batches):
         x, y = dataset.tensors()
         self.x, self.y = x.to(self.device), y.to(self.device)
 
-    def batch(self, step: int, rank: int = 0) -> tuple[Tensor, Tensor]:
-        idx = self.indices(step)
+    def batch(self, step: int, rank: int = 0, world_size: int = 1, shared_stream: bool = False) -> tuple[Tensor, Tensor]:
+        idx = shard_rows(self.indices(step), rank, world_size)  # no randomness: shares always exact
         return self.x[idx], self.y[idx]
 
 

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import distributed
 from .batching import CorruptionBatches, QABatches
 from .checkpoint import load_checkpoint
 from .config import ModelConfig, TrainConfig
@@ -19,7 +20,7 @@ from .data import NameDataset, SpanCorruptionDataset, read_qa, read_text
 from .evaluate import Answer, Score, evaluate, most_frequent_place, score, write_predictions
 from .model import GPT
 from .train import TrainResult, resolve_device, train
-from .vocab import Vocab
+from .vocab import MASK_CHAR, Vocab
 
 DATA = Path("data")
 DEFAULT_CORPUS = DATA / "wiki.txt"
@@ -47,6 +48,10 @@ def build_model(config: ModelConfig, seed: int) -> GPT:
 
 
 def _log_config(run_dir: Path, **parts: Any) -> None:
+    from .distributed import environment
+
+    if not environment().is_main:  # under torchrun only rank 0 writes files
+        return
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(parts, indent=2, default=str) + "\n")
 
@@ -162,11 +167,21 @@ def evaluate_file(
     model, vocab, ckpt = load_model(checkpoint, device=str(dev), **(overrides or {}))
     examples = read_qa(path)
     start = time.perf_counter()
-    answers, result = evaluate(model, vocab, examples, batch_size=batch_size, progress=True)
+    env = distributed.environment()
+    if env.world_size == 1:
+        answers, result = evaluate(model, vocab, examples, batch_size=batch_size, progress=True)
+    else:  # each rank decodes whole single-process batches; all gather them in input order
+        answers = distributed.sharded_map(
+            lambda part: evaluate(model, vocab, part, batch_size=batch_size, progress=env.is_main)[0],
+            examples, env, key=lambda e: len(vocab.encode(e.question + MASK_CHAR)), chunk=batch_size)
+        result = score([a.answer for a in answers], examples)
     seconds = time.perf_counter() - start
     if out is None:
         ckpt_path = Path(checkpoint)
         out = (ckpt_path if ckpt_path.is_dir() else ckpt_path.parent) / f"predictions-{Path(path).stem}.txt"
+    out = Path(out)
+    if not env.is_main:  # rank 0 alone writes and reports
+        return answers, result, out
     out = write_predictions(out, [a.answer for a in answers])
     if result is None:
         log(f"{path}: {len(examples)} questions have no labels, so no accuracy can be computed; "

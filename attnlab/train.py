@@ -123,10 +123,13 @@ def train(
         model.load_state_dict(ckpt.model_state)
         optimizer.load_state_dict(ckpt.optimizer_state)
         step, tokens = int(ckpt.meta["step"]), int(ckpt.meta["tokens"])
-        if ckpt.rng_state:
-            torch.set_rng_state(ckpt.rng_state["cpu"])
-            if "cuda" in ckpt.rng_state and device.type == "cuda":
-                torch.cuda.set_rng_state(ckpt.rng_state["cuda"], device)
+        rng = dist.rng_state_for(ckpt.rng_state, env.rank)  # this rank's own dropout stream
+        if rng:
+            torch.set_rng_state(rng["cpu"])
+            if "cuda" in rng and device.type == "cuda":
+                torch.cuda.set_rng_state(rng["cuda"], device)
+        elif env.rank:  # written with fewer processes: a fresh per-rank stream
+            torch.manual_seed(config.seed + env.rank + step)
         log(f"resuming {desc} from {ckpt_path} at step {step} ({tokens:,} tokens)")
     else:
         torch.manual_seed(config.seed + env.rank)  # dropout stream; per-rank offset
@@ -140,9 +143,10 @@ def train(
     meta = dict(meta or {}, train_config=config.to_dict(), final_tokens=final_tokens)
 
     def checkpoint(at_step: int) -> None:
+        rng = dist.gather_rng_states(_rng_state(device), env)  # collective: every rank's stream
         if env.is_main:
             save_checkpoint(ckpt_path, model, vocab, dict(meta, step=at_step, tokens=tokens),
-                            optimizer, _rng_state(device))
+                            optimizer, rng)
 
     metrics_file = run_dir / "metrics.jsonl"
     if env.is_main:
@@ -158,29 +162,43 @@ def train(
     # Ctrl-C finishes the current step, writes a checkpoint and stops: no work is lost.
     with _stop_on_interrupt() as stop:
         for step in bar:
-            x, y = batches.batch(step, env.rank if env.world_size > 1 else 0)
-            x, y = dist.shard(x, env), dist.shard(y, env)
-            # Every target position counts, PAD included, as in the course (SPEC 5).
-            batch_tokens = y.numel() * env.world_size
+            # This rank's share of the step's global batch (all of it for one process).
+            if env.world_size == 1:
+                x, y = batches.batch(step)
+                global_rows = len(x)
+            else:
+                x, y = batches.batch(step, env.rank, env.world_size, shared_stream=not config.rank_streams)
+                global_rows = len(batches.indices(step))
+            # Every target position counts, PAD included, as in the course (SPEC 5), over the
+            # global batch: 1 and N processes with the same global batch share one schedule.
+            batch_tokens = global_rows * y.shape[1]
             tokens += batch_tokens
             lr = lr_at(tokens, config, final_tokens)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            n_targets = dist.all_reduce_sum((y != PAD_ID).sum(), env).clamp(min=1)
-            micro = length_buckets(x, y, config.length_buckets) if trim else [(x, y)]
+            # One all-reduce: the global non-PAD target count, and whether any rank was
+            # interrupted (all ranks must stop at the same step, or the next collective hangs).
+            counts = dist.all_reduce_sum(torch.stack([(y != PAD_ID).sum(), torch.tensor(
+                int(stop.requested), device=device)]), env)
+            n_targets = counts[0].clamp(min=1)
+            stopping = stop.requested if env.world_size == 1 else bool(counts[1] > 0)
+            micro = micro_batches(x, y, config.length_buckets, config.micro_batch_size, trim)
             total = torch.zeros((), device=device)
             extras_sum: dict[str, Tensor] = {}
             for i, (xm, ym) in enumerate(micro):
-                share = len(xm) / len(x)
+                part = len(xm) / global_rows if len(x) else 0.0  # its fraction of the global batch
+                # Gradients are all-reduced once, on the last micro-step (DDP no_sync before).
                 with dist.maybe_no_sync(forward_model, i == len(micro) - 1), (
                     torch.autocast(device.type, dtype=torch.bfloat16) if use_amp else contextlib.nullcontext()
                 ):
                     loss_sum, extras = loss_fn(forward_model, xm, ym)
                     # Normalise by the global target count; DDP averages over ranks, so scale back.
                     loss = loss_sum * env.world_size / n_targets
-                    for k, v in extras.items():  # per-example means, weighted by micro-batch share
-                        loss = loss + v * share
-                        extras_sum[k] = extras_sum.get(k, 0.0) + v.detach() * share
+                    for k, v in sorted(extras.items()):  # per-example means -> global-batch mean
+                        if part:  # an empty share (short last batch) has a NaN mean
+                            loss = loss + v * part * env.world_size
+                        extras_sum[k] = extras_sum.get(k, torch.zeros((), device=device)) + (
+                            v.detach() * part if part else 0.0)
                 loss.backward()
                 total += loss_sum.detach()
             if config.grad_clip > 0:
@@ -188,9 +206,10 @@ def train(
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             window_tokens += batch_tokens
-            last = step == total_steps - 1 or stop.requested
+            last = step == total_steps - 1 or stopping
             if step % config.log_every == 0 or last:
                 loss_value = float(dist.all_reduce_sum(total, env) / n_targets)
+                extras_sum = {k: dist.all_reduce_sum(v, env) for k, v in sorted(extras_sum.items())}
                 now = time.perf_counter()
                 tps = window_tokens / max(now - window_start, 1e-9)
                 window_tokens, window_start = 0, now
@@ -202,7 +221,7 @@ def train(
                 if env.is_main:
                     with open(metrics_file, "a") as f:
                         f.write(json.dumps(record) + "\n")
-            if stop.requested:
+            if stopping:
                 checkpoint(step + 1)
                 bar.close()
                 log(f"interrupted: checkpoint at step {step + 1} written to {ckpt_path}; "
@@ -219,6 +238,26 @@ def train(
         tokens_per_second=(tokens - start_tokens) / max(seconds, 1e-9),
         checkpoint=ckpt_path if env.is_main else None, history=history,
     )
+
+
+def micro_batches(
+    x: Tensor, y: Tensor, buckets: int, micro_batch_size: int, trim: bool
+) -> list[tuple[Tensor, Tensor]]:
+    """A rank's share of the batch cut for the forward passes whose gradients accumulate into
+    one step: ``buckets`` length-sorted trimmed parts, more if a part would exceed
+    ``micro_batch_size`` rows (0 = no limit). A rank with no rows (a last batch shorter than
+    the number of ranks) still runs one pass, on a single PAD token whose loss is 0, so it
+    joins DDP's gradient all-reduce."""
+    if len(x) == 0:
+        return [(x.new_full((1, 1), PAD_ID), y.new_full((1, 1), PAD_ID))]
+    parts = max(1, buckets)
+    if micro_batch_size > 0:
+        parts = max(parts, math.ceil(len(x) / micro_batch_size))
+    if trim:
+        out = length_buckets(x, y, parts)
+    else:
+        out = [(a, b) for a, b in zip(x.tensor_split(parts), y.tensor_split(parts)) if len(a)]
+    return out or [(x, y)]
 
 
 class _StopFlag:
