@@ -266,8 +266,9 @@ class _StopFlag:
 
 @contextlib.contextmanager
 def _stop_on_interrupt():
-    """Turn SIGINT into a flag checked between steps (main thread only); a second Ctrl-C
-    interrupts at once."""
+    """Turn SIGINT (Ctrl-C) and SIGTERM (torchrun, job schedulers) into a flag checked between
+    steps, so the run stops at a step boundary with a checkpoint; a second signal interrupts
+    at once. Main thread only (signal handlers cannot be set elsewhere)."""
     import signal
     import threading
 
@@ -281,8 +282,10 @@ def _stop_on_interrupt():
             raise KeyboardInterrupt
         flag.requested = True
 
-    previous = signal.signal(signal.SIGINT, handler)
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, handler) for s in signals}
     try:
         yield flag
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)

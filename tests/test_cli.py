@@ -40,7 +40,14 @@ def test_top_level_help_lists_the_commands():
         assert name in text
 
 
-@pytest.mark.parametrize("command", REQUIRED)
+ALL_COMMANDS = sorted(next(a for a in cli.build_parser()._actions if a.dest == "command").choices)
+
+
+def test_issue_commands_exist():
+    assert set(REQUIRED) | {"variants", "compare", "generate", "attention", "explore"} <= set(ALL_COMMANDS)
+
+
+@pytest.mark.parametrize("command", ALL_COMMANDS)
 def test_every_option_has_help_with_its_default(command):
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices[command]
