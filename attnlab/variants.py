@@ -99,11 +99,17 @@ def compare(
     out: str | Path = "runs/compare",
     device: str = "auto",
     scratch: bool = True,
+    reuse: bool = False,
     log: Callable[[str], None] = print,
 ) -> list[CompareRow]:
     """Every variant (default: the whole registry) through pretrain -> finetune -> dev, with
     the same model shape, seeds and data; plus the most-frequent-place baseline and, if
-    ``scratch``, vanilla finetuned without pretraining. Writes results.md/.json and a chart."""
+    ``scratch``, vanilla finetuned without pretraining. Writes results.md/.json and a chart.
+
+    Each finished run leaves its row in ``row.json`` in its directory; with ``reuse`` those
+    rows are read back instead of retrained, so an interrupted comparison continues where it
+    stopped and variants trained by separate processes (e.g. one per core) are gathered into
+    one table."""
     from .pipeline import baseline, evaluate_file, finetune, pretrain
 
     variants = list(variants or REGISTRY)
@@ -125,25 +131,44 @@ def compare(
         _, result, _ = evaluate_file(run_dir, dev_file, device=device, log=log)
         return (None, None) if result is None else (result.correct, result.total)
 
+    def finished(run: Path) -> CompareRow | None:
+        saved = run / "row.json"
+        if reuse and saved.exists():
+            log(f"reusing the finished run in {run}")
+            return CompareRow(**json.loads(saved.read_text()))
+        return None
+
+    def record(row: CompareRow) -> CompareRow:
+        (Path(row.run_dir) / "row.json").write_text(json.dumps(dataclasses.asdict(row)) + "\n")
+        return row
+
     if scratch:
-        log("== no pretraining: vanilla finetuned from scratch")
-        start = time.perf_counter()
-        model, _, _ = finetune(stages["scratch"], run_dir=out / "scratch", corpus=corpus, train_file=train_file,
-                               model_config=dataclasses.replace(model_config, attention="vanilla"), log=log)
-        secs = time.perf_counter() - start
-        rows.append(CompareRow("vanilla, no pretraining", model.num_parameters(), None, *evaluate(out / "scratch"),
-                               secs, str(out / "scratch")))
+        row = finished(out / "scratch")
+        if row is None:
+            log("== no pretraining: vanilla finetuned from scratch")
+            start = time.perf_counter()
+            model, _, _ = finetune(stages["scratch"], run_dir=out / "scratch", corpus=corpus,
+                                   train_file=train_file,
+                                   model_config=dataclasses.replace(model_config, attention="vanilla"), log=log)
+            secs = time.perf_counter() - start
+            row = record(CompareRow("vanilla, no pretraining", model.num_parameters(), None,
+                                    *evaluate(out / "scratch"), secs, str(out / "scratch")))
+        rows.append(row)
 
     for i, name in enumerate(variants, 1):
-        log(f"== {i}/{len(variants)} {name}: pretrain, finetune, evaluate on {dev_file}")
-        config = dataclasses.replace(model_config, attention=name)
-        start = time.perf_counter()
-        model, _, pre = pretrain(config, stages["pretrain"], corpus=corpus, run_dir=out / name / "pretrain", log=log)
-        finetune(stages["finetune"], run_dir=out / name / "finetune", init=out / name / "pretrain",
-                 corpus=corpus, train_file=train_file, log=log)
-        secs = time.perf_counter() - start
-        rows.append(CompareRow(name, model.num_parameters(), pre.final_loss, *evaluate(out / name / "finetune"),
-                               secs, str(out / name)))
+        row = finished(out / name)
+        if row is None:
+            log(f"== {i}/{len(variants)} {name}: pretrain, finetune, evaluate on {dev_file}")
+            config = dataclasses.replace(model_config, attention=name)
+            start = time.perf_counter()
+            model, _, pre = pretrain(config, stages["pretrain"], corpus=corpus, run_dir=out / name / "pretrain",
+                                     log=log)
+            finetune(stages["finetune"], run_dir=out / name / "finetune", init=out / name / "pretrain",
+                     corpus=corpus, train_file=train_file, log=log)
+            secs = time.perf_counter() - start
+            row = record(CompareRow(name, model.num_parameters(), pre.final_loss,
+                                    *evaluate(out / name / "finetune"), secs, str(out / name)))
+        rows.append(row)
 
     table = compare_table(rows)
     (out / "results.md").write_text(table + "\n")
@@ -202,7 +227,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         cli.train_config_from(args, "finetune"),
         cli.train_config_from(args, "finetune_scratch"),
         variants=variants, corpus=args.corpus, train_file=args.train_file, dev_file=args.dev_file,
-        out=args.out, device=args.device or "auto", scratch=args.scratch,
+        out=args.out, device=args.device or "auto", scratch=args.scratch, reuse=args.reuse,
     )
     return 0
 
@@ -228,5 +253,8 @@ def register(command) -> None:
     p.add_argument("--dev-file", default="data/birth_dev.tsv", help="labelled file every model is scored on")
     p.add_argument("--scratch", action=argparse.BooleanOptionalAction, default=True,
                    help="also finetune vanilla without pretraining as a reference row")
+    p.add_argument("--reuse", action="store_true",
+                   help="reuse runs already finished in --out (their row.json) instead of retraining "
+                        "(default: retrain everything)")
     cli.add_model_flags(p)
     cli.add_train_flags(p, ("pretrain", "finetune", "finetune_scratch"))

@@ -90,6 +90,15 @@ def test_compare_trains_every_chosen_variant_and_writes_its_report(tmp_path, cap
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
     assert str(out / "results.md") in capsys.readouterr().out
 
+    # --reuse gathers finished runs instead of retraining them (checkpoints stay untouched)
+    stamp = (out / "rotary" / "finetune" / "checkpoint.safetensors").stat().st_mtime_ns
+    code = run_cli(["compare", "--preset", "tiny", "--variants", "vanilla,rotary", "--reuse",
+                    "--corpus", str(paths["corpus"]), "--train-file", str(paths["train"]),
+                    "--dev-file", str(paths["dev"]), "--out", str(out), "--device", "cpu"])
+    assert code == 0 and json.loads((out / "results.json").read_text()) == results
+    assert (out / "rotary" / "finetune" / "checkpoint.safetensors").stat().st_mtime_ns == stamp
+    assert capsys.readouterr().out.count("reusing the finished run") == 3
+
 
 def test_compare_rejects_unknown_variants(tmp_path):
     paths = write_data(tmp_path)
