@@ -19,8 +19,21 @@ def _f(default: Any, help: str, **kw: Any) -> Any:
     return field(default=default, metadata={"help": help, **kw})
 
 
+class _Serialisable:
+    """JSON round trip for the config dataclasses (saved in checkpoints and run directories).
+    Unknown keys are ignored so that checkpoints written by newer versions still load."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]):
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(_Serialisable):
     """The GPT's shape (SPEC section 4). Keyword defaults are the course ("spec") numbers."""
 
     vocab_size: int = _f(256, "vocabulary size (set from the corpus, never by hand)", cli=False)
@@ -60,13 +73,6 @@ class ModelConfig:
             return self.n_embd
         return self.position_dim or self.n_embd // 2
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
 
 
 # The course's public name.
@@ -74,7 +80,7 @@ GPTConfig = ModelConfig
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(_Serialisable):
     """One training run (SPEC section 5): optimiser, schedule, batching, checkpoints."""
 
     epochs: float = _f(650, "passes over the dataset (fractions allowed)")
@@ -102,13 +108,6 @@ class TrainConfig:
     attn_loss_weight: float = _f(0.0, "weight lambda of the attention-shaping loss")
     near_max: float = _f(16.0, "L_max: per-row cap of the near (locality) loss")
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
 
 
 @dataclass(frozen=True)
