@@ -115,7 +115,9 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     config = dataclasses.replace(train_config_from(args, stage), device=device)
     run_dir = Path(args.run_dir or f"runs/finetune-{args.attention or 'vanilla'}{'' if args.init else '-scratch'}")
     try:
-        finetune(config, run_dir=run_dir, init=args.init, model_config=model_config_from(args),
+        finetune(config, run_dir=run_dir, init=args.init,
+                 model_config=None if args.init else model_config_from(args),
+                 overrides=_overrides(args, ModelConfig) if args.init else None,
                  corpus=args.corpus, train_file=args.train_file, resume=args.resume, log=_main_log(env))
         if args.eval_file:  # split across ranks; rank 0 writes the predictions
             evaluate_file(run_dir, args.eval_file, device=device)

@@ -92,20 +92,21 @@ def finetune(
     run_dir: str | Path,
     init: str | Path | None = None,
     model_config: ModelConfig | None = None,
+    overrides: dict[str, Any] | None = None,
     corpus: str | Path = DEFAULT_CORPUS,
     train_file: str | Path = DEFAULT_TRAIN,
     resume: bool = False,
     device: str | None = None,
     log: Callable[[str], None] = print,
 ) -> tuple[GPT, Vocab, TrainResult]:
-    """QA finetuning (SPEC 2, 5), from a pretrained checkpoint (``init``) or from scratch, in
-    which case the corpus still defines the vocabulary."""
+    """QA finetuning (SPEC 2, 5), from a pretrained checkpoint (``init``) or from scratch
+    (``model_config``), in which case the corpus still defines the vocabulary. ``overrides``
+    change fields of a pretrained model's config that add no parameters (dropout, logit_scale)."""
     run_dir = Path(run_dir)
     dev = resolve_device(device or train_config.device)
     if init is not None:
         ckpt = load_checkpoint(init)
-        overrides = {} if model_config is None else _non_shape_overrides(model_config, ckpt.model_config)
-        model = ckpt.build_model(**overrides).to(dev)
+        model = ckpt.build_model(**_non_shape_overrides(overrides or {}, init)).to(dev)
         vocab, corpus_docs = ckpt.vocab, int(ckpt.meta.get("corpus_documents", 0))
         source = f"the pretrained model {init}"
     else:
@@ -144,10 +145,14 @@ def _loss_fn(config: TrainConfig):
     return shaping_loss_fn(config.attn_loss, config.attn_loss_weight, near_max=config.near_max)
 
 
-def _non_shape_overrides(requested: ModelConfig, stored: ModelConfig) -> dict[str, Any]:
-    """Fields a finetune may change on a pretrained model: those that add no parameters."""
-    allowed = ("dropout", "logit_scale")
-    return {k: getattr(requested, k) for k in allowed if getattr(requested, k) != getattr(stored, k)}
+def _non_shape_overrides(overrides: dict[str, Any], init: str | Path) -> dict[str, Any]:
+    """The overrides a finetune may apply to a pretrained model: those that add no parameters."""
+    allowed = {"dropout", "logit_scale"}
+    refused = sorted(set(overrides) - allowed)
+    if refused:
+        raise ValueError(f"{init}: a pretrained model's {', '.join(refused)} cannot change when finetuning "
+                         f"(only {', '.join(sorted(allowed))} can)")
+    return overrides
 
 
 def evaluate_file(

@@ -135,3 +135,16 @@ def test_presets_hold_the_course_numbers():
     assert (spec.finetune_scratch.epochs, spec.finetune_scratch.batch_size) == (75, 256)
     with pytest.raises(ValueError, match="unknown preset"):
         get_preset("nope")
+
+
+def test_finetune_keeps_the_pretrained_config_unless_told(tiny_data, tmp_path, tiny_config):
+    from attnlab import cli
+
+    _pretrain(tiny_data, tmp_path, "pre", dataclasses.replace(tiny_config, dropout=0.0), max_steps=1)
+    base = ["finetune", "--preset", "tiny", "--init", str(tmp_path / "pre"), "--train-file",
+            str(tiny_data["train"]), "--eval-file", "", "--max-steps", "1", "--device", "cpu"]
+    assert cli.main(base + ["--run-dir", str(tmp_path / "a")]) == 0
+    assert load_checkpoint(tmp_path / "a").model_config.dropout == 0.0  # not the preset's default
+    assert cli.main(base + ["--run-dir", str(tmp_path / "b"), "--dropout", "0.2"]) == 0
+    assert load_checkpoint(tmp_path / "b").model_config.dropout == 0.2
+    assert cli.main(base + ["--run-dir", str(tmp_path / "c"), "--n-embd", "64"]) == 2  # shape: refused
