@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import re
 import sys
 import time
@@ -21,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attnlab.checkpoint import load_model  # noqa: E402
 from attnlab.config import ModelConfig, get_preset  # noqa: E402
+from attnlab.evaluate import Score  # noqa: E402
 from attnlab.maps import read_texts, statistics_over  # noqa: E402
 from attnlab.pipeline import DEFAULT_DEV, evaluate_file, finetune, pretrain  # noqa: E402
 from attnlab.train import resolve_device  # noqa: E402
@@ -60,6 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: auto)")
     p.add_argument("--out", default="runs/bench-shaping", help="run directory (default: runs/bench-shaping)")
     p.add_argument("--benchmarks", default="BENCHMARKS.md", help="file whose section is written (default: BENCHMARKS.md)")
+    p.add_argument("--reuse", action="store_true",
+                   help="reuse settings already finished in --out (their row.json) instead of retraining, so "
+                        "settings can be trained by separate processes and gathered (default: retrain)")
+    p.add_argument("--none-from", default=None, metavar="RUN",
+                   help="take the 'none' row from a finished `attnlab compare` run of the same preset and "
+                        "variant (e.g. runs/compare/vanilla): lambda = 0 trains bit-identically to the plain "
+                        "loss, so it is the same run (default: train it)")
     args = p.parse_args(argv)
 
     preset = get_preset(args.preset)
@@ -76,17 +85,32 @@ def main(argv: list[str] | None = None) -> int:
         name, weight = parse_setting(setting)
         shaping = dict(attn_loss=name, attn_loss_weight=weight, near_max=args.near_max)
         run = out / setting.replace(":", "-")
-        print(f"== {setting}: pretrain + finetune in {run}")
-        start = time.perf_counter()
-        _, _, pre = pretrain(model_config, dataclasses.replace(preset.pretrain, **stage_overrides, **shaping),
-                             run_dir=run / "pretrain")
-        _, _, fin = finetune(dataclasses.replace(preset.finetune, **stage_overrides, **shaping),
-                             run_dir=run / "finetune", init=run / "pretrain")
-        seconds = time.perf_counter() - start
-        _, dev, _ = evaluate_file(run / "finetune", DEFAULT_DEV, device=args.device)
+        if setting == "none" and args.none_from:
+            run = Path(args.none_from)
+            saved = json.loads((run / "row.json").read_text())
+            fin_ce = json.loads((run / "finetune" / "metrics.jsonl").read_text().splitlines()[-1])["loss"]
+            row = dict(dev=[saved["dev_correct"], saved["dev_total"]], pretrain_ce=saved["pretrain_loss"],
+                       finetune_ce=fin_ce, seconds=saved["seconds"])
+            print(f"== none: taken from {run}")
+        elif args.reuse and (run / "row.json").exists():
+            row = json.loads((run / "row.json").read_text())
+            print(f"== {setting}: reusing the finished run in {run}")
+        else:
+            print(f"== {setting}: pretrain + finetune in {run}")
+            start = time.perf_counter()
+            _, _, pre = pretrain(model_config, dataclasses.replace(preset.pretrain, **stage_overrides, **shaping),
+                                 run_dir=run / "pretrain")
+            _, _, fin = finetune(dataclasses.replace(preset.finetune, **stage_overrides, **shaping),
+                                 run_dir=run / "finetune", init=run / "pretrain")
+            seconds = time.perf_counter() - start
+            _, dev, _ = evaluate_file(run / "finetune", DEFAULT_DEV, device=args.device)
+            row = dict(dev=[dev.correct, dev.total], pretrain_ce=pre.final_loss, finetune_ce=fin.final_loss,
+                       seconds=seconds)
+            (run / "row.json").write_text(json.dumps(row) + "\n")
         model, vocab, _ = load_model(run / "finetune", device=str(resolve_device(args.device)))
         ent, dist, n = statistics_over(model, vocab, questions, source=str(DEFAULT_DEV))
-        rows.append((setting, dev, pre.final_loss, fin.final_loss, ent, dist, seconds))
+        rows.append((setting, Score(*row["dev"]), row["pretrain_ce"], row["finetune_ce"], ent, dist,
+                     row["seconds"]))
 
     lines = [
         "## Attention-shaping losses",
