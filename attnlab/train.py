@@ -138,6 +138,10 @@ def train(
     if config.max_steps:
         total_steps = min(total_steps, config.max_steps)
     use_amp = _switch(config.amp, device)
+    if device.type == "cuda":
+        # TF32 for the fp32 matmuls that autocast leaves (a process-wide PyTorch setting).
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     compiled = torch.compile(model) if _switch(config.compile, device) else model
     forward_model = dist.wrap(compiled, device, env)
     meta = dict(meta or {}, train_config=config.to_dict(), final_tokens=final_tokens)
