@@ -134,15 +134,15 @@ _SPEC = Preset(
 # "quick": sized so that `attnlab demo` (pretrain + finetune + no-pretraining finetune + dev
 # evaluations) finishes within 15 minutes on a 2-core CPU. Chosen by short probes on this CPU
 # (README "The quick preset"): a 128-wide model with 4 heads (head width 32 runs faster on CPU
-# than 16), no dropout (the goal is memorising the corpus, and 40 epochs cannot overfit it; it
+# than 16), no dropout (the goal is memorising the corpus, and 20 epochs cannot overfit it; it
 # also keeps the fused attention kernel), lr 2e-3 (5e-3 trailed), and the cosine annealed over
-# the run itself: final_tokens = 40 epochs x 2,937 documents x 127 counted positions.
+# the run itself: final_tokens = 20 epochs x 2,937 documents x 127 counted positions.
 _QUICK = Preset(
     name="quick",
-    description="CPU-sized: the whole demo in about 12 minutes on 2 cores",
+    description="CPU-sized: the whole demo in under 10 minutes on 2 cores",
     model=dict(block_size=128, n_layer=4, n_head=4, n_embd=128, dropout=0.0),
-    pretrain=TrainConfig(epochs=40, batch_size=32, learning_rate=2e-3, length_buckets=4,
-                         final_tokens=40 * 2937 * 127),
+    pretrain=TrainConfig(epochs=20, batch_size=32, learning_rate=2e-3, length_buckets=4,
+                         final_tokens=20 * 2937 * 127),
     finetune=TrainConfig(epochs=10, batch_size=64, learning_rate=6e-4, length_buckets=2),
     finetune_scratch=TrainConfig(epochs=10, batch_size=64, learning_rate=6e-4, length_buckets=2),
 )

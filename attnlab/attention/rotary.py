@@ -13,15 +13,19 @@ from ..config import ModelConfig
 from .base import DotProductAttention
 
 
-def rotate(t: Tensor, positions: Tensor, base: float = 10_000.0) -> Tensor:
-    """Rotate t (B, h, T, e) by its positions (B|1, T); e must be even."""
-    e = t.shape[-1]
-    freqs = base ** (-torch.arange(0, e, 2, device=t.device, dtype=torch.float32) / e)  # (e/2,)
-    angles = positions.to(torch.float32)[:, None, :, None] * freqs  # (B|1, 1, T, e/2)
-    cos, sin = angles.cos().to(t.dtype), angles.sin().to(t.dtype)
-    x1, x2 = t[..., 0::2], t[..., 1::2]
-    out = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-    return out.flatten(-2)
+def rotation_tables(n_positions: int, e: int, base: float = 10_000.0) -> tuple[Tensor, Tensor]:
+    """cos and sin of the angle t * base^(-2i/e) for every position t and pair i: (n, e/2) each."""
+    freqs = base ** (-torch.arange(0, e, 2, dtype=torch.float32) / e)  # (e/2,)
+    angles = torch.arange(n_positions, dtype=torch.float32)[:, None] * freqs
+    return angles.cos(), angles.sin()
+
+
+def rotate(t: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate each coordinate pair (2i, 2i+1) of t (..., T, e) by the angles whose cos and sin
+    (broadcastable to (..., T, e/2)) are given."""
+    pairs = t.unflatten(-1, (-1, 2))
+    x1, x2 = pairs[..., 0], pairs[..., 1]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
 
 
 class RotaryAttention(DotProductAttention):
@@ -36,7 +40,14 @@ class RotaryAttention(DotProductAttention):
         super().__init__(config)
         if self.head_dim % 2:
             raise ValueError(f"rotary attention needs an even head width, got {self.head_dim}")
+        # Angles depend only on the position: computed once, looked up per call.
+        cos, sin = rotation_tables(config.block_size, self.head_dim)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
 
     def queries_keys(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, float]:
         q, k, _ = super().queries_keys(x, positions)
-        return rotate(q, positions), rotate(k, positions), 1.0 / math.sqrt(self.head_dim)
+        cos = self.cos[positions][:, None].to(q.dtype)  # (B|1, 1, T, e/2)
+        sin = self.sin[positions][:, None].to(q.dtype)
+        qk = rotate(torch.stack([q, k]), cos, sin)  # both in one pass: (2, B, h, T, e)
+        return qk[0], qk[1], 1.0 / math.sqrt(self.head_dim)
