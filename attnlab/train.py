@@ -138,6 +138,9 @@ def train(
     if config.max_steps:
         total_steps = min(total_steps, config.max_steps)
     use_amp = _switch(config.amp, device)
+    # 0 = auto: on CPU compute is the limit and padding is half of it; on a GPU many small
+    # micro-batches would leave it idle (untested there, so the GPU default is the safe one).
+    buckets = config.length_buckets or (8 if device.type == "cpu" else 1)
     if device.type == "cuda":
         # TF32 for the fp32 matmuls that autocast leaves (a process-wide PyTorch setting).
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -186,7 +189,7 @@ def train(
                 int(stop.requested), device=device)]), env)
             n_targets = counts[0].clamp(min=1)
             stopping = stop.requested if env.world_size == 1 else bool(counts[1] > 0)
-            micro = micro_batches(x, y, config.length_buckets, config.micro_batch_size, trim)
+            micro = micro_batches(x, y, buckets, config.micro_batch_size, trim)
             total = torch.zeros((), device=device)
             extras_sum: dict[str, Tensor] = {}
             for i, (xm, ym) in enumerate(micro):
