@@ -24,7 +24,7 @@ def test_initialisation_follows_spec(tiny_config):
     model = GPT(tiny_config.__class__(**{**tiny_config.to_dict(), "n_embd": 64, "vocab_size": 200}))
     w = model.blocks[0].attn.query.weight
     assert abs(float(w.detach().std()) - 0.02) < 0.003
-    assert float(model.blocks[0].attn.query.bias.abs().max()) == 0.0
+    assert float(model.blocks[0].attn.query.bias.detach().abs().max()) == 0.0
     assert torch.equal(model.blocks[0].ln1.weight, torch.ones(64))
     assert model.head.bias is None
 
