@@ -139,7 +139,14 @@ def write_section(name: str, body: str, *, device: torch.device | str = "cpu",
         f"- torch: {torch.__version__}",
         "",
     ])
-    section = f"{start}\n{header}\n{body.rstrip()}\n{end}"
+    return replace_section(name, f"{header}\n{body.rstrip()}", path=path)
+
+
+def replace_section(name: str, body: str, *, path: Path = BENCHMARKS_MD) -> Path:
+    """Put ``body`` between the markers of section ``name`` of ``path`` (appending the section
+    if it is missing), keeping every other section verbatim."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    section = f"{start}\n{body.rstrip()}\n{end}"
     # Several benchmarks may finish at once: hold a lock over the read-modify-write.
     with open(Path(tempfile.gettempdir()) / "attnlab-benchmarks.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

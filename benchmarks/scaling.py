@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-START, END = "<!-- scaling:start -->", "<!-- scaling:end -->"
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -81,7 +80,6 @@ def launch(n: int, args: argparse.Namespace) -> dict:
 def section(rows: list[dict], args: argparse.Namespace, cores: int) -> str:
     base = rows[0]["tokens_per_s"]
     lines = [
-        START,
         "## Scaling: data-parallel training on several processes",
         "",
         f"`python benchmarks/scaling.py --preset {args.preset} --steps {args.steps} "
@@ -103,20 +101,8 @@ def section(rows: list[dict], args: argparse.Namespace, cores: int) -> str:
         "and loopback TCP), the per-step synchronisation, and smaller per-process matrix products. "
         "The machine's cores are shared with other work, so single runs are noisy. Multi-GPU and multi-node runs (NCCL) are untested here: no GPU was available in this "
         "session.",
-        END,
     ]
     return "\n".join(lines)
-
-
-def write_section(path: Path, text: str) -> None:
-    """Replace the text between the scaling markers (or append it), leaving the rest intact."""
-    old = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    if START in old and END in old:
-        head, rest = old.split(START, 1)
-        new = head + text + rest.split(END, 1)[1]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    path.write_text(new, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(launch(n, args))
         print(f"  {rows[-1]['tokens_per_s']:,.0f} tokens/s", flush=True)
     text = section(rows, args, cores)
-    write_section(args.out, text)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _common import replace_section
+
+    replace_section("scaling", text, path=Path(args.out))
     print(text)
     print(f"scaling: wrote the Scaling section of {args.out}")
     return 0

@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _common import replace_section  # noqa: E402
 from attnlab.checkpoint import load_model  # noqa: E402
 from attnlab.config import ModelConfig, get_preset  # noqa: E402
 from attnlab.evaluate import Score  # noqa: E402
@@ -28,7 +29,6 @@ from attnlab.pipeline import DEFAULT_DEV, evaluate_file, finetune, pretrain  # n
 from attnlab.train import resolve_device  # noqa: E402
 from attnlab.vocab import MASK_CHAR  # noqa: E402
 
-START, END = "<!-- shaping:start -->", "<!-- shaping:end -->"
 
 
 def parse_setting(text: str) -> tuple[str, float]:
@@ -38,16 +38,6 @@ def parse_setting(text: str) -> tuple[str, float]:
     if not m:
         raise SystemExit(f"bad setting {text!r}: use none, focus:LAMBDA or near:LAMBDA")
     return m.group(1), float(m.group(2))
-
-
-def write_section(path: Path, body: str) -> None:
-    section = f"{START}\n{body}\n{END}"
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    if START in old and END in old:
-        new = old[: old.index(START)] + section + old[old.index(END) + len(END):]
-    else:
-        new = old.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(new)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     body = "\n".join(lines)
     print("\n" + body)
     path = Path(args.benchmarks)
-    write_section(path, body)
+    replace_section("shaping", body, path=path)
     print(f"\nwrote the section to {path}; runs in {out}")
     return 0
 
