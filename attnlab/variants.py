@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from .attention import REGISTRY
-from .config import ModelConfig, TrainConfig, get_preset
+from .config import ModelConfig, TrainConfig
 
 
 # ---- the table -----------------------------------------------------------------------------

@@ -127,9 +127,6 @@ def write_section(name: str, body: str, *, device: torch.device | str = "cpu",
                   path: Path = BENCHMARKS_MD, title: str | None = None) -> Path:
     """Replace (or append) the section ``name`` of ``path`` with ``body`` under a header that
     states the command, machine, date and torch version. Other sections are kept verbatim."""
-    if not re.fullmatch(r"[A-Za-z0-9_\-]+", name):
-        raise ValueError(f"section name {name!r}: use letters, digits, '_' and '-' only")
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     header = "\n".join([
         f"## {title or name}",
         "",
@@ -145,6 +142,8 @@ def write_section(name: str, body: str, *, device: torch.device | str = "cpu",
 def replace_section(name: str, body: str, *, path: Path = BENCHMARKS_MD) -> Path:
     """Put ``body`` between the markers of section ``name`` of ``path`` (appending the section
     if it is missing), keeping every other section verbatim."""
+    if not re.fullmatch(r"[A-Za-z0-9_\-]+", name):
+        raise ValueError(f"section name {name!r}: use letters, digits, '_' and '-' only")
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     section = f"{start}\n{body.rstrip()}\n{end}"
     # Several benchmarks may finish at once: hold a lock over the read-modify-write.

@@ -35,7 +35,7 @@ import torch
 from tqdm.auto import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DATA, matmul_peak, resolve_device, sync, table, timed, write_section  # noqa: E402
+from _common import DATA, matmul_peak, resolve_device, table, timed, write_section  # noqa: E402
 
 from attnlab.batching import CorruptionBatches, length_buckets  # noqa: E402
 from attnlab.config import ModelConfig, get_preset  # noqa: E402

@@ -273,7 +273,7 @@ def test_cuda_optimizer_settings_are_fused_and_match_foreach() -> None:
     torch.manual_seed(0)
     model = GPT(tiny())
     x = torch.randint(2, 30, (4, 12), generator=torch.Generator().manual_seed(16))
-    models, opts = [], []
+    models = []
     for device in ("cuda", "cpu"):
         m = copy.deepcopy(model)
         opt = make_optimizer(m, TrainConfig(), torch.device(device))

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlab import cli, maps, sample
+from attnlab import cli
 from attnlab.attention import VanillaAttention
 from attnlab.checkpoint import save_checkpoint
 from attnlab.config import ModelConfig

@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from attnlab import cli, maps, sample
+from attnlab import cli, maps
 from attnlab.attention import REGISTRY
 from attnlab.checkpoint import save_checkpoint
 from attnlab.config import ModelConfig
