@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from .attention import KVCache, build_attention
 from .config import ModelConfig
+from .dropout import Dropout
 from .vocab import PAD_ID
 
 
@@ -40,13 +41,14 @@ class Block(nn.Module):
             nn.Linear(config.n_embd, 4 * config.n_embd),
             nn.GELU(),
             nn.Linear(4 * config.n_embd, config.n_embd),
-            nn.Dropout(config.dropout),
         )
+        self.mlp_drop = Dropout(config.dropout)
 
-    def forward(self, x: Tensor, positions: Tensor, **attn_kw) -> tuple[Tensor, Tensor | None]:
-        a, weights = self.attn(self.ln1(x), positions, **attn_kw)
+    def forward(self, x: Tensor, positions: Tensor, *, fast: bool = True,
+                **attn_kw) -> tuple[Tensor, Tensor | None]:
+        a, weights = self.attn(self.ln1(x), positions, fast=fast, **attn_kw)
         x = x + a
-        x = x + self.mlp(self.ln2(x))
+        x = x + self.mlp_drop(self.mlp(self.ln2(x)), fast)
         return x, weights
 
 
@@ -66,7 +68,10 @@ class GPT(nn.Module):
             self.pos_emb = None
         if config.positions == "none" and config.position_mode == "concat":
             raise ValueError("--position-mode concat needs a position scheme (learned or sinusoidal)")
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
+        # The path training and the course interface (forward) take: True = fused attention
+        # and cheap dropout masks, False = the course's plain code (TrainConfig.fast).
+        self.fast = True
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd)
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
@@ -101,14 +106,14 @@ class GPT(nn.Module):
         return names
 
     # ------------------------------------------------------------------------------------------
-    def embed(self, idx: Tensor, positions: Tensor) -> Tensor:
+    def embed(self, idx: Tensor, positions: Tensor, fast: bool = True) -> Tensor:
         tok = self.tok_emb(idx)  # (B, T, C or C - P)
         if self.pos_emb is None:
-            return self.drop(tok)
+            return self.drop(tok, fast)
         pos = self.pos_emb[positions]  # (B|1, T, P)
         if self.config.position_mode == "add":
-            return self.drop(tok + pos)
-        return self.drop(torch.cat([tok, pos.expand(tok.shape[0], -1, -1)], dim=-1))
+            return self.drop(tok + pos, fast)
+        return self.drop(torch.cat([tok, pos.expand(tok.shape[0], -1, -1)], dim=-1), fast)
 
     def run(
         self,
@@ -130,7 +135,7 @@ class GPT(nn.Module):
             positions = torch.arange(T, device=idx.device)[None]  # (1, T)
         elif int(positions.max()) >= self.config.block_size:
             raise ValueError(f"position {int(positions.max())} exceeds block_size {self.config.block_size}")
-        x = self.embed(idx, positions)
+        x = self.embed(idx, positions, fast)
         weights: list[Tensor] = []
         for i, block in enumerate(self.blocks):
             x, w = block(
@@ -146,7 +151,7 @@ class GPT(nn.Module):
 
     def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """The course interface: (logits, loss); PAD targets (id 0) are ignored by the loss."""
-        logits, _ = self.run(idx)
+        logits, _ = self.run(idx, fast=self.fast)
         return logits, (None if targets is None else lm_loss(logits, targets))
 
 

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from ..dropout import Dropout
 
 
 @dataclass
@@ -81,8 +82,8 @@ class Attention(nn.Module):
         self.head_dim = config.head_dim
         self.value = nn.Linear(config.n_embd, config.n_embd)
         self.proj = nn.Linear(config.n_embd, config.n_embd)
-        self.attn_drop = nn.Dropout(config.dropout)
-        self.resid_drop = nn.Dropout(config.dropout)
+        self.attn_drop = Dropout(config.dropout)
+        self.resid_drop = Dropout(config.dropout)
 
     # ---- what a variant defines -------------------------------------------------------------
     def queries_keys(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, float]:
@@ -135,8 +136,12 @@ class Attention(nn.Module):
         if allowed is None and causal and T != S:
             raise ValueError("a cached forward pass needs an explicit mask")
         p_drop = self.attn_drop.p if self.training else 0.0
+        # The fused kernel drops attention weights with torch's own per-element mask; on CPU
+        # that mask costs more than the kernel saves, so training with dropout there takes the
+        # explicit path with the cheap mask (attnlab.dropout).
+        fused = fast and self.fusable and not need_weights and not (p_drop and x.device.type == "cpu")
 
-        if fast and self.fusable and not need_weights:
+        if fused:
             mask = allowed
             if bias is not None:
                 mask = bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
@@ -147,6 +152,16 @@ class Attention(nn.Module):
                 q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=causal, scale=scale
             )
             weights = None
+        elif fast and bias is None and allowed is None and q.shape[:2] == k.shape[:2]:
+            # The plain case below in one product: baddbmm adds the (T, S) 0/-inf causal mask
+            # while it scales q k^T, sparing two passes over the scores forward and backward.
+            add = _causal_bias(T, S, x.device, q.dtype) if causal else q.new_zeros(())
+            scores = torch.baddbmm(
+                add, q.reshape(B * self.n_head, T, -1), k.reshape(B * self.n_head, S, -1).transpose(1, 2),
+                alpha=scale,
+            ).view(B, self.n_head, T, S)
+            weights = self.normalize(scores)
+            y = self.attn_drop(weights, fast) @ v
         else:
             scores = (q @ k.transpose(-2, -1)) * scale  # (B, h, T, S)
             if bias is not None:
@@ -156,14 +171,20 @@ class Attention(nn.Module):
             if allowed is not None:
                 scores = scores.masked_fill(~allowed, float("-inf"))
             weights = self.normalize(scores)
-            y = self.attn_drop(weights) @ v
+            y = self.attn_drop(weights, fast) @ v
         y = y.transpose(1, 2).reshape(B, T, C)
-        return self.resid_drop(self.proj(y)), weights
+        return self.resid_drop(self.proj(y), fast), weights
 
 
 def _causal(T: int, S: int, device: torch.device) -> Tensor:
     """(T, S) bool: query t (the last T of S positions) may see keys up to its own position."""
     return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+
+
+def _causal_bias(T: int, S: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """(T, S): 0 where ``_causal`` allows, -inf elsewhere."""
+    return torch.zeros(T, S, device=device, dtype=dtype).masked_fill_(
+        ~_causal(T, S, device), float("-inf"))
 
 
 class DotProductAttention(Attention):
