@@ -103,7 +103,7 @@ class TrainConfig(_Serialisable):
     device: str = _f("auto", "cpu, cuda, cuda:N or auto")
     compile: str = _f("auto", "torch.compile the model: on, off, or auto (on for CUDA)")
     amp: str = _f("auto", "bf16 autocast: on, off, or auto (on for CUDA)")
-    fast: bool = _f(True, "use fused scaled_dot_product_attention where the variant allows it")
+    fast: bool = _f(True, "the fast path: fused scaled_dot_product_attention where the variant allows it and, on CPU, cheap dropout masks (--no-fast: the course's plain code)")
     attn_loss: str = _f("none", "attention-shaping loss added to the LM loss: none, focus or near")
     attn_loss_weight: float = _f(0.0, "weight lambda of the attention-shaping loss")
     near_max: float = _f(16.0, "L_max: per-row cap of the near (locality) loss")

@@ -145,6 +145,8 @@ def train(
         # TF32 for the fp32 matmuls that autocast leaves (a process-wide PyTorch setting).
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    if hasattr(model, "fast"):  # GPT: fused attention and cheap dropout masks, or the plain code
+        model.fast = config.fast
     compiled = torch.compile(model) if _switch(config.compile, device) else model
     forward_model = dist.wrap(compiled, device, env)
     meta = dict(meta or {}, train_config=config.to_dict(), final_tokens=final_tokens)
