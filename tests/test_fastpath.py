@@ -100,6 +100,28 @@ def test_fused_attention_matches_explicit(variant: str, causal: bool, masked: bo
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_one_product_scores_match_explicit(variant: str, causal: bool) -> None:
+    """The fast path's explicit attention (taken for attention maps, shaping losses and CPU
+    training with dropout) scores with one baddbmm; weights, output and gradients match the
+    plain q k^T * scale + mask."""
+    layer = build_attention(tiny(variant, causal)).eval()
+    randomise(layer, seed=11)
+    x = torch.randn(3, 10, 16, generator=torch.Generator().manual_seed(12), requires_grad=True)
+    positions = torch.arange(10)[None]
+    outs = {fast: layer(x, positions, fast=fast, need_weights=True) for fast in (True, False)}
+    for a, b in zip(outs[True], outs[False]):
+        torch.testing.assert_close(a, b, atol=ATOL, rtol=RTOL)
+    grads = {fast: torch.autograd.grad(outs[fast][0].square().sum(), [x, *layer.parameters()],
+                                       allow_unused=True) for fast in (True, False)}
+    scale = max(float(g.abs().max()) for g in grads[False] if g is not None)
+    for a, b in zip(grads[True], grads[False]):
+        assert (a is None) == (b is None)
+        if a is not None:
+            close(a, b, scale=scale)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_fused_attention_matches_explicit_with_cache(variant: str) -> None:
     """Decoding shapes: T new queries against S > T cached + new keys, per-row positions."""
     torch.manual_seed(0)
