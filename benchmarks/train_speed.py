@@ -10,14 +10,14 @@
 Both take the same optimiser step the trainer takes (summed CE / target count, clip 1.0). Tokens
 are counted as the course counts them: ``batch * 127`` per step, padding included (SPEC 5).
 
-Model FLOPs utilisation (MFU): FLOPs per counted token = 6 N + 12 L T d, with N the parameters
-that take part in matrix products (all but the token/position embedding tables), L layers,
-T = 127, d the width: 6 N for forward+backward of the weight products, 12 L T d for the score
-and value products q k^T and a v (2 x 2 T d per token and layer forward, x3 with backward) --
-the PaLM appendix B estimate, counting the full T x T attention as the course's code computes
-it. MFU = counted tokens/s x that / measured peak, the peak being a large fp32 matmul measured
-in the same run. Trimming skips padded work, so the fast path's MFU counts FLOPs it did not
-have to do: it is "useful-work" utilisation, comparable across the two paths.
+Model FLOPs utilisation (MFU) is hardware utilisation over the work each path actually does:
+a row of T positions costs T (6 N + 12 L T d) FLOPs, with N the parameters that take part in
+matrix products (all but the token/position embedding tables), L layers, d the width: 6 N per
+position for forward+backward of the weight products and 12 L T d for the score and value
+products q k^T and a v over the full T x T square both paths compute (the PaLM appendix B
+estimate). T is 127 for the course-style path and each micro-batch's trimmed length for the
+fast path. MFU = those FLOPs / step time / the peak, a large fp32 matmul measured in the same
+run. (Counting padded positions as work done would put the fast path above 100%.)
 
 Run: .venv/bin/python benchmarks/train_speed.py [--steps 4] [--model spec|quick] [--device auto]
 """
@@ -57,10 +57,10 @@ def matmul_parameters(model: GPT) -> int:
     return n
 
 
-def flops_per_token(model: GPT, T: int) -> float:
-    """6 N + 12 L T d (see the module docstring)."""
+def row_flops(model: GPT, rows: int, T: int) -> float:
+    """Training FLOPs of ``rows`` rows of T positions: rows T (6 N + 12 L T d) (module docstring)."""
     c = model.config
-    return 6 * matmul_parameters(model) + 12 * c.n_layer * T * c.n_embd
+    return rows * T * (6 * matmul_parameters(model) + 12 * c.n_layer * T * c.n_embd)
 
 
 def course_step(model: GPT, opt, dataset: SpanCorruptionDataset, order: torch.Tensor, step: int,
@@ -80,21 +80,22 @@ def course_step(model: GPT, opt, dataset: SpanCorruptionDataset, order: torch.Te
 
 
 def fast_step(model, forward, opt, batches: CorruptionBatches, step: int, buckets: int,
-              amp: bool, device: torch.device) -> tuple[int, int]:
-    """One step as the trainer takes it; returns (counted tokens, positions actually run)."""
+              amp: bool, device: torch.device) -> tuple[int, int, float]:
+    """One step as the trainer takes it; returns (counted tokens, positions run, their FLOPs)."""
     x, y = batches.batch(step)
     n_targets = (y != PAD_ID).sum().clamp(min=1)
-    run = 0
+    run, flops = 0, 0.0
     for xm, ym in length_buckets(x, y, buckets):
         with torch.autocast(device.type, dtype=torch.bfloat16) if amp else contextlib.nullcontext():
             logits, _ = forward(xm)  # GPT.forward: run(fast=True)
             loss = lm_loss(logits, ym, reduction="sum") / n_targets
         loss.backward()
         run += xm.numel()
+        flops += row_flops(model, *xm.shape)
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     opt.zero_grad(set_to_none=True)
-    return y.numel(), run
+    return y.numel(), run, flops
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.skip_course:
         torch.manual_seed(0)
         model = GPT(config).to(device).train()
-        fpt = flops_per_token(model, T)
+        step_flops = row_flops(model, args.batch_size, T)
         opt = torch.optim.AdamW(model.parameters(), lr=6e-3, betas=(0.9, 0.95), weight_decay=0.1)
         order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))
         order = order.repeat(1 + (args.steps + 1) * args.batch_size // len(dataset))
@@ -148,31 +149,34 @@ def main(argv: list[str] | None = None) -> None:
         results["course"] = tps
         rows.append(["(a) course-style: per-example corruption, padded 127, explicit attention, AdamW loop",
                      f"{tps:,.0f}", f"{args.batch_size * T / min(times):,.0f}", f"{tps:,.0f}",
-                     f"{step_s:.2f}", f"{100 * tps * fpt / peak:.1f}%"])
+                     f"{step_s:.2f}", f"{100 * step_flops / step_s / peak:.1f}%"])
 
     # (b) the fast path ------------------------------------------------------------------------
     torch.manual_seed(0)
     model = GPT(dataclasses.replace(config)).to(device).train()
-    fpt = flops_per_token(model, T)
     opt = make_optimizer(model, TrainConfig(), device)
     forward = torch.compile(model) if compile_ else model
     batches = CorruptionBatches(dataset, args.batch_size, device, seed=0)
     t0, _ = timed(lambda: fast_step(model, forward, opt, batches, 0, args.buckets, amp, device), device)
     if compile_:
         print(f"torch.compile + first step: {t0:.1f} s")
-    times, counted, processed = [], 0, 0
+    times, counted, processed, flops = [], 0, 0, 0.0
     for s in tqdm(range(1, args.steps + 1), desc="fast path", leave=False):
-        t, (c, p) = timed(lambda: fast_step(model, forward, opt, batches, s, args.buckets, amp, device), device)
+        t, (c, p, f) = timed(lambda: fast_step(model, forward, opt, batches, s, args.buckets, amp, device), device)
         times.append(t)
-        counted, processed = counted + c, processed + p
+        counted, processed, flops = counted + c, processed + p, flops + f
     step_s = statistics.median(times)
     tps = args.batch_size * T / step_s
     results["fast"] = tps
-    label = (f"(b) fast: corrupt_batch, {args.buckets} length buckets, fused SDPA, "
+    # On CPU with dropout the fast path computes attention explicitly (attnlab/dropout.py).
+    attention = ("one-baddbmm attention, numpy dropout masks" if device.type == "cpu" and config.dropout
+                 else "fused SDPA")
+    label = (f"(b) fast: corrupt_batch, {args.buckets} length buckets, {attention}, "
              f"{'fused' if device.type == 'cuda' else 'foreach'} AdamW"
              + (", bf16 autocast" if amp else "") + (", torch.compile" if compile_ else ""))
     rows.append([label, f"{tps:,.0f}", f"{args.batch_size * T / min(times):,.0f}",
-                 f"{tps * processed / counted:,.0f}", f"{step_s:.2f}", f"{100 * tps * fpt / peak:.1f}%"])
+                 f"{tps * processed / counted:,.0f}", f"{step_s:.2f}",
+                 f"{100 * flops / sum(times) / peak:.1f}%"])
 
     headers = ["path", "counted tokens/s (median step)", "best step", "positions run/s", "s/step (median)", "MFU"]
     out = table(headers, rows)
@@ -184,8 +188,10 @@ def main(argv: list[str] | None = None) -> None:
         "median step time (robust to a busy machine), 'best step' from the fastest",
         f"- counted tokens = batch x {T} per step (the course's count, padding included); positions run = "
         f"what the model actually processed after trimming ({100 * processed / max(counted, 1):.0f}% of counted)",
-        f"- FLOPs per counted token = 6 N + 12 L T d = {fpt / 1e6:.1f} MFLOP (N = {matmul_parameters(model):,} "
-        f"non-embedding parameters, T = {T}); peak = measured fp32 {2048}^3 matmul = {peak / 1e9:,.1f} GFLOP/s",
+        f"- MFU: FLOPs of the positions each path computes, T (6 N + 12 L T d) per row of T (N = "
+        f"{matmul_parameters(model):,} non-embedding parameters; T = {T} for (a), each micro-batch's "
+        f"trimmed length for (b)), over the step time and the peak = measured fp32 2048^3 matmul = "
+        f"{peak / 1e9:,.1f} GFLOP/s",
     ]
     if "course" in results:
         ratio = results["fast"] / results["course"]
