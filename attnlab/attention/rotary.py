@@ -4,7 +4,6 @@ positions only through i - j."""
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import Tensor
@@ -45,9 +44,8 @@ class RotaryAttention(DotProductAttention):
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 
-    def queries_keys(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, float]:
-        q, k, _ = super().queries_keys(x, positions)
+    def with_positions(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         cos = self.cos[positions][:, None].to(q.dtype)  # (B|1, 1, T, e/2)
         sin = self.sin[positions][:, None].to(q.dtype)
         qk = rotate(torch.stack([q, k]), cos, sin)  # both in one pass: (2, B, h, T, e)
-        return qk[0], qk[1], 1.0 / math.sqrt(self.head_dim)
+        return qk[0], qk[1]
