@@ -65,7 +65,7 @@ def row_flops(model: GPT, rows: int, T: int) -> float:
 
 def course_step(model: GPT, opt, dataset: SpanCorruptionDataset, order: torch.Tensor, step: int,
                 batch_size: int) -> int:
-    """One step of the course's loop; returns the counted tokens."""
+    """One step of the course's loop; returns the counted tokens (every position is run)."""
     idx = order[step * batch_size : (step + 1) * batch_size].tolist()
     items = [dataset[i] for i in idx]  # per-example Python corruption (SPEC 3 reference)
     x = torch.stack([a for a, _ in items])  # (B, 127): default_collate
@@ -130,53 +130,60 @@ def main(argv: list[str] | None = None) -> None:
     peak = matmul_peak(device)
     print(f"measured fp32 matmul peak: {peak / 1e9:,.1f} GFLOP/s")
 
-    rows, results = [], {}
-    # (a) the course's path ------------------------------------------------------------------
-    if not args.skip_course:
+    # Both paths are built first and their timed steps alternate (a, b, a, b, ...): on a shared
+    # machine whose speed drifts, each ratio then compares steps taken under the same conditions.
+    paths: dict[str, dict] = {}
+    if not args.skip_course:  # (a) the course's path
         torch.manual_seed(0)
         model = GPT(config).to(device).train()
-        step_flops = row_flops(model, args.batch_size, T)
         opt = torch.optim.AdamW(model.parameters(), lr=6e-3, betas=(0.9, 0.95), weight_decay=0.1)
         order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))
         order = order.repeat(1 + (args.steps + 1) * args.batch_size // len(dataset))
-        course_step(model, opt, dataset, order, 0, args.batch_size)  # warm-up
-        times = []
-        for s in tqdm(range(1, args.steps + 1), desc="course-style", leave=False):
-            t, _ = timed(lambda: course_step(model, opt, dataset, order, s, args.batch_size), device)
-            times.append(t)
-        step_s = statistics.median(times)
-        tps = args.batch_size * T / step_s
-        results["course"] = tps
-        rows.append(["(a) course-style: per-example corruption, padded 127, explicit attention, AdamW loop",
-                     f"{tps:,.0f}", f"{args.batch_size * T / min(times):,.0f}", f"{tps:,.0f}",
-                     f"{step_s:.2f}", f"{100 * step_flops / step_s / peak:.1f}%"])
+        flops = row_flops(model, args.batch_size, T)
 
-    # (b) the fast path ------------------------------------------------------------------------
-    torch.manual_seed(0)
+        def course(s, model=model, opt=opt, order=order, flops=flops):
+            return course_step(model, opt, dataset, order, s, args.batch_size), args.batch_size * T, flops
+
+        paths["course"] = dict(step=course)
+    torch.manual_seed(0)  # (b) the fast path
     model = GPT(dataclasses.replace(config)).to(device).train()
     opt = make_optimizer(model, TrainConfig(), device)
     forward = torch.compile(model) if compile_ else model
     batches = CorruptionBatches(dataset, args.batch_size, device, seed=0)
-    t0, _ = timed(lambda: fast_step(model, forward, opt, batches, 0, args.buckets, amp, device), device)
-    if compile_:
-        print(f"torch.compile + first step: {t0:.1f} s")
-    times, counted, processed, flops = [], 0, 0, 0.0
-    for s in tqdm(range(1, args.steps + 1), desc="fast path", leave=False):
-        t, (c, p, f) = timed(lambda: fast_step(model, forward, opt, batches, s, args.buckets, amp, device), device)
-        times.append(t)
-        counted, processed, flops = counted + c, processed + p, flops + f
-    step_s = statistics.median(times)
-    tps = args.batch_size * T / step_s
-    results["fast"] = tps
+    paths["fast"] = dict(step=lambda s: fast_step(model, forward, opt, batches, s, args.buckets, amp, device))
+
+    for name, path in paths.items():  # warm-up (and compilation)
+        t0, _ = timed(lambda: path["step"](0), device)
+        if name == "fast" and compile_:
+            print(f"torch.compile + first step: {t0:.1f} s")
+        path.update(times=[], counted=0, processed=0, flops=0.0)
+    for s in tqdm(range(1, args.steps + 1), desc="steps (both paths)", leave=False):
+        for path in paths.values():
+            t, (c, p, f) = timed(lambda: path["step"](s), device)
+            path["times"].append(t)
+            path["counted"] += c
+            path["processed"] += p
+            path["flops"] += f
+
     # On CPU with dropout the fast path computes attention explicitly (attnlab/dropout.py).
     attention = ("one-baddbmm attention, numpy dropout masks" if device.type == "cpu" and config.dropout
                  else "fused SDPA")
-    label = (f"(b) fast: corrupt_batch, {args.buckets} length buckets, {attention}, "
-             f"{'fused' if device.type == 'cuda' else 'foreach'} AdamW"
-             + (", bf16 autocast" if amp else "") + (", torch.compile" if compile_ else ""))
-    rows.append([label, f"{tps:,.0f}", f"{args.batch_size * T / min(times):,.0f}",
-                 f"{tps * processed / counted:,.0f}", f"{step_s:.2f}",
-                 f"{100 * flops / sum(times) / peak:.1f}%"])
+    labels = {
+        "course": "(a) course-style: per-example corruption, padded 127, explicit attention, AdamW loop",
+        "fast": (f"(b) fast: corrupt_batch, {args.buckets} length buckets, {attention}, "
+                 f"{'fused' if device.type == 'cuda' else 'foreach'} AdamW"
+                 + (", bf16 autocast" if amp else "") + (", torch.compile" if compile_ else "")),
+    }
+    rows, results = [], {}
+    for name, path in paths.items():
+        times = path["times"]
+        step_s = statistics.median(times)
+        tps = args.batch_size * T / step_s
+        results[name] = tps
+        rows.append([labels[name], f"{tps:,.0f}", f"{args.batch_size * T / min(times):,.0f}",
+                     f"{tps * path['processed'] / path['counted']:,.0f}", f"{step_s:.2f}",
+                     f"{100 * path['flops'] / sum(times) / peak:.1f}%"])
+    processed, counted = paths["fast"]["processed"], paths["fast"]["counted"]
 
     headers = ["path", "counted tokens/s (median step)", "best step", "positions run/s", "s/step (median)", "MFU"]
     out = table(headers, rows)
@@ -184,8 +191,9 @@ def main(argv: list[str] | None = None) -> None:
         "",
         f"- model: {args.model} ({model.num_parameters():,} parameters; {config.n_layer} layers, "
         f"{config.n_head} heads, width {config.n_embd}, block {config.block_size}, dropout {config.dropout}), "
-        f"batch {args.batch_size}, {args.steps} timed steps per path after 1 warm-up step; tokens/s from the "
-        "median step time (robust to a busy machine), 'best step' from the fastest",
+        f"batch {args.batch_size}, {args.steps} timed steps per path after 1 warm-up step, the two paths' "
+        "steps alternating; tokens/s from the median step time (robust to a busy machine), 'best step' "
+        "from the fastest",
         f"- counted tokens = batch x {T} per step (the course's count, padding included); positions run = "
         f"what the model actually processed after trimming ({100 * processed / max(counted, 1):.0f}% of counted)",
         f"- MFU: FLOPs of the positions each path computes, T (6 N + 12 L T d) per row of T (N = "
