@@ -43,6 +43,7 @@ from attnlab.data import SpanCorruptionDataset, read_text  # noqa: E402
 from attnlab.model import GPT, lm_loss  # noqa: E402
 from attnlab.train import make_optimizer  # noqa: E402
 from attnlab.config import TrainConfig  # noqa: E402
+from attnlab.cpu_memory import keep_freed_memory  # noqa: E402
 from attnlab.vocab import PAD_ID  # noqa: E402
 
 COURSE_TOKENS_PER_S = 4_400  # the course code on this 2-core CPU (issue 4)
@@ -130,6 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     peak = matmul_peak(device)
     print(f"measured fp32 matmul peak: {peak / 1e9:,.1f} GFLOP/s")
 
+    # The trainer's process-wide malloc setting on CPU; it applies to both paths alike.
+    kept = device.type == "cpu" and keep_freed_memory()
     # Both paths are built first and their timed steps alternate (a, b, a, b, ...): on a shared
     # machine whose speed drifts, each ratio then compares steps taken under the same conditions.
     paths: dict[str, dict] = {}
@@ -201,6 +204,9 @@ def main(argv: list[str] | None = None) -> None:
         f"trimmed length for (b)), over the step time and the peak = measured fp32 2048^3 matmul = "
         f"{peak / 1e9:,.1f} GFLOP/s",
     ]
+    if kept:
+        notes.append("- both paths ran with freed memory kept in the process (attnlab/cpu_memory.py, "
+                     "as the trainer does on CPU)")
     if "course" in results:
         ratio = results["fast"] / results["course"]
         notes.append(f"- fast / course-style in this run: **{ratio:.2f}x**")
