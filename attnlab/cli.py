@@ -275,12 +275,19 @@ def _feature_commands() -> list[Callable]:
 _EXTRA_COMMANDS: list[Callable] = []
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, process_settings: bool = False) -> int:
+    """Run one subcommand. ``process_settings``: first apply the process-wide CPU settings
+    (attnlab/cpu_settings.py) unless the command asks for the plain path (--no-fast); the
+    program does, library calls (tests) do not."""
     from .data import DataError
     from .checkpoint import CheckpointError
     from .vocab import VocabError
 
     args = build_parser().parse_args(argv)
+    if process_settings and getattr(args, "fast", True):
+        from . import cpu_settings
+
+        cpu_settings.apply()
     try:
         return args.func(args) or 0
     except (DataError, VocabError, CheckpointError, FileNotFoundError, ValueError) as e:
@@ -290,5 +297,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def entry() -> int:
+    """The `attnlab` program (console script, ``python -m attnlab``, torchrun)."""
+    return main(process_settings=True)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -21,7 +21,6 @@ from . import distributed as dist
 from .batching import Batches, length_buckets
 from .checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from .config import TrainConfig
-from .cpu_memory import keep_freed_memory
 from .vocab import PAD_ID, Vocab
 
 LossFn = Callable[[nn.Module, Tensor, Tensor], tuple[Tensor, dict[str, Tensor]]]
@@ -142,8 +141,6 @@ def train(
     # 0 = auto: on CPU compute is the limit and padding is half of it; on a GPU many small
     # micro-batches would leave it idle (untested there, so the GPU default is the safe one).
     buckets = config.length_buckets or (8 if device.type == "cpu" else 1)
-    if device.type == "cpu":
-        keep_freed_memory()  # reuse activation memory instead of page-faulting it in every step
     if device.type == "cuda":
         # TF32 for the fp32 matmuls that autocast leaves (a process-wide PyTorch setting).
         torch.backends.cuda.matmul.allow_tf32 = True

@@ -43,7 +43,7 @@ from attnlab.data import SpanCorruptionDataset, read_text  # noqa: E402
 from attnlab.model import GPT, lm_loss  # noqa: E402
 from attnlab.train import make_optimizer  # noqa: E402
 from attnlab.config import TrainConfig  # noqa: E402
-from attnlab.cpu_memory import keep_freed_memory  # noqa: E402
+from attnlab import cpu_settings  # noqa: E402
 from attnlab.vocab import PAD_ID  # noqa: E402
 
 COURSE_TOKENS_PER_S = 4_400  # the course code on this 2-core CPU (issue 4)
@@ -112,9 +112,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--compile", choices=["on", "off", "auto"], default="auto", help="torch.compile the fast path's model (auto: on for CUDA)")
     ap.add_argument("--skip-course", action="store_true", help="time the fast path only")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--no-process-settings", action="store_true",
+                    help="leave out the attnlab program's CPU settings (flush denormals, keep freed memory)")
     args = ap.parse_args(argv)
     if args.steps < 1 or args.batch_size < 1:
         ap.error("--steps and --batch-size must be at least 1")
+    # Before any parallel work, as the program does: worker threads inherit flush-to-zero.
+    settings = {} if args.no_process_settings else cpu_settings.apply()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -131,8 +135,6 @@ def main(argv: list[str] | None = None) -> None:
     peak = matmul_peak(device)
     print(f"measured fp32 matmul peak: {peak / 1e9:,.1f} GFLOP/s")
 
-    # The trainer's process-wide malloc setting on CPU; it applies to both paths alike.
-    kept = device.type == "cpu" and keep_freed_memory()
     # Both paths are built first and their timed steps alternate (a, b, a, b, ...): on a shared
     # machine whose speed drifts, each ratio then compares steps taken under the same conditions.
     paths: dict[str, dict] = {}
@@ -204,9 +206,9 @@ def main(argv: list[str] | None = None) -> None:
         f"trimmed length for (b)), over the step time and the peak = measured fp32 2048^3 matmul = "
         f"{peak / 1e9:,.1f} GFLOP/s",
     ]
-    if kept:
-        notes.append("- both paths ran with freed memory kept in the process (attnlab/cpu_memory.py, "
-                     "as the trainer does on CPU)")
+    if settings:
+        notes.append(f"- process settings of the `attnlab` program, for both paths alike (attnlab/cpu_settings.py): "
+                     + ", ".join(f"{k.replace('_', ' ')}: {'on' if v else 'unavailable'}" for k, v in settings.items()))
     if "course" in results:
         ratio = results["fast"] / results["course"]
         notes.append(f"- fast / course-style in this run: **{ratio:.2f}x**")

@@ -1,0 +1,115 @@
+"""attnlab/cpu_settings.py: the `attnlab` program's process-wide CPU settings.
+
+Each check runs in a fresh interpreter: the settings are per process (and, for flush-to-zero,
+inherited by worker threads only when they are created), so the test process itself is left
+alone, as library calls leave it alone.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from attnlab.cpu_settings import _glibc
+
+FAULTS = textwrap.dedent("""
+    import resource
+    import torch
+    from attnlab.cpu_settings import keep_freed_memory
+
+    size = 2_000_000
+
+    def faults_for_allocations():
+        # Like training steps: many activations alive at once, then freed; sizes change from
+        # step to step (here they grow, which defeats glibc's own adaptive threshold).
+        global size
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(4):
+            size += 20_000
+            alive = [torch.ones(size) for _ in range(10)]  # 10 x 8 MB, written
+            del alive
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    faults_for_allocations()
+    default = faults_for_allocations()
+    applied = keep_freed_memory()
+    faults_for_allocations()
+    kept = faults_for_allocations()
+    print(applied, default, kept)
+""")
+
+# A tensor of denormal numbers (the bit pattern 1000 read as float32: 1.4e-42), large enough to
+# be split over both worker threads; multiplied by 1, it stays denormal unless flushed, on
+# every thread that computes part of it.
+DENORMALS = textwrap.dedent("""
+    import torch
+    torch.set_num_threads(2)
+    def flushed_everywhere():
+        x = torch.full((1_000_000,), 1000, dtype=torch.int32).view(torch.float32)
+        return bool((x * 1.0 == 0).all())
+""")
+
+
+def python(code: str, env: dict[str, str] | None = None) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, **(env or {})})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.skipif(_glibc() is None, reason="mallopt needs glibc; elsewhere the setting is a no-op")
+def test_freed_memory_is_reused() -> None:
+    applied, default, kept = python(FAULTS).split()
+    assert applied == "True"
+    # 4 rounds of 80 MB = 78,000 pages: by default every round's pages are new (mapped, then
+    # unmapped when freed); kept, they are reused.
+    assert int(default) > 40_000, default
+    assert int(kept) < int(default) / 10, (default, kept)
+
+
+def test_keeping_freed_memory_can_be_switched_off() -> None:
+    applied, default, kept = python(FAULTS, {"ATTNLAB_KEEP_FREED_MEMORY": "0"}).split()
+    assert applied == "False"
+    if _glibc() is not None:
+        assert int(kept) > int(default) / 2
+
+
+def test_denormals_flushed_on_every_thread_when_set_first() -> None:
+    code = DENORMALS + textwrap.dedent("""
+        from attnlab import cpu_settings
+        before = flushed_everywhere()
+        print(before)
+    """)
+    assert python(code).split() == ["False"]  # the default: denormals are kept
+    code = DENORMALS + textwrap.dedent("""
+        from attnlab import cpu_settings
+        applied = cpu_settings.apply()
+        print(applied["flush_denormals"], flushed_everywhere())
+    """)
+    supported, flushed = python(code).split()
+    assert supported == "True" and flushed == "True"
+
+
+def test_the_program_applies_the_settings_and_no_fast_does_not(tmp_path) -> None:
+    """`attnlab ...` (cli.entry) applies them before any work; the library's main() does not,
+    nor does a training command given --no-fast (the course's plain code)."""
+    runs = {
+        "entry": "from attnlab.cli import entry as run; sys.argv = ['attnlab', 'variants']; run()",
+        "main": "from attnlab.cli import main; main(['variants'])",
+        "no-fast": (f"from attnlab.cli import entry as run; sys.argv = ['attnlab', 'pretrain', "
+                    f"'--preset', 'tiny', '--corpus', 'missing.txt', '--no-fast', '--run-dir', "
+                    f"{str(tmp_path)!r}]; run()"),
+    }
+    seen = {}
+    for name, call in runs.items():
+        code = DENORMALS + "import sys, contextlib, io\n" + textwrap.dedent(f"""
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                {call}
+            print(flushed_everywhere())
+        """)
+        seen[name] = python(code).split()[-1]
+    assert seen == {"entry": "True", "main": "False", "no-fast": "False"}
