@@ -59,6 +59,9 @@ def add_train_flags(parser: argparse.ArgumentParser, stages: tuple[str, ...]) ->
         _add_field(group, f, _preset_default(f, stages))
 
 
+_SWITCHES = {"compile", "amp"}  # on/off/auto settings that also get a --no-NAME shorthand
+
+
 def _add_field(group, f: dataclasses.Field, default_text: str) -> None:
     help_text = f"{f.metadata['help']} (default: {default_text})"
     if f.type in ("bool", bool):
@@ -68,6 +71,9 @@ def _add_field(group, f: dataclasses.Field, default_text: str) -> None:
         kind = {"int": int, "float": float, "str": str}.get(str(f.type), str)
         group.add_argument(_flag(f.name), dest=f.name, type=kind, default=None,
                            metavar=f.name.upper(), help=help_text)
+        if f.name in _SWITCHES:
+            group.add_argument(_flag(f"no_{f.name}"), dest=f.name, action="store_const", const="off",
+                               help=f"shorthand for {_flag(f.name)} off (default: {default_text})")
 
 
 def _overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:

@@ -63,6 +63,15 @@ def test_every_option_has_help_with_its_default(command):
         assert "(default: None)" not in rendered, f"{command} {action.option_strings}: {rendered!r}"
 
 
+def test_no_compile_and_no_amp_are_shorthands():
+    parser = cli.build_parser()
+    args = parser.parse_args(["pretrain", "--no-compile", "--no-amp"])
+    config = cli.train_config_from(args, "pretrain")
+    assert (config.compile, config.amp) == ("off", "off")
+    config = cli.train_config_from(parser.parse_args(["pretrain", "--compile", "on"]), "pretrain")
+    assert (config.compile, config.amp) == ("on", "auto")
+
+
 def test_training_flags_show_preset_defaults():
     text = " ".join(_help("pretrain").split())
     assert re.search(r"--learning-rate .*spec: 0\.006; quick: ", text)
