@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None, *, process_settings: bool = False) -> in
     from .vocab import VocabError
 
     args = build_parser().parse_args(argv)
-    if process_settings and getattr(args, "fast", True):
+    if process_settings and getattr(args, "fast", None) is not False:  # None: not given
         from . import cpu_settings
 
         cpu_settings.apply()

@@ -100,6 +100,8 @@ def test_the_program_applies_the_settings_and_no_fast_does_not(tmp_path) -> None
     runs = {
         "entry": "from attnlab.cli import entry as run; sys.argv = ['attnlab', 'variants']; run()",
         "main": "from attnlab.cli import main; main(['variants'])",
+        "pretrain": (f"from attnlab.cli import entry as run; sys.argv = ['attnlab', 'pretrain', "
+                     f"'--preset', 'tiny', '--corpus', 'missing.txt', '--run-dir', {str(tmp_path)!r}]; run()"),
         "no-fast": (f"from attnlab.cli import entry as run; sys.argv = ['attnlab', 'pretrain', "
                     f"'--preset', 'tiny', '--corpus', 'missing.txt', '--no-fast', '--run-dir', "
                     f"{str(tmp_path)!r}]; run()"),
@@ -112,4 +114,4 @@ def test_the_program_applies_the_settings_and_no_fast_does_not(tmp_path) -> None
             print(flushed_everywhere())
         """)
         seen[name] = python(code).split()[-1]
-    assert seen == {"entry": "True", "main": "False", "no-fast": "False"}
+    assert seen == {"entry": "True", "main": "False", "pretrain": "True", "no-fast": "False"}
