@@ -13,6 +13,7 @@ so every rank applies the same optimiser step. Only rank 0 writes files.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
@@ -68,6 +69,11 @@ def setup(device: str = "auto") -> tuple[DistEnv, str]:
 
 def teardown() -> None:
     if tdist.is_available() and tdist.is_initialized():
+        # DDP wrappers sit in reference cycles: collect them while the group and the
+        # interpreter are alive. Left to interpreter shutdown, gloo's threads could still hold
+        # their work and abort the process ("terminate called without an active exception")
+        # after all the work was done.
+        gc.collect()
         tdist.destroy_process_group()
 
 
