@@ -2,10 +2,16 @@
 
 (a) course-style: per-example Python span corruption (``SpanCorruptionDataset[i]``, stacked
     like a DataLoader with default collation), every example at the full padded length 127,
-    explicit attention (``fast=False``), torch's default AdamW (a per-parameter loop on CPU);
-(b) fast path: ``corrupt_batch`` on the whole dataset held as tensors (``CorruptionBatches``),
-    length-bucketed trimmed micro-batches, fused SDPA (``fast=True``), foreach/fused AdamW
-    (``make_optimizer``), the trainer's bf16 autocast / torch.compile switches when asked.
+    explicit attention and torch's dropout (``fast=False``), torch's default AdamW (a
+    per-parameter loop on CPU);
+(b) fast path (``fast=True``): ``corrupt_batch`` on the whole dataset held as tensors
+    (``CorruptionBatches``), length-bucketed trimmed micro-batches, query/key/value in one
+    product, fused SDPA (on CPU with dropout: one-baddbmm attention and numpy dropout masks,
+    attnlab/dropout.py), foreach/fused AdamW (``make_optimizer``), the trainer's bf16 autocast /
+    torch.compile switches when asked.
+
+Both paths run under the `attnlab` program's CPU process settings (attnlab/cpu_settings.py),
+applied before any work; ``--no-process-settings`` leaves them out.
 
 Both take the same optimiser step the trainer takes (summed CE / target count, clip 1.0). Tokens
 are counted as the course counts them: ``batch * 127`` per step, padding included (SPEC 5).
