@@ -1,8 +1,8 @@
 """Dropout with a cheaper random mask on CPU (the fast path).
 
 torch's CPU dropout draws its mask element by element from one Mersenne Twister stream on one
-core; in a spec-model training step on 2 cores that was 38% of the time (dropout 0.1 against
-0.0, BENCHMARKS.md). Here the mask comes from numpy's SFC64 bit generator, 32 random bits per
+core; in a spec-model training step on 2 cores that was 38% of the time (step times with
+dropout 0.1 against 0.0, measured while profiling; not a BENCHMARKS.md figure). Here the mask comes from numpy's SFC64 bit generator, 32 random bits per
 element, compared with a threshold as one multi-threaded tensor operation:
 
     drop iff bits < D, with D = round(p * 2^32), so P(drop) = D / 2^32 (within 1.2e-10 of p),

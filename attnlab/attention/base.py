@@ -156,28 +156,33 @@ class Attention(nn.Module):
                 q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=causal, scale=scale
             )
             weights = None
-        elif fast and bias is None and allowed is None and q.shape[:2] == k.shape[:2]:
-            # The plain case below in one product: baddbmm adds the (T, S) 0/-inf causal mask
-            # while it scales q k^T, sparing two passes over the scores forward and backward.
-            add = _causal_bias(T, S, x.device, q.dtype) if causal else q.new_zeros(())
-            scores = torch.baddbmm(
-                add, q.reshape(B * self.n_head, T, -1), k.reshape(B * self.n_head, S, -1).transpose(1, 2),
-                alpha=scale,
-            ).view(B, self.n_head, T, S)
-            weights = self.normalize(scores)
-            y = self.attn_drop(weights, fast) @ v
         else:
-            scores = (q @ k.transpose(-2, -1)) * scale  # (B, h, T, S)
-            if bias is not None:
-                scores = scores + bias
-            if allowed is None and causal:
-                allowed = _causal(T, S, x.device)
-            if allowed is not None:
-                scores = scores.masked_fill(~allowed, float("-inf"))
-            weights = self.normalize(scores)
+            weights = self.normalize(self._scores(q, k, scale, bias, allowed, causal, fast))
             y = self.attn_drop(weights, fast) @ v
         y = y.transpose(1, 2).reshape(B, T, C)
         return self.resid_drop(self.proj(y), fast), weights
+
+    def _scores(self, q: Tensor, k: Tensor, scale: float, bias: Tensor | None, allowed: Tensor | None,
+                causal: bool, fast: bool) -> Tensor:
+        """q k^T * scale + bias, masked with -inf where a key is not visible: (B, h, T, S);
+        k has q's batch and head dimensions (forward expands it)."""
+        B, h, T, _ = q.shape
+        S = k.shape[2]
+        if fast and bias is None and allowed is None:
+            # The plain case in one product: baddbmm adds the (T, S) 0/-inf causal mask while it
+            # scales q k^T, sparing two passes over the scores forward and backward.
+            add = _causal_bias(T, S, q.device, q.dtype) if causal else q.new_zeros(())
+            return torch.baddbmm(
+                add, q.reshape(B * h, T, -1), k.reshape(B * h, S, -1).transpose(1, 2), alpha=scale,
+            ).view(B, h, T, S)
+        scores = (q @ k.transpose(-2, -1)) * scale
+        if bias is not None:
+            scores = scores + bias
+        if allowed is None and causal:
+            allowed = _causal(T, S, q.device)
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        return scores
 
 
 def _causal(T: int, S: int, device: torch.device) -> Tensor:
@@ -211,7 +216,7 @@ class DotProductAttention(Attention):
         if not fast:
             return super().projections(x, positions, fast)
         # One product against the stacked query, key and value weights instead of three: fewer,
-        # larger matrix products (5% of a CPU training step, BENCHMARKS.md).
+        # larger matrix products (about 5% of a spec-model CPU training step in an A/B run).
         weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
         bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
         q, k, v = (self.split_heads(t) for t in F.linear(x, weight, bias).split(self.config.n_embd, dim=-1))
