@@ -139,6 +139,14 @@ def write_section(name: str, body: str, *, device: torch.device | str = "cpu",
     return replace_section(name, f"{header}\n{body.rstrip()}", path=path)
 
 
+def report(name: str, text: str, *, write: bool, title: str, device: torch.device | str = "cpu") -> None:
+    """Print a benchmark's text and, if ``write``, put it in its section of BENCHMARKS.md."""
+    print(text)
+    if write:
+        path = write_section(name, text, device=device, title=title)
+        print(f"wrote the {name} section of {path}")
+
+
 def replace_section(name: str, body: str, *, path: Path = BENCHMARKS_MD) -> Path:
     """Put ``body`` between the markers of section ``name`` of ``path`` (appending the section
     if it is missing), keeping every other section verbatim."""

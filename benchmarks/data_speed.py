@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DATA, resolve_device, table, timed, write_section  # noqa: E402
+from _common import DATA, report, resolve_device, table, timed  # noqa: E402
 
 from attnlab.data import SpanCorruptionDataset, corrupt_batch, read_text  # noqa: E402
 
@@ -63,10 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     text += (f"\n\n- {n:,} examples each; corrupt_batch is {t_ref / t_bat:.0f}x faster. One training step of "
              f"the spec run (batch 128) needs 128 examples: {128 / (n / t_ref) * 1e3:.1f} ms by the reference, "
              f"{128 / (n / t_bat) * 1e3:.2f} ms batched")
-    print(text)
-    if not args.no_write:
-        path = write_section("data_speed", text, device=device, title="Span-corruption speed (benchmarks/data_speed.py)")
-        print(f"wrote the data_speed section of {path}")
+    report("data_speed", text, write=not args.no_write, device=device, title="Span-corruption speed (benchmarks/data_speed.py)")
 
 
 if __name__ == "__main__":

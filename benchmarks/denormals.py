@@ -21,44 +21,35 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DATA, table, write_section  # noqa: E402
+from _common import DATA, report, table  # noqa: E402
 
 
 def child(steps: int, flush: bool) -> None:
     import torch
 
     from attnlab import cpu_settings
-    from attnlab.batching import CorruptionBatches, length_buckets
+    from attnlab.batching import CorruptionBatches
     from attnlab.config import ModelConfig, TrainConfig, get_preset
     from attnlab.data import SpanCorruptionDataset, read_text
-    from attnlab.model import GPT, lm_loss
+    from attnlab.model import GPT
     from attnlab.train import make_optimizer
-    from attnlab.vocab import PAD_ID
+    from train_speed import fast_step
 
     if flush:
         cpu_settings.flush_denormals()  # before any parallel work, as the program does
     cpu_settings.keep_freed_memory()
+    cpu = torch.device("cpu")
     dataset = SpanCorruptionDataset(read_text(DATA / "wiki.txt"), 128, seed=0)
     torch.manual_seed(0)
     model = GPT(ModelConfig(vocab_size=dataset.vocab_size, **get_preset("spec").model)).train()
-    opt = make_optimizer(model, TrainConfig(), torch.device("cpu"))
-    batches = CorruptionBatches(dataset, 128, torch.device("cpu"), seed=0)
+    opt = make_optimizer(model, TrainConfig(), cpu)
+    batches = CorruptionBatches(dataset, 128, cpu, seed=0)
     times, losses = [], []
     for step in range(steps):
         start = time.perf_counter()
-        x, y = batches.batch(step)
-        n_targets = (y != PAD_ID).sum()
-        total = 0.0
-        for xm, ym in length_buckets(x, y, 8):
-            logits, _ = model(xm)
-            loss = lm_loss(logits, ym, reduction="sum") / n_targets
-            loss.backward()
-            total += float(loss)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        stats = fast_step(model, model, opt, batches, step, 8, False, cpu)
         times.append(time.perf_counter() - start)
-        losses.append(total)
+        losses.append(float(stats.loss))
     # Denormal attention probabilities at the end, on one batch (0 when they are flushed).
     weights = model.run(batches.batch(steps)[0][:16], need_weights=True)[1]
     tiny = sum(int(((w > 0) & (w < torch.finfo(torch.float32).tiny)).sum()) for w in weights)
@@ -102,10 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         f"- final-window losses: {statistics.mean(runs['keep']['losses'][-args.window:]):.4f} kept, "
         f"{statistics.mean(runs['flush']['losses'][-args.window:]):.4f} flushed",
     ])
-    print(text)
-    if not args.no_write:
-        path = write_section("denormals", text, title="Flushing denormals during pretraining (benchmarks/denormals.py)")
-        print(f"wrote the denormals section of {path}")
+    report("denormals", text, write=not args.no_write, title="Flushing denormals during pretraining (benchmarks/denormals.py)")
 
 
 if __name__ == "__main__":

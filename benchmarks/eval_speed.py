@@ -26,7 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DATA, resolve_device, table, timed, write_section  # noqa: E402
+from _common import DATA, report, resolve_device, table, timed  # noqa: E402
 
 from attnlab.config import ModelConfig, get_preset  # noqa: E402
 from attnlab.data import SpanCorruptionDataset, read_qa, read_text  # noqa: E402
@@ -118,10 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         f"- (a) vs (c): {t_one * n / len(sub) / t_cached:.0f}x faster; target: all {n} in under "
         f"{TARGET_SECONDS:g} s ({'met' if t_cached < TARGET_SECONDS else 'not met'}: {t_cached:.2f} s)",
     ])
-    print(text)
-    if not args.no_write:
-        path = write_section("eval_speed", text, device=device, title="Evaluation speed (benchmarks/eval_speed.py)")
-        print(f"wrote the eval_speed section of {path}")
+    report("eval_speed", text, write=not args.no_write, device=device, title="Evaluation speed (benchmarks/eval_speed.py)")
 
 
 if __name__ == "__main__":

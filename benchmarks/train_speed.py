@@ -36,12 +36,14 @@ import dataclasses
 import statistics
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
+from torch import Tensor
 from tqdm.auto import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DATA, matmul_peak, resolve_device, table, timed, write_section  # noqa: E402
+from _common import DATA, matmul_peak, report, resolve_device, table, timed  # noqa: E402
 
 from attnlab.batching import CorruptionBatches, length_buckets  # noqa: E402
 from attnlab.config import ModelConfig, get_preset  # noqa: E402
@@ -86,12 +88,19 @@ def course_step(model: GPT, opt, dataset: SpanCorruptionDataset, order: torch.Te
     return y.numel()
 
 
+class StepStats(NamedTuple):
+    counted: int  # tokens as the course counts them
+    positions: int  # positions the model actually ran
+    flops: float  # their training FLOPs (row_flops)
+    loss: Tensor | None = None  # the step's loss (fast path; a tensor: no device sync)
+
+
 def fast_step(model, forward, opt, batches: CorruptionBatches, step: int, buckets: int,
-              amp: bool, device: torch.device) -> tuple[int, int, float]:
-    """One step as the trainer takes it; returns (counted tokens, positions run, their FLOPs)."""
+              amp: bool, device: torch.device) -> StepStats:
+    """One step as the trainer takes it."""
     x, y = batches.batch(step)
     n_targets = (y != PAD_ID).sum().clamp(min=1)
-    run, flops = 0, 0.0
+    run, flops, total = 0, 0.0, torch.zeros((), device=device)
     for xm, ym in length_buckets(x, y, buckets):
         with torch.autocast(device.type, dtype=torch.bfloat16) if amp else contextlib.nullcontext():
             logits, _ = forward(xm)  # GPT.forward: run(fast=True)
@@ -99,10 +108,11 @@ def fast_step(model, forward, opt, batches: CorruptionBatches, step: int, bucket
         loss.backward()
         run += xm.numel()
         flops += row_flops(model, *xm.shape)
+        total += loss.detach()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     opt.zero_grad(set_to_none=True)
-    return y.numel(), run, flops
+    return StepStats(y.numel(), run, flops, total)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -153,7 +163,8 @@ def main(argv: list[str] | None = None) -> None:
         flops = row_flops(model, args.batch_size, T)
 
         def course(s, model=model, opt=opt, order=order, flops=flops):
-            return course_step(model, opt, dataset, order, s, args.batch_size), args.batch_size * T, flops
+            counted = course_step(model, opt, dataset, order, s, args.batch_size)
+            return StepStats(counted, counted, flops)
 
         paths["course"] = dict(step=course)
     torch.manual_seed(0)  # (b) the fast path
@@ -170,11 +181,11 @@ def main(argv: list[str] | None = None) -> None:
         path.update(times=[], counted=0, processed=0, flops=0.0)
     for s in tqdm(range(1, args.steps + 1), desc="steps (both paths)", leave=False):
         for path in paths.values():
-            t, (c, p, f) = timed(lambda: path["step"](s), device)
+            t, stats = timed(lambda: path["step"](s), device)
             path["times"].append(t)
-            path["counted"] += c
-            path["processed"] += p
-            path["flops"] += f
+            path["counted"] += stats.counted
+            path["processed"] += stats.positions
+            path["flops"] += stats.flops
 
     # On CPU with dropout the fast path computes attention explicitly (attnlab/dropout.py).
     attention = ("one-baddbmm attention, numpy dropout masks" if device.type == "cpu" and config.dropout
@@ -223,10 +234,7 @@ def main(argv: list[str] | None = None) -> None:
                  f"{target:,.0f} counted tokens/s; fast path: {results['fast']:,.0f} "
                  f"({'met' if results['fast'] >= target else 'not met'})")
     text = out + "\n" + "\n".join(notes)
-    print(text)
-    if not args.no_write:
-        path = write_section("train_speed", text, device=device, title="Training speed (benchmarks/train_speed.py)")
-        print(f"wrote the train_speed section of {path}")
+    report("train_speed", text, write=not args.no_write, device=device, title="Training speed (benchmarks/train_speed.py)")
 
 
 if __name__ == "__main__":
