@@ -98,6 +98,21 @@ class QABatches(Batches):
         return self.x[idx], self.y[idx]
 
 
+class PackedBatches(Batches):
+    """Rows of sequences packed side by side (attnlab/objectives.py): a batch is (x, y,
+    segments); the model keeps attention inside each segment. Rows are fixed once packed and
+    shuffled each epoch, so a batch still depends only on (seed, step, rank)."""
+
+    def __init__(self, rows, batch_size: int, device, seed: int):
+        super().__init__(len(rows), batch_size, device, seed)
+        self.x, self.y = rows.x.to(self.device), rows.y.to(self.device)
+        self.segments = rows.segments.to(self.device)
+
+    def batch(self, step: int, rank: int = 0, world_size: int = 1, shared_stream: bool = False):
+        idx = shard_rows(self.indices(step), rank, world_size)
+        return self.x[idx], self.y[idx], self.segments[idx]
+
+
 def length_buckets(x: Tensor, y: Tensor, buckets: int) -> list[tuple[Tensor, Tensor]]:
     """Split a batch into ``buckets`` micro-batches of similar length, each trimmed to its
     longest example. Exact for causal models: the loss is a sum over the same targets, and

@@ -56,6 +56,8 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 def add_train_flags(parser: argparse.ArgumentParser, stages: tuple[str, ...]) -> None:
     group = parser.add_argument_group("training (defaults from --preset)")
     for f in cli_fields(TrainConfig):
+        if not set(stages) & set(f.metadata.get("stages", stages)):
+            continue  # a pretraining-only setting (objective, mixing) is no finetuning flag
         _add_field(group, f, _preset_default(f, stages))
 
 
@@ -106,7 +108,8 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     try:
         pretrain(model_config_from(args), dataclasses.replace(config, device=device),
                  corpus=args.corpus, run_dir=args.run_dir or f"runs/pretrain-{args.attention or 'vanilla'}",
-                 resume=args.resume, log=_main_log(env))
+                 resume=args.resume, log=_main_log(env), mix_qa=args.mix_qa,
+                 held_out=tuple(args.held_out), eval_file=args.eval_file or None)
     finally:
         distributed.teardown()
     return 0
@@ -124,7 +127,8 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         finetune(config, run_dir=run_dir, init=args.init,
                  model_config=None if args.init else model_config_from(args),
                  overrides=_overrides(args, ModelConfig) if args.init else None,
-                 corpus=args.corpus, train_file=args.train_file, resume=args.resume, log=_main_log(env))
+                 corpus=args.corpus, train_file=args.train_file, resume=args.resume, log=_main_log(env),
+                 eval_file=args.eval_file or None)
         if args.eval_file:  # split across ranks; rank 0 writes the predictions
             evaluate_file(run_dir, args.eval_file, device=device)
     finally:
@@ -140,7 +144,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     _env, device = distributed.setup(args.device)  # under torchrun each rank decodes a share
     try:
         evaluate_file(args.checkpoint, args.file, out=args.out, device=device,
-                      batch_size=args.batch_size, overrides=overrides)
+                      batch_size=args.batch_size, overrides=overrides,
+                      stored_corpus=args.corpus if args.stored else None)
     finally:
         distributed.teardown()
     return 0
@@ -220,6 +225,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", default="data/wiki.txt", help="pretraining corpus, one document per line")
     p.add_argument("--run-dir", default=None, help="output directory (default: runs/pretrain-ATTENTION)")
     p.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint (default: start afresh)")
+    p.add_argument("--mix-qa", default="data/birth_places_train.tsv", metavar="FILE",
+                   help="question<TAB>place file mixed into lm pretraining when --mix-ratio > 0; its "
+                        "questions may not be asked in a --held-out file")
+    p.add_argument("--held-out", nargs="*", default=["data/birth_dev.tsv", "data/birth_test_inputs.tsv"],
+                   metavar="FILE", help="evaluation files whose people may never be mixed into training")
+    p.add_argument("--eval-file", default="data/birth_dev.tsv",
+                   help="labelled file scored every --eval-every steps ('' to skip)")
     add_model_flags(p)
     add_train_flags(p, ("pretrain",))
 
@@ -241,6 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attention", default=None, help="evaluate with another variant of the same parameters, e.g. argmax (default: the checkpoint's)")
     p.add_argument("--batch-size", type=int, default=256, help="questions decoded together")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    p.add_argument("--stored", action="store_true",
+                   help="also report stored facts: for people whose place is written in their corpus "
+                        "line, does greedy completion of the line up to the place reproduce it "
+                        "(default: answers only)")
+    p.add_argument("--corpus", default="data/wiki.txt", help="corpus for --stored")
 
     p = command("ask", "answer questions typed as arguments or on stdin, with a confidence", cmd_ask)
     p.add_argument("checkpoint", help="checkpoint file or run directory")

@@ -13,6 +13,8 @@ from typing import Any
 
 POSITION_SCHEMES = ("learned", "sinusoidal", "none")
 POSITION_MODES = ("add", "concat")
+QA_FORMATS = ("direct", "recall")  # attnlab/knowledge.py
+OBJECTIVES = ("span", "lm")  # attnlab/objectives.py
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -49,6 +51,11 @@ class ModelConfig(_Serialisable):
     dropout: float = _f(0.1, "dropout on embeddings, attention probabilities and residuals")
     rel_clip: int = _f(0, "relative attention: clip distances to |i-j| <= k (0 = no clipping)")
     logit_scale: float = _f(1.0, "output-softmax temperature beta: logits are multiplied by it")
+    qa_format: str = _f("direct", "how the model answers: direct (question⁇place⁇, SPEC 2) or recall "
+                        "(it first writes what it remembers of the person from 'NAME.', then the place; "
+                        "attnlab/knowledge.py)")
+    recall_chars: int = _f(96, "recall format: characters of the person's line the model recalls "
+                           "before answering (training lines are cut there)")
 
     def __post_init__(self) -> None:
         if self.n_embd % self.n_head:
@@ -59,6 +66,10 @@ class ModelConfig(_Serialisable):
             raise ValueError(f"position_mode must be one of {POSITION_MODES}, not {self.position_mode!r}")
         if self.block_size < 2 or self.n_layer < 1 or self.vocab_size < 3:
             raise ValueError("block_size must be >= 2, n_layer >= 1 and vocab_size >= 3")
+        if self.qa_format not in QA_FORMATS:
+            raise ValueError(f"qa_format must be one of {QA_FORMATS}, not {self.qa_format!r}")
+        if self.qa_format == "recall" and not 0 < self.recall_chars < self.block_size:
+            raise ValueError(f"recall_chars must be between 1 and block_size-1, got {self.recall_chars}")
         if self.position_mode == "concat" and not 0 < self.pos_width < self.n_embd:
             raise ValueError(f"position_dim must be between 1 and n_embd-1, got {self.pos_width}")
 
@@ -107,6 +118,20 @@ class TrainConfig(_Serialisable):
     attn_loss: str = _f("none", "attention-shaping loss added to the LM loss: none, focus or near")
     attn_loss_weight: float = _f(0.0, "weight lambda of the attention-shaping loss")
     near_max: float = _f(16.0, "L_max: per-row cap of the near (locality) loss")
+    objective: str = _f("span", "pretraining objective: span (span corruption, SPEC 3) or lm (next "
+                        "character on corpus lines, several packed exactly into each row)", stages=("pretrain",))
+    mix_ratio: float = _f(0.0, "lm objective: question-answer examples of --mix-qa people mixed in, per "
+                          "corpus line and epoch (0 = none)", stages=("pretrain",))
+    eval_every: int = _f(0, "score the dev file (answers and stored facts) every N steps and at the end, "
+                         "into metrics.jsonl (0 = only finetuning's final evaluation)")
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, not {self.objective!r}")
+        if self.mix_ratio < 0 or self.mix_ratio != self.mix_ratio:
+            raise ValueError(f"mix_ratio must be >= 0, got {self.mix_ratio}")
+        if self.mix_ratio > 0 and self.objective != "lm":
+            raise ValueError("mix_ratio needs the lm objective (span corruption mixes nothing in)")
 
 
 
@@ -147,6 +172,22 @@ _QUICK = Preset(
     finetune_scratch=TrainConfig(epochs=10, batch_size=64, learning_rate=6e-4, length_buckets=2),
 )
 
+# "cpu": the recipe whose models know where people were born, on a 2-core CPU (README
+# "Knowledge on a CPU" lists the probes that chose it). The model recalls the person's corpus
+# line before answering (qa_format recall, attnlab/knowledge.py); pretraining is next-character
+# prediction on lines cut at recall_chars, with every training-file person's line followed by
+# their place (mix_ratio 0.681 = 2,000 of 2,937 lines, each once per epoch).
+_CPU = Preset(
+    name="cpu",
+    description="knowledge on a 2-core CPU: recall format, lm objective with mixed QA",
+    model=dict(block_size=128, n_layer=4, n_head=4, n_embd=128, dropout=0.0, qa_format="recall",
+               recall_chars=96),
+    pretrain=TrainConfig(objective="lm", mix_ratio=0.681, epochs=100, batch_size=32, learning_rate=3e-3,
+                         eval_every=920, checkpoint_every=200),
+    finetune=TrainConfig(epochs=2, batch_size=32, learning_rate=3e-4, checkpoint_every=0),
+    finetune_scratch=TrainConfig(epochs=10, batch_size=32, learning_rate=3e-3, checkpoint_every=0),
+)
+
 # "tiny": seconds-long runs for tests and smoke checks.
 _TINY = Preset(
     name="tiny",
@@ -157,7 +198,7 @@ _TINY = Preset(
     finetune_scratch=TrainConfig(epochs=1, batch_size=16, learning_rate=1e-3, checkpoint_every=0),
 )
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (_SPEC, _QUICK, _TINY)}
+PRESETS: dict[str, Preset] = {p.name: p for p in (_SPEC, _QUICK, _CPU, _TINY)}
 
 
 def get_preset(name: str) -> Preset:

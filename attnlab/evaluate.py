@@ -27,6 +27,7 @@ class Answer:
     answer: str
     confidence: float  # probability of the whole greedy completion up to the closing MASK
     complete: bool  # the model closed its answer with MASK within the budget
+    recalled: str | None = None  # recall format: what the model wrote of the person first
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,11 @@ def answer_questions(
     use_cache: bool = True,
     progress: bool = False,
 ) -> list[Answer]:
-    """Greedy answers for every question, in input order. Questions are batched by length so
-    little padding is decoded; a row stops at its closing MASK."""
+    """Greedy answers for every question, in input order, in the model's answer format
+    (``qa_format``). Questions are batched by length so little padding is decoded; a row stops
+    at its closing MASK."""
+    if model.config.qa_format == "recall":
+        return _answers_by_recall(model, vocab, examples, batch_size, max_new)
     prompts = [vocab.encode(e.question + MASK_CHAR, source=e.source, line=e.line) for e in examples]
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     answers: list[Answer | None] = [None] * len(prompts)
@@ -71,6 +75,19 @@ def answer_questions(
             text = vocab.decode(toks[:-1] if complete else toks)
             answers[i] = Answer(examples[i].question, text, math.exp(sum(lps)), complete)
     return answers  # type: ignore[return-value]
+
+
+def _answers_by_recall(model: GPT, vocab: Vocab, examples: list[QAExample], batch_size: int,
+                       max_new: int) -> list[Answer]:
+    from .knowledge import answer_by_recall, require_person
+
+    names = [require_person(e) for e in examples]
+    for name, e in zip(names, examples):
+        vocab.encode(name, source=e.source, line=e.line)  # a clear error for an unknown character
+    recalled = answer_by_recall(model, vocab, names, model.config.recall_chars,
+                                batch_size=batch_size, max_answer_chars=max_new)
+    return [Answer(e.question, r.answer, r.confidence, r.complete, r.recalled)
+            for e, r in zip(examples, recalled)]
 
 
 def score(predictions: list[str], examples: list[QAExample]) -> Score | None:

@@ -149,10 +149,36 @@ class GPT(nn.Module):
             logits = logits * self.config.logit_scale
         return logits, weights
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        """The course interface: (logits, loss); PAD targets (id 0) are ignored by the loss."""
-        logits, _ = self.run(idx, fast=self.fast)
+    def forward(self, idx: Tensor, targets: Tensor | None = None, *,
+                segments: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """The course interface: (logits, loss); PAD targets (id 0) are ignored by the loss.
+        ``segments`` (B, T): rows of several sequences packed side by side (segment ids, -1 for
+        padding); each position then sees only its own sequence, numbered from its start."""
+        if segments is None:
+            logits, _ = self.run(idx, fast=self.fast)
+        else:
+            logits, _ = self.run(idx, positions=segment_positions(segments),
+                                 allowed=segment_mask(segments), fast=self.fast)
         return logits, (None if targets is None else lm_loss(logits, targets))
+
+
+def segment_positions(segments: Tensor) -> Tensor:
+    """(B, T): each position's offset from the start of its segment (a run of equal ids)."""
+    T = segments.shape[1]
+    at = torch.arange(T, device=segments.device).expand_as(segments)
+    starts = torch.ones_like(segments, dtype=torch.bool)
+    starts[:, 1:] = segments[:, 1:] != segments[:, :-1]
+    return at - torch.where(starts, at, torch.zeros_like(at)).cummax(dim=1).values
+
+
+def segment_mask(segments: Tensor) -> Tensor:
+    """(B, 1, T, T) bool: a position sees the earlier positions of its own segment; a padding
+    position (-1) sees only itself, so no score row is empty (its output is never scored)."""
+    T = segments.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=segments.device).tril()
+    same = segments[:, :, None] == segments[:, None, :]
+    eye = torch.eye(T, dtype=torch.bool, device=segments.device)
+    return ((same & causal) | eye)[:, None]
 
 
 def lm_loss(logits: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:

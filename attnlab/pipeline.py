@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,10 +14,11 @@ from typing import Any, Callable
 import torch
 
 from . import distributed
-from .batching import CorruptionBatches, QABatches
+from .batching import CorruptionBatches, PackedBatches, QABatches
 from .checkpoint import load_checkpoint
 from .config import ModelConfig, TrainConfig
-from .data import NameDataset, SpanCorruptionDataset, read_qa, read_text
+from .data import NameDataset, SpanCorruptionDataset, documents, read_qa, read_text
+from .knowledge import CorpusIndex, measure_stored, require_person
 from .evaluate import Answer, Score, evaluate, most_frequent_place, score, write_predictions
 from .model import GPT
 from .train import TrainResult, resolve_device, train
@@ -65,25 +67,91 @@ def pretrain(
     resume: bool = False,
     device: str | None = None,
     log: Callable[[str], None] = print,
+    mix_qa: str | Path | None = None,
+    held_out: tuple[str | Path, ...] = (),
+    eval_file: str | Path | None = None,
 ) -> tuple[GPT, Vocab, TrainResult]:
-    """Span-corruption pretraining on the corpus (SPEC 3, 5)."""
+    """Pretraining on the corpus (SPEC 3, 5): span corruption, or next-character prediction on
+    packed lines with training-file QA examples mixed in (attnlab/objectives.py). ``mix_qa``
+    people also asked in a ``held_out`` file are refused; ``eval_file`` is scored every
+    ``train_config.eval_every`` steps."""
     run_dir = Path(run_dir)
     text = read_text(corpus)
     dataset = SpanCorruptionDataset(text, model_config.block_size)
     model_config = dataclasses.replace(model_config, vocab_size=dataset.vocab_size)
     dev = resolve_device(device or train_config.device)
     model = build_model(model_config, train_config.seed).to(dev)
-    final_tokens = final_tokens_for(len(dataset), model_config.block_size, train_config)
+    if train_config.objective == "lm":
+        batches, described = _lm_batches(text, dataset.vocab, model_config, train_config, corpus,
+                                          mix_qa, held_out, dev)
+        # The course's decay length is defined for span corruption; lm runs anneal over themselves.
+        final_tokens = train_config.final_tokens or _run_tokens(batches, train_config, model_config)
+    else:
+        batches = CorruptionBatches(dataset, train_config.batch_size, dev, train_config.seed)
+        described = f"{len(dataset):,} documents, span corruption"
+        final_tokens = final_tokens_for(len(dataset), model_config.block_size, train_config)
     log(f"pretraining {model_config.attention} ({model.num_parameters():,} parameters) on {corpus} "
-        f"({len(dataset):,} documents) on {dev}; outputs in {run_dir}")
+        f"({described}) on {dev}; outputs in {run_dir}")
     _log_config(run_dir, stage="pretrain", model=model_config.to_dict(), train=train_config.to_dict(),
-                corpus=str(corpus))
-    batches = CorruptionBatches(dataset, train_config.batch_size, dev, train_config.seed)
+                corpus=str(corpus), mix_qa=str(mix_qa) if train_config.mix_ratio else None)
     result = train(model, batches, train_config, vocab=dataset.vocab, run_dir=run_dir,
-                   final_tokens=final_tokens, resume=resume, trim=model_config.causal,
+                   final_tokens=final_tokens, resume=resume,
+                   trim=model_config.causal and train_config.objective == "span",
                    meta={"stage": "pretrain", "corpus_documents": len(dataset)},
-                   desc="pretrain", log=log, loss_fn=_loss_fn(train_config))
+                   desc="pretrain", log=log, loss_fn=_loss_fn(train_config),
+                   evaluator=_dev_evaluator(eval_file, corpus, dataset.vocab, train_config))
     return model, dataset.vocab, result
+
+
+def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: TrainConfig,
+                corpus: str | Path, mix_qa: str | Path | None, held_out, device) -> tuple[PackedBatches, str]:
+    """Packed rows of corpus lines (and QA examples) for the lm objective."""
+    from .objectives import corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people
+
+    docs = documents(text)
+    fmt, K, block = model_config.qa_format, model_config.recall_chars, model_config.block_size
+    sequences = corpus_sequences(docs, vocab, block, fmt, K, source=str(corpus))
+    described = f"{len(docs):,} lines"
+    if config.mix_ratio > 0:
+        if mix_qa is None:
+            raise ValueError("--mix-ratio needs --mix-qa FILE (questions of training-file people)")
+        mix = read_qa(mix_qa, labelled=True)
+        refuse_held_out_people(mix, {str(p): read_qa(p) for p in held_out if Path(p).is_file()})
+        index = CorpusIndex(docs)
+        qa = qa_sequences(mix, vocab, block, fmt, K, index)
+        count = round(config.mix_ratio * len(docs))
+        if fmt == "recall" and count >= len(qa):
+            # A recall example holds the person's line: it stands in for the plain line.
+            mixed_lines = {index.line_number(require_person(e)) for e in mix}
+            sequences = [s for n, s in enumerate(sequences, 1) if n not in mixed_lines]
+        sequences = mixed(sequences, qa, count, config.seed)
+        described = f"{len(sequences) - count:,} lines + {count:,} QA examples of {mix_qa} per epoch"
+    rows = pack(sequences, block)
+    return PackedBatches(rows, config.batch_size, device, config.seed), f"{described}, packed in {len(rows):,} rows"
+
+
+def _run_tokens(batches, config: TrainConfig, model_config: ModelConfig) -> int:
+    """Counted tokens of the whole run (the trainer counts rows x width per step)."""
+    steps = math.ceil(config.epochs * batches.steps_per_epoch)
+    if config.max_steps:
+        steps = min(steps, config.max_steps)
+    return steps * config.batch_size * model_config.block_size
+
+
+def _dev_evaluator(eval_file, corpus, vocab: Vocab, config: TrainConfig):
+    """For --eval-every: answers (extracted) and stored facts on a labelled file."""
+    if not config.eval_every or not eval_file:
+        return None
+    examples = read_qa(eval_file, labelled=True)
+    index = CorpusIndex(documents(read_text(corpus)))
+
+    def score_now(model: GPT) -> dict[str, Any]:
+        answers, result = evaluate(model, vocab, examples)
+        stored = measure_stored(model, vocab, index, examples)
+        return {"dev_correct": result.correct, "dev_total": result.total,
+                "stored": stored.stored, "stored_total": stored.total}
+
+    return score_now
 
 
 def finetune(
@@ -98,6 +166,7 @@ def finetune(
     resume: bool = False,
     device: str | None = None,
     log: Callable[[str], None] = print,
+    eval_file: str | Path | None = None,
 ) -> tuple[GPT, Vocab, TrainResult]:
     """QA finetuning (SPEC 2, 5), from a pretrained checkpoint (``init``) or from scratch
     (``model_config``), in which case the corpus still defines the vocabulary. ``overrides``
@@ -120,19 +189,36 @@ def finetune(
     config = model.config
     if not corpus_docs:
         corpus_docs = len(SpanCorruptionDataset(read_text(corpus), config.block_size))
-    dataset = NameDataset.from_file(train_file, VocabSource(vocab, config.block_size))
     final_tokens = final_tokens_for(corpus_docs, config.block_size, train_config)
-    log(f"finetuning {config.attention} from {source} on {train_file} ({len(dataset):,} questions) "
-        f"on {dev}; outputs in {run_dir}")
+    if config.qa_format == "recall":
+        batches, questions = _recall_qa_batches(train_file, corpus, vocab, config, train_config, dev)
+    else:
+        dataset = NameDataset.from_file(train_file, VocabSource(vocab, config.block_size))
+        batches, questions = QABatches(dataset, train_config.batch_size, dev, train_config.seed), len(dataset)
+    log(f"finetuning {config.attention} from {source} on {train_file} ({questions:,} questions, "
+        f"{config.qa_format} format) on {dev}; outputs in {run_dir}")
     _log_config(run_dir, stage="finetune", init=str(init) if init else None, model=config.to_dict(),
                 train=train_config.to_dict(), train_file=str(train_file))
-    batches = QABatches(dataset, train_config.batch_size, dev, train_config.seed)
     result = train(model, batches, train_config, vocab=vocab, run_dir=run_dir, final_tokens=final_tokens,
-                   resume=resume, trim=config.causal,
+                   resume=resume, trim=config.causal and config.qa_format == "direct",
                    meta={"stage": "finetune", "init": str(init) if init else None,
                          "corpus_documents": corpus_docs},
-                   desc="finetune", log=log, loss_fn=_loss_fn(train_config))
+                   desc="finetune", log=log, loss_fn=_loss_fn(train_config),
+                   evaluator=_dev_evaluator(eval_file, corpus, vocab, train_config))
     return model, vocab, result
+
+
+def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, train_config: TrainConfig,
+                       device) -> tuple[PackedBatches, int]:
+    """Recall-format finetuning examples: each training person's corpus line cut at
+    recall_chars, then the place (attnlab/knowledge.py), packed into rows."""
+    from .objectives import pack, qa_sequences
+
+    examples = read_qa(train_file, labelled=True)
+    index = CorpusIndex(documents(read_text(corpus)))
+    sequences = qa_sequences(examples, vocab, config.block_size, "recall", config.recall_chars, index)
+    rows = pack(sequences, config.block_size)
+    return PackedBatches(rows, train_config.batch_size, device, train_config.seed), len(examples)
 
 
 def _loss_fn(config: TrainConfig):
@@ -164,8 +250,10 @@ def evaluate_file(
     batch_size: int = 256,
     overrides: dict[str, Any] | None = None,
     log: Callable[[str], None] = print,
+    stored_corpus: str | Path | None = None,
 ) -> tuple[list[Answer], Score | None, Path]:
-    """Answer every question of a QA file, write the predictions, score them if labelled."""
+    """Answer every question of a QA file, write the predictions, score them if labelled;
+    with ``stored_corpus`` also report how many of the places the model stored."""
     from .checkpoint import load_model
 
     dev = resolve_device(device)
@@ -193,6 +281,11 @@ def evaluate_file(
             f"predictions written to {out} ({seconds:.1f} s)")
     else:
         log(f"{path}: {result} correct; predictions written to {out} ({seconds:.1f} s)")
+    if stored_corpus is not None and result is not None:
+        stored = measure_stored(model, vocab, CorpusIndex(documents(read_text(stored_corpus))), examples)
+        log(f"{path}: extracted (answered correctly) {result}; stored (greedy completion of the "
+            f"person's {stored_corpus} line up to the place) {stored} of the {stored.total} people "
+            "whose place the line states")
     return answers, result, out
 
 

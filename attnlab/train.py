@@ -66,11 +66,13 @@ def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) 
     )
 
 
-def default_loss(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-    """Summed cross-entropy over non-PAD targets (the trainer divides by the batch's count)."""
+def default_loss(model: nn.Module, x: Tensor, y: Tensor, segments: Tensor | None = None
+                 ) -> tuple[Tensor, dict[str, Tensor]]:
+    """Summed cross-entropy over non-PAD targets (the trainer divides by the batch's count);
+    ``segments`` for packed rows (attnlab/objectives.py)."""
     from .model import lm_loss
 
-    logits, _ = model(x)
+    logits, _ = model(x) if segments is None else model(x, segments=segments)
     return lm_loss(logits, y, reduction="sum"), {}
 
 
@@ -106,14 +108,17 @@ def train(
     trim: bool = True,
     desc: str = "train",
     log: Callable[[str], None] = print,
+    evaluator: Callable[[nn.Module], dict[str, Any]] | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place; checkpoints and metrics.jsonl go to ``run_dir``."""
+    """Train ``model`` in place; checkpoints and metrics.jsonl go to ``run_dir``.
+    ``evaluator`` (with ``config.eval_every``): scores the model every N steps and at the end;
+    its numbers join metrics.jsonl with the training CPU time so far (evaluation excluded)."""
     run_dir = Path(run_dir)
     env = dist.environment()
     device = batches.device
     ckpt_path = run_dir / CHECKPOINT_NAME
     optimizer = make_optimizer(model, config, device)
-    step, tokens = 0, 0
+    step, tokens, cpu_before = 0, 0, 0.0
     if resume:
         if not ckpt_path.exists():
             raise FileNotFoundError(f"{ckpt_path}: nothing to resume (no checkpoint in {run_dir})")
@@ -123,6 +128,7 @@ def train(
         model.load_state_dict(ckpt.model_state)
         optimizer.load_state_dict(ckpt.optimizer_state)
         step, tokens = int(ckpt.meta["step"]), int(ckpt.meta["tokens"])
+        cpu_before = float(ckpt.meta.get("train_cpu_s", 0.0))
         rng = dist.rng_state_for(ckpt.rng_state, env.rank)  # this rank's own dropout stream
         if rng:
             torch.set_rng_state(rng["cpu"])
@@ -151,11 +157,23 @@ def train(
     forward_model = dist.wrap(compiled, device, env)
     meta = dict(meta or {}, train_config=config.to_dict(), final_tokens=final_tokens)
 
+    cpu_clock = _TrainingCPUClock(cpu_before)
+
     def checkpoint(at_step: int) -> None:
         rng = dist.gather_rng_states(_rng_state(device), env)  # collective: every rank's stream
         if env.is_main:
-            save_checkpoint(ckpt_path, model, vocab, dict(meta, step=at_step, tokens=tokens),
-                            optimizer, rng)
+            save_checkpoint(ckpt_path, model, vocab, dict(meta, step=at_step, tokens=tokens,
+                            train_cpu_s=round(cpu_clock.seconds(), 2)), optimizer, rng)
+
+    def evaluate_now(at_step: int) -> None:
+        if evaluator is None or not config.eval_every or not env.is_main:
+            return
+        with cpu_clock.paused():
+            record = {"step": at_step, "tokens": tokens, "train_cpu_s": round(cpu_clock.seconds(), 2),
+                      "elapsed_s": round(time.perf_counter() - start, 2), **evaluator(model)}
+        history.append(record)
+        with open(metrics_file, "a") as f:
+            f.write(json.dumps(record) + "\n")
 
     metrics_file = run_dir / "metrics.jsonl"
     if env.is_main:
@@ -173,11 +191,12 @@ def train(
         for step in bar:
             # This rank's share of the step's global batch (all of it for one process).
             if env.world_size == 1:
-                x, y = batches.batch(step)
+                x, y, *packed = batches.batch(step)
                 global_rows = len(x)
             else:
-                x, y = batches.batch(step, env.rank, env.world_size, shared_stream=not config.rank_streams)
+                x, y, *packed = batches.batch(step, env.rank, env.world_size, shared_stream=not config.rank_streams)
                 global_rows = len(batches.indices(step))
+            segments = packed[0] if packed else None  # PackedBatches: rows of several sequences
             # Every target position counts, PAD included, as in the course (SPEC 5), over the
             # global batch: 1 and N processes with the same global batch share one schedule.
             batch_tokens = global_rows * y.shape[1]
@@ -191,16 +210,16 @@ def train(
                 int(stop.requested), device=device)]), env)
             n_targets = counts[0].clamp(min=1)
             stopping = stop.requested if env.world_size == 1 else bool(counts[1] > 0)
-            micro = micro_batches(x, y, buckets, config.micro_batch_size, trim)
+            micro = micro_batches(x, y, buckets, config.micro_batch_size, trim, segments)
             total = torch.zeros((), device=device)
             extras_sum: dict[str, Tensor] = {}
-            for i, (xm, ym) in enumerate(micro):
+            for i, (xm, ym, *seg) in enumerate(micro):
                 part = len(xm) / global_rows if len(x) else 0.0  # its fraction of the global batch
                 # Gradients are all-reduced once, on the last micro-step (DDP no_sync before).
                 with dist.maybe_no_sync(forward_model, i == len(micro) - 1), (
                     torch.autocast(device.type, dtype=torch.bfloat16) if use_amp else contextlib.nullcontext()
                 ):
-                    loss_sum, extras = loss_fn(forward_model, xm, ym)
+                    loss_sum, extras = loss_fn(forward_model, xm, ym, *seg)
                     # Normalise by the global target count; DDP averages over ranks, so scale back.
                     loss = loss_sum * env.world_size / n_targets
                     for k, v in sorted(extras.items()):  # per-example means -> global-batch mean
@@ -230,6 +249,8 @@ def train(
                 if env.is_main:
                     with open(metrics_file, "a") as f:
                         f.write(json.dumps(record) + "\n")
+            if config.eval_every and ((step + 1) % config.eval_every == 0 or last) and not stopping:
+                evaluate_now(step + 1)
             if stopping:
                 checkpoint(step + 1)
                 bar.close()
@@ -250,23 +271,50 @@ def train(
 
 
 def micro_batches(
-    x: Tensor, y: Tensor, buckets: int, micro_batch_size: int, trim: bool
-) -> list[tuple[Tensor, Tensor]]:
+    x: Tensor, y: Tensor, buckets: int, micro_batch_size: int, trim: bool,
+    segments: Tensor | None = None,
+) -> list[tuple[Tensor, ...]]:
     """A rank's share of the batch cut for the forward passes whose gradients accumulate into
     one step: ``buckets`` length-sorted trimmed parts, more if a part would exceed
     ``micro_batch_size`` rows (0 = no limit). A rank with no rows (a last batch shorter than
     the number of ranks) still runs one pass, on a single PAD token whose loss is 0, so it
-    joins DDP's gradient all-reduce."""
+    joins DDP's gradient all-reduce. Packed rows (``segments``) are nearly full, so they are
+    only split by ``micro_batch_size``, each part carrying its segments: (x, y, segments)."""
     if len(x) == 0:
-        return [(x.new_full((1, 1), PAD_ID), y.new_full((1, 1), PAD_ID))]
+        empty = [x.new_full((1, 1), PAD_ID), y.new_full((1, 1), PAD_ID)]
+        return [tuple(empty if segments is None else empty + [segments.new_full((1, 1), -1)])]
     parts = max(1, buckets)
     if micro_batch_size > 0:
         parts = max(parts, math.ceil(len(x) / micro_batch_size))
+    if segments is not None:
+        parts = math.ceil(len(x) / micro_batch_size) if micro_batch_size > 0 else 1
+        return list(zip(x.tensor_split(parts), y.tensor_split(parts), segments.tensor_split(parts)))
     if trim:
         out = length_buckets(x, y, parts)
     else:
         out = [(a, b) for a, b in zip(x.tensor_split(parts), y.tensor_split(parts)) if len(a)]
     return out or [(x, y)]
+
+
+class _TrainingCPUClock:
+    """This process's CPU time (all threads) spent training: evaluations are paused out, and
+    a resumed run continues from the checkpoint's count, so learning curves can be drawn
+    against CPU-minutes of training."""
+
+    def __init__(self, before: float = 0.0):
+        self._start = time.process_time() - before
+        self._paused = 0.0
+
+    def seconds(self) -> float:
+        return time.process_time() - self._start - self._paused
+
+    @contextlib.contextmanager
+    def paused(self):
+        t = time.process_time()
+        try:
+            yield
+        finally:
+            self._paused += time.process_time() - t
 
 
 class _StopFlag:

@@ -1,0 +1,70 @@
+"""The knowledge training path end to end on tiny data: lm pretraining with mixed recall-format
+QA, learning-curve rows in metrics.jsonl, recall finetuning, `evaluate --stored`, the mixing
+guard and the cpu preset."""
+
+from __future__ import annotations
+
+import json
+
+from attnlab import cli
+from attnlab.config import get_preset
+
+RECALL = ["--preset", "tiny", "--objective", "lm", "--qa-format", "recall", "--recall-chars", "40",
+          "--device", "cpu"]
+
+
+def _pretrain(tiny_data, run_dir, *extra: str) -> int:
+    return cli.main(["pretrain", *RECALL, "--corpus", str(tiny_data["corpus"]),
+                     "--mix-qa", str(tiny_data["train"]), "--held-out", "--eval-file", str(tiny_data["dev"]),
+                     "--run-dir", str(run_dir), *extra])
+
+
+def test_lm_pretraining_with_recall_mixing_logs_learning_curves_and_answers(tiny_data, tmp_path, capsys):
+    run = tmp_path / "pre"
+    assert _pretrain(tiny_data, run, "--mix-ratio", "1", "--epochs", "4", "--eval-every", "2",
+                     "--batch-size", "4") == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    curve = [r for r in rows if "dev_correct" in r]
+    # 12 recall examples (~47 characters) replace 12 of the 13 lines; two never fit one 80-wide
+    # row, so 13 rows, batch 4: 4 steps an epoch, 16 in all, scored every 2 steps.
+    assert [r["step"] for r in curve] == list(range(2, 17, 2))
+    for r in curve:
+        assert r["dev_total"] == 12 and r["stored_total"] == 12 and 0 <= r["stored"] <= 12
+        assert r["train_cpu_s"] > 0
+    assert curve[-1]["train_cpu_s"] >= curve[0]["train_cpu_s"]
+    config = json.loads((run / "config.json").read_text())
+    assert config["train"]["objective"] == "lm" and config["model"]["qa_format"] == "recall"
+
+    ft = tmp_path / "ft"
+    assert cli.main(["finetune", "--preset", "tiny", "--init", str(run), "--corpus", str(tiny_data["corpus"]),
+                     "--train-file", str(tiny_data["train"]), "--eval-file", "", "--run-dir", str(ft),
+                     "--device", "cpu"]) == 0
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(ft), "--file", str(tiny_data["dev"]), "--stored",
+                     "--corpus", str(tiny_data["corpus"]), "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "extracted (answered correctly)" in out and "of the 12 people whose place the line states" in out
+    predictions = (ft / "predictions-dev.txt").read_text().splitlines()
+    assert len(predictions) == 12
+
+
+def test_mixing_people_asked_in_dev_is_a_one_line_error(tiny_data, tmp_path, capsys):
+    code = cli.main(["pretrain", *RECALL, "--corpus", str(tiny_data["corpus"]), "--mix-qa", str(tiny_data["train"]),
+                     "--held-out", str(tiny_data["dev"]), "--mix-ratio", "1", "--run-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err
+    assert f"{tiny_data['train']}:1: 'Where was Ada Brook born?' is also asked in {tiny_data['dev']} line 1" in err
+    assert not (tmp_path / "r" / "checkpoint.safetensors").exists()
+
+
+def test_mix_ratio_needs_the_lm_objective(tiny_data, tmp_path, capsys):
+    code = cli.main(["pretrain", "--preset", "tiny", "--objective", "span", "--mix-ratio", "1",
+                     "--corpus", str(tiny_data["corpus"]), "--run-dir", str(tmp_path / "r"), "--device", "cpu"])
+    assert code == 2 and "mix_ratio needs the lm objective" in capsys.readouterr().err
+
+
+def test_the_cpu_preset_is_the_recall_recipe():
+    preset = get_preset("cpu")
+    assert preset.model["qa_format"] == "recall"
+    assert preset.pretrain.objective == "lm" and preset.pretrain.mix_ratio > 0
+    assert preset.pretrain.eval_every > 0  # its learning curve is recorded as it trains

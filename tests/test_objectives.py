@@ -1,0 +1,110 @@
+"""The lm objective: exact packing, QA mixing and the guard that keeps held-out people out."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlab.attention import REGISTRY
+from attnlab.config import ModelConfig
+from attnlab.data import DataError, QAExample
+from attnlab.knowledge import CorpusIndex
+from attnlab.model import GPT, lm_loss, segment_mask, segment_positions
+from attnlab.objectives import (
+    Sequence, corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people,
+)
+from attnlab.vocab import MASK_CHAR, PAD_ID, Vocab
+
+DOCS = ["Ada Brook. Ada Brook was born in Paris.", "Bo Li. Bo Li was born in Lima, a city.",
+        "Cy Ng. Born in Oslo.", "Di Fo. Di Fo was born in Rome and died in Kyiv."]
+
+
+def _vocab() -> Vocab:
+    return Vocab.from_text("\n".join(DOCS) + "Where?")
+
+
+def _qa(name: str, place: str, line: int = 1, source: str = "train.tsv") -> QAExample:
+    return QAExample(f"Where was {name} born?", place, source, line)
+
+
+@pytest.mark.parametrize("attention", sorted(REGISTRY))
+def test_a_packed_row_gives_each_line_the_loss_it_has_alone(attention):
+    vocab = _vocab()
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=len(vocab), block_size=64, n_layer=2, n_head=2, n_embd=16,
+                            dropout=0.0, attention=attention)).eval()
+    seqs = corpus_sequences(DOCS, vocab, 64, "direct", 0)
+    rows = pack(seqs, 64)
+    assert len(rows) < len(seqs)  # several lines share a row
+    logits, _ = model(rows.x, segments=rows.segments)  # the trainer's call
+    packed = lm_loss(logits, rows.y, reduction="none").view(rows.y.shape)
+    for r in range(len(rows)):
+        for s in rows.segments[r].unique().tolist():
+            if s < 0:
+                continue
+            where = rows.segments[r] == s
+            x, y = rows.x[r, where][None], rows.y[r, where][None]
+            alone = lm_loss(model.run(x)[0], y, reduction="none")
+            torch.testing.assert_close(packed[r, where], alone, rtol=1e-5, atol=1e-5)
+
+
+def test_packing_keeps_every_target_once_and_counts_positions_from_each_start():
+    vocab = _vocab()
+    seqs = corpus_sequences(DOCS, vocab, 64, "direct", 0)
+    rows = pack(seqs, 64)
+    assert int((rows.y != PAD_ID).sum()) == sum(len(s.ids) - 1 for s in seqs)
+    positions = segment_positions(rows.segments)
+    for r in range(len(rows)):
+        for s in rows.segments[r].unique().tolist():
+            if s >= 0:
+                pos = positions[r, rows.segments[r] == s]
+                assert pos.tolist() == list(range(len(pos)))
+
+
+def test_padding_positions_see_only_themselves():
+    mask = segment_mask(torch.tensor([[0, 0, 1, -1]]))[0, 0]
+    assert mask.tolist() == [[True, False, False, False], [True, True, False, False],
+                             [False, False, True, False], [False, False, False, True]]
+
+
+def test_direct_qa_sequences_leave_the_question_out_of_the_loss():
+    vocab = _vocab()
+    (seq,) = qa_sequences([_qa("Bo Li", "Lima")], vocab, 64, "direct", 0, None)
+    assert vocab.decode(seq.ids) == f"Where was Bo Li born?{MASK_CHAR}Lima{MASK_CHAR}"
+    rows = pack([seq], 64)
+    scored = vocab.decode(rows.y[0][rows.y[0] != PAD_ID])
+    assert scored == f"{MASK_CHAR}Lima{MASK_CHAR}"
+
+
+def test_recall_qa_sequences_are_the_persons_line_then_the_place():
+    vocab = _vocab()
+    index = CorpusIndex(DOCS)
+    (seq,) = qa_sequences([_qa("Bo Li", "Lima")], vocab, 64, "recall", 20, index)
+    assert vocab.decode(seq.ids) == DOCS[1][:20] + MASK_CHAR + "Lima" + MASK_CHAR
+    assert seq.unscored == 0
+    with pytest.raises(DataError, match=r"train.tsv:7: no corpus line opens with 'Zed Q.'"):
+        qa_sequences([_qa("Zed Q", "Lima", line=7)], vocab, 64, "recall", 20, index)
+
+
+def test_mixing_adds_qa_examples_in_proportion_to_the_corpus():
+    corpus = [Sequence([2, 3, 4])] * 10
+    qa = [Sequence([5, 6, i]) for i in range(4)]
+    out = mixed(corpus, qa, 5, seed=0)  # 5 QA sequences: each once, one of them twice
+    extra = out[10:]
+    assert len(out) == 15
+    counts = sorted(sum(s is q for s in extra) for q in qa)
+    assert counts == [1, 1, 1, 2]
+    assert mixed(corpus, qa, 0, seed=0) == corpus
+
+
+def test_mixing_refuses_people_asked_in_dev_or_test():
+    train = [_qa("Ada Brook", "Paris", 1), _qa("Bo Li", "Lima", 2)]
+    dev = [_qa("Bo Li", "Lima", 9, "dev.tsv")]
+    test = [QAExample("Where was Cy Ng born?", None, "test.tsv", 3)]
+    refuse_held_out_people(train, {"test.tsv": test})  # Cy Ng is not mixed: nothing to refuse
+    with pytest.raises(DataError) as err:
+        refuse_held_out_people(train, {"dev.tsv": dev, "test.tsv": test})
+    assert str(err.value) == ("train.tsv:2: 'Where was Bo Li born?' is also asked in dev.tsv line 9: "
+                              "only training-file people may be mixed into pretraining")
+    with pytest.raises(DataError, match="test.tsv line 3"):
+        refuse_held_out_people([_qa("Cy Ng", "Oslo")], {"test.tsv": test})
