@@ -269,9 +269,10 @@ def evaluate_file(
             examples, env, key=lambda e: len(vocab.encode(e.question + MASK_CHAR)), chunk=batch_size)
         result = score([a.answer for a in answers], examples)
     seconds = time.perf_counter() - start
-    if out is None:
-        ckpt_path = Path(checkpoint)
-        out = (ckpt_path if ckpt_path.is_dir() else ckpt_path.parent) / f"predictions-{Path(path).stem}.txt"
+    if out is None:  # beside the checkpoint; a shipped model's go to runs/NAME instead
+        from .shipped import output_dir
+
+        out = output_dir(checkpoint) / f"predictions-{Path(path).stem}.txt"
     out = Path(out)
     if not env.is_main:  # rank 0 alone writes and reports
         return answers, result, out

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from attnlab import cli
 from attnlab.config import get_preset
 
@@ -68,3 +70,31 @@ def test_the_cpu_preset_is_the_recall_recipe():
     assert preset.model["qa_format"] == "recall"
     assert preset.pretrain.objective == "lm" and preset.pretrain.mix_ratio > 0
     assert preset.pretrain.eval_every > 0  # its learning curve is recorded as it trains
+
+
+def test_a_shipped_model_is_used_as_a_run_directory_and_never_written_into(tiny_data, tmp_path, monkeypatch, capsys):
+    import hashlib
+
+    from attnlab.shipped import ship
+
+    run = tmp_path / "pre"
+    assert _pretrain(tiny_data, run, "--mix-ratio", "1", "--epochs", "1") == 0
+    shipped = ship(run, tmp_path / "models" / "tiny", {"command": "test", "dev_accuracy": None})
+    files = sorted(p.name for p in shipped.iterdir())
+    assert files == ["checkpoint.safetensors", "provenance.json"]
+    from attnlab.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(shipped)
+    assert ckpt.optimizer_state is None and ckpt.rng_state is None  # weights only
+    digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in shipped.iterdir()}
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["evaluate", str(shipped), "--file", str(tiny_data["dev"]), "--device", "cpu"]) == 0
+    assert (tmp_path / "runs" / "tiny" / "predictions-dev.txt").is_file()
+    assert cli.main(["ask", str(shipped), "Where was Ada Brook born?", "--evidence", str(tiny_data["corpus"]),
+                     "--device", "cpu"]) == 0
+    assert cli.main(["finetune", "--preset", "tiny", "--init", str(shipped), "--corpus", str(tiny_data["corpus"]),
+                     "--train-file", str(tiny_data["train"]), "--eval-file", "", "--run-dir", "runs/ft",
+                     "--device", "cpu"]) == 0
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in shipped.iterdir()} == digest
+    with pytest.raises(FileExistsError, match="already shipped"):
+        ship(run, shipped, {})
