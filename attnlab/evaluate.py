@@ -42,6 +42,26 @@ class Score:
     def __str__(self) -> str:
         return f"{self.correct}/{self.total} ({self.percent:.1f}%)"
 
+    @property
+    def interval(self) -> tuple[float, float]:
+        """95% Wilson score interval of the accuracy, as fractions."""
+        return wilson_interval(self.correct, self.total)
+
+    def with_interval(self) -> str:
+        low, high = self.interval
+        return f"{self} [95% CI {100 * low:.1f}-{100 * high:.1f}%]"
+
+
+def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score interval for k successes in n trials (Wilson 1927); unlike the normal
+    approximation it stays inside [0, 1] and is sensible at k = 0 or k = n. z: 95% by default."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
 
 def extract_answer(completion: str) -> str:
     """The text between the first and second MASK of a completion (SPEC 6)."""

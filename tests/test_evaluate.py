@@ -90,3 +90,16 @@ def test_argmax_evaluation_of_a_vanilla_checkpoint(trained):
     answers, _, _ = evaluate_file(trained / "ft", trained / "test.tsv", out=trained / "argmax.txt",
                                   device="cpu", overrides={"attention": "argmax"})
     assert len(answers) == len(PEOPLE)
+
+
+def test_wilson_interval_matches_hand_computed_values():
+    from attnlab.evaluate import Score, wilson_interval
+
+    # 25/500: p = 0.05, z = 1.96: centre = (0.05 + 3.8415/1000) / 1.0076829 = 0.053431,
+    # half = 1.96 * sqrt(0.05*0.95/500 + 3.8415/1e6) / 1.0076829 = 0.019337 -> [0.034094, 0.072768]
+    low, high = wilson_interval(25, 500)
+    assert abs(low - 0.034094) < 5e-6 and abs(high - 0.072768) < 5e-6
+    # k = 0: [0, z^2 / (n + z^2)] = [0, 3.8415 / 503.8415 = 0.007624]
+    low, high = wilson_interval(0, 500)
+    assert low == 0.0 and abs(high - 0.007624) < 5e-6
+    assert Score(25, 500).with_interval() == "25/500 (5.0%) [95% CI 3.4-7.3%]"
