@@ -101,5 +101,5 @@ def test_wilson_interval_matches_hand_computed_values():
     assert abs(low - 0.034094) < 5e-6 and abs(high - 0.072768) < 5e-6
     # k = 0: [0, z^2 / (n + z^2)] = [0, 3.8415 / 503.8415 = 0.007624]
     low, high = wilson_interval(0, 500)
-    assert low == 0.0 and abs(high - 0.007624) < 5e-6
+    assert abs(low) < 1e-12 and abs(high - 0.007624) < 5e-6
     assert Score(25, 500).with_interval() == "25/500 (5.0%) [95% CI 3.4-7.3%]"
