@@ -122,6 +122,8 @@ class TrainConfig(_Serialisable):
                         "character on corpus lines, several packed exactly into each row)", stages=("pretrain",))
     mix_ratio: float = _f(0.0, "lm objective: question-answer examples of --mix-qa people mixed in, per "
                           "corpus line and epoch (0 = none)", stages=("pretrain",))
+    mix_overlap: str = _f("refuse", "a --mix-qa question also asked in a --held-out file: refuse (an error) or "
+                          "drop (leave it out of the mix, and say so)", stages=("pretrain",))
     eval_every: int = _f(0, "score the dev file (answers and stored facts) every N steps and at the end, "
                          "into metrics.jsonl (0 = only finetuning's final evaluation)")
 
@@ -130,6 +132,8 @@ class TrainConfig(_Serialisable):
             raise ValueError(f"objective must be one of {OBJECTIVES}, not {self.objective!r}")
         if self.mix_ratio < 0 or self.mix_ratio != self.mix_ratio:
             raise ValueError(f"mix_ratio must be >= 0, got {self.mix_ratio}")
+        if self.mix_overlap not in ("refuse", "drop"):
+            raise ValueError(f"mix_overlap must be refuse or drop, not {self.mix_overlap!r}")
         if self.mix_ratio > 0 and self.objective != "lm":
             raise ValueError("mix_ratio needs the lm objective (span corruption mixes nothing in)")
 
@@ -182,7 +186,7 @@ _CPU = Preset(
     description="knowledge on a 2-core CPU: recall format, lm objective with mixed QA",
     model=dict(block_size=128, n_layer=4, n_head=4, n_embd=128, dropout=0.0, qa_format="recall",
                recall_chars=96),
-    pretrain=TrainConfig(objective="lm", mix_ratio=0.681, epochs=60, batch_size=32, learning_rate=3e-3,
+    pretrain=TrainConfig(objective="lm", mix_ratio=0.681, mix_overlap="drop", epochs=60, batch_size=32, learning_rate=3e-3,
                          eval_every=880, checkpoint_every=200),
     finetune=TrainConfig(epochs=2, batch_size=32, learning_rate=3e-4, checkpoint_every=0),
     finetune_scratch=TrainConfig(epochs=10, batch_size=32, learning_rate=3e-3, checkpoint_every=0),

@@ -64,16 +64,28 @@ def qa_sequences(examples: list[QAExample], vocab: Vocab, block_size: int, qa_fo
     return out
 
 
-def refuse_held_out_people(mix: list[QAExample], held_out: dict[str, list[QAExample]]) -> None:
+def refuse_held_out_people(mix: list[QAExample], held_out: dict[str, list[QAExample]],
+                           drop: bool = False) -> tuple[list[QAExample], list[QAExample]]:
     """Only training-file people may be mixed into pretraining: a mixed question that is also
-    asked in an evaluation file (dev, test) is refused, naming both places."""
+    asked in an evaluation file (dev, test) is refused, naming both places; with ``drop`` such
+    questions are left out instead. Returns (kept, dropped). The course's training file asks
+    three questions that dev or test also ask (namesakes with other places)."""
+    asked: dict[str, tuple[str, int]] = {}
     for path, examples in held_out.items():
-        asked = {ex.question.strip(): ex.line for ex in examples}
-        for ex in mix:
-            if ex.question.strip() in asked:
-                raise DataError(ex.source, ex.line, f"{ex.question!r} is also asked in {path} line "
-                                f"{asked[ex.question.strip()]}: only training-file people may be mixed "
-                                "into pretraining")
+        for ex in examples:
+            asked.setdefault(ex.question.strip(), (path, ex.line))
+    kept, dropped = [], []
+    for ex in mix:
+        where = asked.get(ex.question.strip())
+        if where is None:
+            kept.append(ex)
+        elif drop:
+            dropped.append(ex)
+        else:
+            raise DataError(ex.source, ex.line, f"{ex.question!r} is also asked in {where[0]} line "
+                            f"{where[1]}: only training-file people may be mixed into pretraining "
+                            "(--mix-overlap drop leaves such questions out)")
+    return kept, dropped
 
 
 def mixed(corpus: list[Sequence], qa: list[Sequence], count: int, seed: int) -> list[Sequence]:

@@ -83,7 +83,7 @@ def pretrain(
     model = build_model(model_config, train_config.seed).to(dev)
     if train_config.objective == "lm":
         batches, described = _lm_batches(text, dataset.vocab, model_config, train_config, corpus,
-                                          mix_qa, held_out, dev)
+                                          mix_qa, held_out, dev, log)
         # The course's decay length is defined for span corruption; lm runs anneal over themselves.
         final_tokens = train_config.final_tokens or _run_tokens(batches, train_config, model_config)
     else:
@@ -104,7 +104,8 @@ def pretrain(
 
 
 def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: TrainConfig,
-                corpus: str | Path, mix_qa: str | Path | None, held_out, device) -> tuple[PackedBatches, str]:
+                corpus: str | Path, mix_qa: str | Path | None, held_out, device,
+                log: Callable[[str], None] = print) -> tuple[PackedBatches, str]:
     """Packed rows of corpus lines (and QA examples) for the lm objective."""
     from .objectives import corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people
 
@@ -116,7 +117,11 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
         if mix_qa is None:
             raise ValueError("--mix-ratio needs --mix-qa FILE (questions of training-file people)")
         mix = read_qa(mix_qa, labelled=True)
-        refuse_held_out_people(mix, {str(p): read_qa(p) for p in held_out if Path(p).is_file()})
+        mix, dropped = refuse_held_out_people(mix, {str(p): read_qa(p) for p in held_out if Path(p).is_file()},
+                                              drop=config.mix_overlap == "drop")
+        if dropped:
+            log(f"left out of the mix, also asked in a held-out file: "
+                + "; ".join(f"{e.source}:{e.line} {e.question!r}" for e in dropped))
         index = CorpusIndex(docs)
         qa = qa_sequences(mix, vocab, block, fmt, K, index)
         count = round(config.mix_ratio * len(docs))

@@ -105,6 +105,9 @@ def test_mixing_refuses_people_asked_in_dev_or_test():
     with pytest.raises(DataError) as err:
         refuse_held_out_people(train, {"dev.tsv": dev, "test.tsv": test})
     assert str(err.value) == ("train.tsv:2: 'Where was Bo Li born?' is also asked in dev.tsv line 9: "
-                              "only training-file people may be mixed into pretraining")
+                              "only training-file people may be mixed into pretraining "
+                              "(--mix-overlap drop leaves such questions out)")
     with pytest.raises(DataError, match="test.tsv line 3"):
         refuse_held_out_people([_qa("Cy Ng", "Oslo")], {"test.tsv": test})
+    kept, dropped = refuse_held_out_people(train, {"dev.tsv": dev}, drop=True)
+    assert kept == train[:1] and dropped == train[1:]
