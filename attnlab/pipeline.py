@@ -308,19 +308,34 @@ class DemoRow:
     dev: Score | None
     seconds: float | None
     where: str
+    stored: Any = None  # knowledge.Stored: of the people whose line states their place
+
+
+def scored_run(run: str | Path, device: str = "auto", log: Callable[[str], None] = print,
+               corpus: str | Path = DEFAULT_CORPUS) -> tuple[Score | None, Any]:
+    """Dev accuracy (extracted, predictions written) and stored facts of a run; test predictions too."""
+    from .checkpoint import load_model
+
+    _, dev_score, _ = evaluate_file(run, DEFAULT_DEV, device=device, log=log)
+    evaluate_file(run, DEFAULT_TEST, device=device, log=log)
+    model, vocab, _ = load_model(run, device=str(resolve_device(device)))
+    stored = measure_stored(model, vocab, CorpusIndex(documents(read_text(corpus))), read_qa(DEFAULT_DEV))
+    return dev_score, stored
 
 
 def demo(
-    preset_name: str = "quick",
+    preset_name: str = "demo",
     *,
     out: str | Path = "runs/demo",
     attention: str = "vanilla",
     device: str = "auto",
+    shipped: str | Path | None = "models/cpu",
     model_overrides: dict[str, Any] | None = None,
     log: Callable[[str], None] = print,
 ) -> list[DemoRow]:
-    """The main job: baseline, vanilla without pretraining, vanilla pretrained + finetuned, all
-    scored on the dev set, with test-set predictions from the pretrained model."""
+    """The main job: the baseline, a model that never read the corpus, the preset's recipe
+    trained from scratch (pretrain + finetune) and the shipped model, all scored on dev
+    (extracted and stored), with test-set predictions from the trained and shipped models."""
     from .config import get_preset
 
     preset = get_preset(preset_name)
@@ -334,39 +349,48 @@ def demo(
     log(f'always answering "{place}": {base} on {DEFAULT_DEV}')
     rows.append(DemoRow(f'baseline ("{place}")', base, None, "-"))
 
-    log("== 2/4 finetune without pretraining")
+    log("== 2/4 finetune without pretraining (the model never reads the corpus)")
     start = time.perf_counter()
     finetune(dataclasses.replace(preset.finetune_scratch, device=device), run_dir=out / "scratch",
              model_config=model_config, log=log)
     secs = time.perf_counter() - start
-    _, dev_score, pred = evaluate_file(out / "scratch", DEFAULT_DEV, device=device, log=log)
-    rows.append(DemoRow(f"{attention}, no pretraining", dev_score, secs, str(out / "scratch")))
+    dev_score, stored = scored_run(out / "scratch", device, log)
+    rows.append(DemoRow(f"{attention}, no pretraining", dev_score, secs, str(out / "scratch"), stored))
 
-    log("== 3/4 pretrain with span corruption")
+    log(f"== 3/4 the {preset.name} recipe from scratch: pretrain ({preset.pretrain.objective} objective), then finetune")
     start = time.perf_counter()
-    pretrain(model_config, dataclasses.replace(preset.pretrain, device=device), run_dir=out / "pretrain", log=log)
-    pre_secs = time.perf_counter() - start
-
-    log("== 4/4 finetune the pretrained model, evaluate on dev, predict test")
-    start = time.perf_counter()
+    pretrain(model_config, dataclasses.replace(preset.pretrain, device=device), run_dir=out / "pretrain",
+             log=log, mix_qa=DEFAULT_TRAIN, held_out=(DEFAULT_DEV, DEFAULT_TEST))
     finetune(dataclasses.replace(preset.finetune, device=device), run_dir=out / "finetune",
              init=out / "pretrain", log=log)
-    secs = pre_secs + time.perf_counter() - start
-    _, dev_score, _ = evaluate_file(out / "finetune", DEFAULT_DEV, device=device, log=log)
-    evaluate_file(out / "finetune", DEFAULT_TEST, device=device, log=log)
-    rows.append(DemoRow(f"{attention}, pretrained + finetuned", dev_score, secs, str(out / "finetune")))
+    secs = time.perf_counter() - start
+    dev_score, stored = scored_run(out / "finetune", device, log)
+    rows.append(DemoRow(f"{attention}, {preset.name} recipe, trained now", dev_score, secs,
+                        str(out / "finetune"), stored))
 
-    log("")
-    log(results_table(rows))
-    log(f"\ncheckpoints: {out}/*/checkpoint.safetensors; predictions: {out}/finetune/predictions-*.txt")
-    (out / "results.md").write_text(results_table(rows) + "\n")
+    if shipped and Path(shipped).exists():
+        log(f"== 4/4 the shipped model {shipped} (trained with the cpu preset; see its provenance.json)")
+        dev_score, stored = scored_run(shipped, device, log)
+        rows.append(DemoRow(f"shipped model ({shipped})", dev_score, None, str(shipped), stored))
+    else:
+        log(f"== 4/4 no shipped model at {shipped!r}: skipped")
+
+    table = results_table(rows)
+    log("\n" + table)
+    log(f"\nextracted: the answer to 'Where was NAME born?' is the dev label; stored: of the dev people "
+        f"whose {DEFAULT_CORPUS} line states their place, greedy completion of that line up to the place "
+        "gives it. Test predictions: predictions-birth_test_inputs.txt beside each model's dev predictions.")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.md").write_text(table + "\n")
     return rows
 
 
 def results_table(rows: list[DemoRow]) -> str:
-    lines = ["| model | dev accuracy | training time | run |", "| --- | --- | --- | --- |"]
+    lines = ["| model | dev extracted (95% CI) | dev stored | training time | run |",
+             "| --- | --- | --- | --- | --- |"]
     for r in rows:
-        acc = "-" if r.dev is None else str(r.dev)
+        acc = "-" if r.dev is None else r.dev.with_interval()
+        stored = "-" if r.stored is None else str(r.stored)
         secs = "-" if r.seconds is None else f"{r.seconds:.0f} s"
-        lines.append(f"| {r.model} | {acc} | {secs} | {r.where} |")
+        lines.append(f"| {r.model} | {acc} | {stored} | {secs} | {r.where} |")
     return "\n".join(lines)

@@ -98,3 +98,25 @@ def test_a_shipped_model_is_used_as_a_run_directory_and_never_written_into(tiny_
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in shipped.iterdir()} == digest
     with pytest.raises(FileExistsError, match="already shipped"):
         ship(run, shipped, {})
+
+
+def test_demo_scores_every_row_extracted_and_stored_with_intervals(tmp_path, monkeypatch, capsys):
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(REPO)  # the demo reads data/ as the README's commands do
+    from attnlab.pipeline import demo
+
+    out = tmp_path / "demo"
+    pre = tmp_path / "shipped-from"
+    assert cli.main(["pretrain", "--preset", "tiny", "--run-dir", str(pre), "--max-steps", "3", "--device", "cpu"]) == 0
+    from attnlab.shipped import ship
+
+    shipped = ship(pre, tmp_path / "models" / "m", {"command": "test"})
+    rows = demo("tiny", out=out, device="cpu", shipped=shipped, log=lambda _m: None)
+    assert [r.model.split(" (")[0].split(",")[0] for r in rows] == ["baseline", "vanilla", "vanilla", "shipped model"]
+    assert rows[0].dev.correct == 25 and rows[0].stored is None
+    for r in rows[1:]:
+        assert r.dev.total == 500 and r.stored.asked == 500 and 0 < r.stored.total <= 500
+    table = (out / "results.md").read_text()
+    assert "25/500 (5.0%) [95% CI 3.4-7.3%]" in table and "dev stored" in table
+    assert (out / "finetune" / "predictions-birth_test_inputs.txt").read_text().count("\n") == 437
