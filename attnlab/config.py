@@ -186,9 +186,9 @@ _CPU = Preset(
     description="knowledge on a 2-core CPU: recall format, lm objective with mixed QA",
     model=dict(block_size=128, n_layer=4, n_head=4, n_embd=128, dropout=0.0, qa_format="recall",
                recall_chars=96),
-    pretrain=TrainConfig(objective="lm", mix_ratio=0.681, mix_overlap="drop", epochs=60, batch_size=32, learning_rate=3e-3,
-                         eval_every=880, checkpoint_every=200),
-    finetune=TrainConfig(epochs=2, batch_size=32, learning_rate=3e-4, checkpoint_every=0),
+    pretrain=TrainConfig(objective="lm", mix_ratio=0.681, mix_overlap="drop", epochs=60, batch_size=16,
+                         learning_rate=3e-3, eval_every=1820, checkpoint_every=500),
+    finetune=TrainConfig(epochs=2, batch_size=16, learning_rate=3e-4, checkpoint_every=0),
     finetune_scratch=TrainConfig(epochs=10, batch_size=32, learning_rate=3e-3, checkpoint_every=0),
 )
 
