@@ -177,6 +177,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         line = f"{a.question}\t{a.answer}\tconfidence {a.confidence:.2f}{note}"
         if index is not None:
             line += f"\t{index.find(a.question, a.answer).verdict}"
+        if a.recalled is not None:  # recall format: what the model wrote of the person first
+            line += f"\trecalled: {a.recalled!r}"
         print(line)
     return 0
 
