@@ -67,8 +67,8 @@ def pretrain(
     resume: bool = False,
     device: str | None = None,
     log: Callable[[str], None] = print,
-    mix_qa: str | Path | None = None,
-    held_out: tuple[str | Path, ...] = (),
+    mix_qa: str | Path | None = DEFAULT_TRAIN,
+    held_out: tuple[str | Path, ...] = (DEFAULT_DEV, DEFAULT_TEST),
     eval_file: str | Path | None = None,
 ) -> tuple[GPT, Vocab, TrainResult]:
     """Pretraining on the corpus (SPEC 3, 5): span corruption, or next-character prediction on

@@ -80,6 +80,8 @@ class CompareRow:
     dev_total: int | None
     seconds: float | None
     run_dir: str
+    stored: int | None = None  # dev people whose line the model completes with their place
+    stored_total: int | None = None  # of those whose line states it
 
     @property
     def dev_percent(self) -> float | None:
@@ -131,6 +133,18 @@ def compare(
         _, result, _ = evaluate_file(run_dir, dev_file, device=device, log=log)
         return (None, None) if result is None else (result.correct, result.total)
 
+    def stored(run_dir: Path) -> dict[str, int | None]:
+        from .checkpoint import load_model
+        from .data import documents, read_qa, read_text
+        from .knowledge import CorpusIndex, measure_stored
+
+        examples = read_qa(dev_file)
+        if any(e.answer is None for e in examples):
+            return {}
+        model, vocab, _ = load_model(run_dir)
+        result = measure_stored(model, vocab, CorpusIndex(documents(read_text(corpus))), examples)
+        return {"stored": result.stored, "stored_total": result.total}
+
     def finished(run: Path) -> CompareRow | None:
         saved = run / "row.json"
         if reuse and saved.exists():
@@ -152,7 +166,8 @@ def compare(
                                    model_config=dataclasses.replace(model_config, attention="vanilla"), log=log)
             secs = time.perf_counter() - start
             row = record(CompareRow("vanilla, no pretraining", model.num_parameters(), None,
-                                    *evaluate(out / "scratch"), secs, str(out / "scratch")))
+                                    *evaluate(out / "scratch"), secs, str(out / "scratch"),
+                                    **stored(out / "scratch")))
         rows.append(row)
 
     for i, name in enumerate(variants, 1):
@@ -167,7 +182,8 @@ def compare(
                      corpus=corpus, train_file=train_file, log=log)
             secs = time.perf_counter() - start
             row = record(CompareRow(name, model.num_parameters(), pre.final_loss,
-                                    *evaluate(out / name / "finetune"), secs, str(out / name)))
+                                    *evaluate(out / name / "finetune"), secs, str(out / name),
+                                    **stored(out / name / "finetune")))
         rows.append(row)
 
     table = compare_table(rows)
@@ -182,13 +198,17 @@ def compare(
 
 
 def compare_table(rows: list[CompareRow]) -> str:
-    lines = ["| variant | parameters | pretrain loss | dev accuracy | time |", "| --- | ---: | ---: | ---: | ---: |"]
+    from .evaluate import Score
+
+    lines = ["| variant | parameters | pretrain loss | dev extracted (95% CI) | dev stored | time |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         params = "-" if r.parameters is None else f"{r.parameters:,}"
         loss = "-" if r.pretrain_loss is None else f"{r.pretrain_loss:.3f}"
-        acc = "-" if r.dev_percent is None else f"{r.dev_correct}/{r.dev_total} ({r.dev_percent:.1f}%)"
+        acc = "-" if r.dev_percent is None else Score(r.dev_correct or 0, r.dev_total).with_interval()
+        stored = "-" if not r.stored_total else f"{r.stored}/{r.stored_total}"
         secs = "-" if r.seconds is None else f"{r.seconds:.0f} s"
-        lines.append(f"| {r.model} | {params} | {loss} | {acc} | {secs} |")
+        lines.append(f"| {r.model} | {params} | {loss} | {acc} | {stored} | {secs} |")
     return "\n".join(lines)
 
 

@@ -78,13 +78,14 @@ def test_compare_trains_every_chosen_variant_and_writes_its_report(tmp_path, cap
     assert results[0]["dev_correct"] == sum(p == "London" for _, p in PEOPLE[:dev_total])
     for r in results[2:]:
         assert r["pretrain_loss"] > 0 and r["seconds"] > 0 and r["parameters"] > 0
+        assert r["stored_total"] is not None and 0 <= r["stored"] <= r["stored_total"]
         assert (Path(r["run_dir"]) / "finetune" / "checkpoint.safetensors").exists()
     # the finetuned checkpoints record their variant
     from attnlab.checkpoint import load_checkpoint
 
     assert load_checkpoint(out / "rotary" / "finetune").model_config.attention == "rotary"
     table = (out / "results.md").read_text()
-    assert table.startswith("| variant | parameters | pretrain loss | dev accuracy | time |")
+    assert table.startswith("| variant | parameters | pretrain loss | dev extracted (95% CI) | dev stored | time |")
     assert table.count("\n") == 2 + len(results)
     png = (out / "dev_accuracy.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
