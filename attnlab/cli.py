@@ -155,7 +155,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from .checkpoint import load_model
     from .data import QAExample
     from .evaluate import answer_questions
-    from .train import resolve_device
+    from .devices import resolve_device
 
     if args.questions:
         items = [(q, "<argument>", i + 1) for i, q in enumerate(args.questions)]
@@ -295,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _feature_commands() -> list[Callable]:
     """Feature modules that register their own subcommands: fn(command) -> None."""
-    from . import maps, sample, variants
+    from . import attention_maps as maps, sample, variants
 
     return [variants.register, sample.register, maps.register]
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .attention import KVCache
+from .attention import KVCache, masks
 from .model import GPT
+from .positions import left_padded_positions
 from .vocab import PAD_ID
 
 
@@ -79,7 +80,7 @@ def generate(
     for b, p in enumerate(prompts):
         idx[b, longest - len(p):] = torch.tensor(p, device=device)
         valid[b, longest - len(p):] = True
-    positions = (valid.long().cumsum(1) - 1).clamp(min=0)  # (B, P)
+    positions = left_padded_positions(valid)  # (B, P)
 
     was_training = model.training
     model.eval()
@@ -90,7 +91,7 @@ def generate(
     step_idx, step_pos, key_pos = idx, positions, positions
     try:
         for step in range(int(limits.max())):
-            allowed = _mask(valid, step_idx.shape[1])
+            allowed = masks.padded(valid, step_idx.shape[1])
             logits, _ = model.run(step_idx, positions=step_pos, allowed=allowed, caches=caches,
                                   key_positions=key_pos)
             last = logits[:, -1].float()
@@ -124,13 +125,3 @@ def generate(
         logprobs.append(logps[b, :n].tolist())
     return Generation(tokens, logprobs)
 
-
-def _mask(valid: Tensor, n_queries: int) -> Tensor:
-    """(B, 1, T, S) bool: the last T of S positions see real keys up to themselves; a padded
-    query sees itself so that no row of scores is all -inf (its output is never used)."""
-    S = valid.shape[1]
-    causal = torch.ones(n_queries, S, dtype=torch.bool, device=valid.device).tril(S - n_queries)
-    allowed = causal[None] & valid[:, None, :]
-    eye = torch.zeros(n_queries, S, dtype=torch.bool, device=valid.device)
-    eye[torch.arange(n_queries), torch.arange(S - n_queries, S)] = True
-    return (allowed | eye)[:, None]

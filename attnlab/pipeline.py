@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,8 @@ from .data import NameDataset, SpanCorruptionDataset, documents, read_qa, read_t
 from .knowledge import CorpusIndex, measure_stored, require_person
 from .evaluate import Answer, Score, evaluate, most_frequent_place, score, write_predictions
 from .model import GPT
-from .train import TrainResult, resolve_device, train
+from .devices import resolve_device
+from .train import TrainResult, total_steps, train
 from .vocab import MASK_CHAR, Vocab
 
 DATA = Path("data")
@@ -137,10 +137,7 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
 
 def _run_tokens(batches, config: TrainConfig, model_config: ModelConfig) -> int:
     """Counted tokens of the whole run (the trainer counts rows x width per step)."""
-    steps = math.ceil(config.epochs * batches.steps_per_epoch)
-    if config.max_steps:
-        steps = min(steps, config.max_steps)
-    return steps * config.batch_size * model_config.block_size
+    return total_steps(config, batches.steps_per_epoch) * config.batch_size * model_config.block_size
 
 
 def _dev_evaluator(eval_file, corpus, vocab: Vocab, config: TrainConfig):

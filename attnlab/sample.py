@@ -47,7 +47,7 @@ def shown(text: str) -> str:
 
 
 def _prompts_from_file(path: str, prompt_chars: int, limit: int) -> list[str]:
-    from .maps import read_texts
+    from .attention_maps import read_texts
 
     texts = read_texts(path)
     if not texts:
@@ -57,7 +57,7 @@ def _prompts_from_file(path: str, prompt_chars: int, limit: int) -> list[str]:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from .checkpoint import load_model
-    from .train import resolve_device
+    from .devices import resolve_device
 
     if args.temperature < 0 or not 0 < args.top_p <= 1 or args.top_k < 0 or args.max_new < 1:
         raise ValueError("need --temperature >= 0, 0 < --top-p <= 1, --top-k >= 0 and --max-new >= 1")

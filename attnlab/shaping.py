@@ -115,9 +115,9 @@ def run_with_weights(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]
     gpt = unwrap(model)
     ddp = model if hasattr(model, "_pre_forward") and hasattr(model, "_post_forward") else None
     if ddp is None:
-        return gpt.run(x, need_weights=True, fast=gpt.fast)
+        return gpt.run(x, need_weights=True)
     (x,), _ = ddp._pre_forward(x)
-    out = gpt.run(x, need_weights=True, fast=gpt.fast)
+    out = gpt.run(x, need_weights=True)
     return ddp._post_forward(out)
 
 

@@ -14,7 +14,7 @@ from attnlab import cli, maps
 from attnlab.attention import REGISTRY
 from attnlab.checkpoint import save_checkpoint
 from attnlab.config import ModelConfig
-from attnlab.maps import attention_weights, plot_layer, read_texts, statistics_over
+from attnlab.attention_maps import attention_weights, plot_layer, read_texts, statistics_over
 from attnlab.model import GPT
 from attnlab.vocab import Vocab
 

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from .attention import masks
 from .model import GPT
 from .shaping import head_statistics
 from .vocab import MASK_CHAR, PAD_ID, Vocab
@@ -40,10 +41,7 @@ def attention_weights(model: GPT, rows: list[list[int]]) -> tuple[list[Tensor], 
     for b, r in enumerate(rows):
         idx[b, : len(r)] = torch.tensor(r, device=device)
         valid[b, : len(r)] = True
-    allowed = valid[:, None, None, :].expand(-1, 1, T, T)  # (B, 1, T, T)
-    if model.config.causal:
-        allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=device).tril()
-    allowed = allowed | torch.eye(T, dtype=torch.bool, device=device)
+    allowed = masks.padded(valid, is_causal=model.config.causal)  # (B, 1, T, T)
     was_training = model.training
     model.eval()
     try:
@@ -133,7 +131,7 @@ def statistics_over(model: GPT, vocab: Vocab, texts: list[str], *, batch_size: i
 # ---- command -----------------------------------------------------------------------------------
 def cmd_attention(args: argparse.Namespace) -> int:
     from .checkpoint import load_model
-    from .train import resolve_device
+    from .devices import resolve_device
 
     overrides = {"attention": args.attention} if args.attention else {}
     model, vocab, _ = load_model(args.checkpoint, device=str(resolve_device(args.device)), **overrides)
