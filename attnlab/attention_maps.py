@@ -1,4 +1,4 @@
-"""`attnlab attention`: attention heatmaps and per-head statistics.
+"""Attention heatmaps and per-head statistics (the library of `attnlab attention`).
 
 For one text: a PNG per layer (one panel per head, queries down, keys across, the characters on
 both axes) and a table of each head's mean entropy and mean attention distance. With ``--over
@@ -9,7 +9,6 @@ attention shows its one-hot choices.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +19,7 @@ from tqdm.auto import tqdm
 from .attention import masks
 from .model import GPT
 from .shaping import head_statistics
-from .vocab import MASK_CHAR, PAD_ID, Vocab
-
-_SHOWN = {" ": "␣", "\n": "↵", "\t": "⇥"}
-
+from .vocab import PAD_ID, Vocab, visible
 
 # ---- weights ---------------------------------------------------------------------------------
 @torch.no_grad()
@@ -53,7 +49,7 @@ def attention_weights(model: GPT, rows: list[list[int]]) -> tuple[list[Tensor], 
 
 def labels(vocab: Vocab, ids: list[int]) -> list[str]:
     """Axis labels: the characters, with whitespace made visible."""
-    return [_SHOWN.get(c, c) for c in vocab.decode(ids)]
+    return [visible(c, spaces=True) for c in vocab.decode(ids)]
 
 
 # ---- drawing -----------------------------------------------------------------------------------
@@ -104,13 +100,6 @@ def statistics_table(entropy: np.ndarray, distance: np.ndarray) -> str:
     return "\n".join(lines)
 
 
-def read_texts(path: str | Path) -> list[str]:
-    """Non-blank lines of a file; for a question<TAB>place file, the question column."""
-    from .data import read_text
-
-    return [ln.split("\t")[0].strip() for ln in read_text(path).split("\n") if ln.strip()]
-
-
 def statistics_over(model: GPT, vocab: Vocab, texts: list[str], *, batch_size: int = 64,
                     source: str = "<texts>") -> tuple[np.ndarray, np.ndarray, int]:
     """(L, h) entropy and distance averaged over texts (each text's mean over its positions
@@ -126,56 +115,3 @@ def statistics_over(model: GPT, vocab: Vocab, texts: list[str], *, batch_size: i
         dist_sum = dist.sum(0) if dist_sum is None else dist_sum + dist.sum(0)
     n = len(rows)
     return (ent_sum / n).cpu().numpy(), (dist_sum / n).cpu().numpy(), n
-
-
-# ---- command -----------------------------------------------------------------------------------
-def cmd_attention(args: argparse.Namespace) -> int:
-    from .checkpoint import load_model
-    from .devices import resolve_device
-
-    overrides = {"attention": args.attention} if args.attention else {}
-    model, vocab, _ = load_model(args.checkpoint, device=str(resolve_device(args.device)), **overrides)
-    suffix = MASK_CHAR if args.sentinel else ""
-    config = model.config
-    print(f"attention maps of {args.checkpoint} ({config.attention}, {config.n_layer} layers x "
-          f"{config.n_head} heads)")
-    if args.text is not None:
-        text = args.text + suffix
-        ids = vocab.encode(text, source="<argument>")
-        weights, _ = attention_weights(model, [ids])
-        out = Path(args.out)
-        chars = labels(vocab, ids)
-        for l, w in enumerate(weights):
-            path = out / f"layer{l}.png"
-            plot_layer(w[0].cpu().numpy(), chars, path, title=f"layer {l}: {text!r}")
-        ent, dist = head_statistics(weights)
-        print(f"\n{text!r} ({len(ids)} characters):")
-        print(statistics_table(ent[0].cpu().numpy(), dist[0].cpu().numpy()))
-        print(f"\nheatmaps written to {out}/layer0.png .. layer{len(weights) - 1}.png")
-    if args.over:
-        texts = [t + suffix for t in read_texts(args.over)][: args.limit or None]
-        if not texts:
-            raise ValueError(f"{args.over}: no texts")
-        ent, dist, n = statistics_over(model, vocab, texts, source=str(args.over))
-        print(f"\nper-head statistics averaged over {n} texts of {args.over}:")
-        print(statistics_table(ent, dist))
-    if args.text is None and not args.over:
-        raise ValueError("give a TEXT to draw, --over FILE to average statistics, or both")
-    return 0
-
-
-def register(command) -> None:
-    p = command("attention", "attention heatmaps (PNG per layer) and per-head entropy and distance",
-                cmd_attention)
-    p.add_argument("checkpoint", help="checkpoint file or run directory")
-    p.add_argument("text", nargs="?", default=None, help="text to draw (default: none, only --over)")
-    p.add_argument("--out", default="runs/attention", help="directory for layerN.png")
-    p.add_argument("--over", default=None, help="file of texts, one per line (TSV: question column), "
-                   "to average the per-head statistics over (default: none)")
-    p.add_argument("--limit", type=int, default=0, help="use at most this many texts of --over (0 = all)")
-    p.add_argument("--sentinel", action="store_true",
-                   help=f"append the QA sentinel {MASK_CHAR} to every text, as evaluation does")
-    p.add_argument("--attention", default=None, help="view the weights as another variant of the "
-                   "same parameters, e.g. argmax (default: the checkpoint's)")
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
-

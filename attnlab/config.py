@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 POSITION_SCHEMES = ("learned", "sinusoidal", "none")
@@ -137,6 +138,14 @@ class TrainConfig(_Serialisable):
         if self.mix_ratio > 0 and self.objective != "lm":
             raise ValueError("mix_ratio needs the lm objective (span corruption mixes nothing in)")
 
+
+
+# The course's data files, relative to the checkout (the README's commands run from its root).
+DATA = Path("data")
+DEFAULT_CORPUS = DATA / "wiki.txt"
+DEFAULT_TRAIN = DATA / "birth_places_train.tsv"
+DEFAULT_DEV = DATA / "birth_dev.tsv"
+DEFAULT_TEST = DATA / "birth_test_inputs.tsv"
 
 
 @dataclass(frozen=True)

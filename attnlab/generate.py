@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from .attention import KVCache, masks
 from .model import GPT
 from .positions import left_padded_positions
-from .vocab import PAD_ID
+from .vocab import PAD_ID, Vocab
 
 
 @dataclass
@@ -124,4 +125,23 @@ def generate(
         tokens.append(row[:n])
         logprobs.append(logps[b, :n].tolist())
     return Generation(tokens, logprobs)
+
+
+def continue_texts(model: GPT, vocab: Vocab, prompts: list[str], *, max_new: int,
+                   temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+                   batch_size: int = 64, stop: str | None = None, progress: bool = False,
+                   source: str = "<prompt>") -> list[str]:
+    """The continuation (new characters only) of every prompt; batches share one seeded
+    generator, so the same seed and batch size give the same samples."""
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    stop_id = None if stop is None else vocab.encode(stop, source="--stop")[0]
+    encoded = [vocab.encode(p, source=source, line=i + 1) for i, p in enumerate(prompts)]
+    out: list[str] = []
+    starts = range(0, len(encoded), batch_size)
+    for s in tqdm(starts, desc="generate", disable=not progress):
+        gen = generate(model, encoded[s : s + batch_size], max_new, temperature=temperature,
+                       top_k=top_k, top_p=top_p, stop_token=stop_id, generator=generator)
+        out.extend(vocab.decode(t) for t in gen.tokens)
+    return out
 

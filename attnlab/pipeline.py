@@ -1,5 +1,6 @@
-"""The experiment's stages as typed functions: pretrain, finetune, evaluate, baseline, demo.
-The CLI is a thin layer over these; so are tests and benchmarks."""
+"""The experiment's stages as typed functions: pretrain, finetune, evaluate, stored facts,
+baseline (experiments.py builds demo and compare from them). The CLI is a thin layer over
+these; so are tests and benchmarks."""
 
 from __future__ import annotations
 
@@ -15,20 +16,15 @@ import torch
 from . import distributed
 from .batching import CorruptionBatches, PackedBatches, QABatches
 from .checkpoint import load_checkpoint
-from .config import ModelConfig, TrainConfig
+from .config import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, ModelConfig, TrainConfig
 from .data import NameDataset, SpanCorruptionDataset, documents, read_qa, read_text
-from .knowledge import CorpusIndex, measure_stored, require_person
+from .knowledge import CorpusIndex, Stored, measure_stored, require_person
 from .evaluate import Answer, Score, evaluate, most_frequent_place, score, write_predictions
 from .model import GPT
 from .devices import resolve_device
 from .train import TrainResult, total_steps, train
 from .vocab import MASK_CHAR, Vocab
 
-DATA = Path("data")
-DEFAULT_CORPUS = DATA / "wiki.txt"
-DEFAULT_TRAIN = DATA / "birth_places_train.tsv"
-DEFAULT_DEV = DATA / "birth_dev.tsv"
-DEFAULT_TEST = DATA / "birth_test_inputs.tsv"
 
 
 @dataclass(frozen=True)
@@ -299,95 +295,13 @@ def baseline(train_file: str | Path = DEFAULT_TRAIN, eval_file: str | Path = DEF
     return place, score([place] * len(examples), examples)
 
 
-@dataclass
-class DemoRow:
-    model: str
-    dev: Score | None
-    seconds: float | None
-    where: str
-    stored: Any = None  # knowledge.Stored: of the people whose line states their place
-
-
-def scored_run(run: str | Path, device: str = "auto", log: Callable[[str], None] = print,
-               corpus: str | Path = DEFAULT_CORPUS) -> tuple[Score | None, Any]:
-    """Dev accuracy (extracted, predictions written) and stored facts of a run; test predictions too."""
+def stored_facts(checkpoint: str | Path, path: str | Path, corpus: str | Path = DEFAULT_CORPUS,
+                 device: str = "auto") -> Stored | None:
+    """How many of the labelled people of ``path`` the model stored (None: no labels)."""
     from .checkpoint import load_model
 
-    _, dev_score, _ = evaluate_file(run, DEFAULT_DEV, device=device, log=log)
-    evaluate_file(run, DEFAULT_TEST, device=device, log=log)
-    model, vocab, _ = load_model(run, device=str(resolve_device(device)))
-    stored = measure_stored(model, vocab, CorpusIndex(documents(read_text(corpus))), read_qa(DEFAULT_DEV))
-    return dev_score, stored
-
-
-def demo(
-    preset_name: str = "demo",
-    *,
-    out: str | Path = "runs/demo",
-    attention: str = "vanilla",
-    device: str = "auto",
-    shipped: str | Path | None = "models/cpu",
-    model_overrides: dict[str, Any] | None = None,
-    log: Callable[[str], None] = print,
-) -> list[DemoRow]:
-    """The main job: the baseline, a model that never read the corpus, the preset's recipe
-    trained from scratch (pretrain + finetune) and the shipped model, all scored on dev
-    (extracted and stored), with test-set predictions from the trained and shipped models."""
-    from .config import get_preset
-
-    preset = get_preset(preset_name)
-    out = Path(out)
-    model_config = ModelConfig(**{**preset.model, "attention": attention, **(model_overrides or {})})
-    rows: list[DemoRow] = []
-
-    log(f"== attnlab demo: preset {preset.name!r} ({preset.description}); outputs in {out}")
-    log("== 1/4 baseline: the training file's most frequent place")
-    place, base = baseline(DEFAULT_TRAIN, DEFAULT_DEV)
-    log(f'always answering "{place}": {base} on {DEFAULT_DEV}')
-    rows.append(DemoRow(f'baseline ("{place}")', base, None, "-"))
-
-    log("== 2/4 finetune without pretraining (the model never reads the corpus)")
-    start = time.perf_counter()
-    finetune(dataclasses.replace(preset.finetune_scratch, device=device), run_dir=out / "scratch",
-             model_config=model_config, log=log)
-    secs = time.perf_counter() - start
-    dev_score, stored = scored_run(out / "scratch", device, log)
-    rows.append(DemoRow(f"{attention}, no pretraining", dev_score, secs, str(out / "scratch"), stored))
-
-    log(f"== 3/4 the {preset.name} recipe from scratch: pretrain ({preset.pretrain.objective} objective), then finetune")
-    start = time.perf_counter()
-    pretrain(model_config, dataclasses.replace(preset.pretrain, device=device), run_dir=out / "pretrain",
-             log=log, mix_qa=DEFAULT_TRAIN, held_out=(DEFAULT_DEV, DEFAULT_TEST))
-    finetune(dataclasses.replace(preset.finetune, device=device), run_dir=out / "finetune",
-             init=out / "pretrain", log=log)
-    secs = time.perf_counter() - start
-    dev_score, stored = scored_run(out / "finetune", device, log)
-    rows.append(DemoRow(f"{attention}, {preset.name} recipe, trained now", dev_score, secs,
-                        str(out / "finetune"), stored))
-
-    if shipped and Path(shipped).exists():
-        log(f"== 4/4 the shipped model {shipped} (trained with the cpu preset; see its provenance.json)")
-        dev_score, stored = scored_run(shipped, device, log)
-        rows.append(DemoRow(f"shipped model ({shipped})", dev_score, None, str(shipped), stored))
-    else:
-        log(f"== 4/4 no shipped model at {shipped!r}: skipped")
-
-    table = results_table(rows)
-    log("\n" + table)
-    log(f"\nextracted: the answer to 'Where was NAME born?' is the dev label; stored: of the dev people "
-        f"whose {DEFAULT_CORPUS} line states their place, greedy completion of that line up to the place "
-        "gives it. Test predictions: predictions-birth_test_inputs.txt beside each model's dev predictions.")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.md").write_text(table + "\n")
-    return rows
-
-
-def results_table(rows: list[DemoRow]) -> str:
-    lines = ["| model | dev extracted (95% CI) | dev stored | training time | run |",
-             "| --- | --- | --- | --- | --- |"]
-    for r in rows:
-        acc = "-" if r.dev is None else r.dev.with_interval()
-        stored = "-" if r.stored is None else str(r.stored)
-        secs = "-" if r.seconds is None else f"{r.seconds:.0f} s"
-        lines.append(f"| {r.model} | {acc} | {stored} | {secs} | {r.where} |")
-    return "\n".join(lines)
+    examples = read_qa(path)
+    if any(e.answer is None for e in examples):
+        return None
+    model, vocab, _ = load_model(checkpoint, device=str(resolve_device(device)))
+    return measure_stored(model, vocab, CorpusIndex(documents(read_text(corpus))), examples)

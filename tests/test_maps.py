@@ -14,7 +14,8 @@ from attnlab import cli, maps
 from attnlab.attention import REGISTRY
 from attnlab.checkpoint import save_checkpoint
 from attnlab.config import ModelConfig
-from attnlab.attention_maps import attention_weights, plot_layer, read_texts, statistics_over
+from attnlab.attention_maps import attention_weights, plot_layer, statistics_over
+from attnlab.data import read_texts
 from attnlab.model import GPT
 from attnlab.vocab import Vocab
 
@@ -108,7 +109,7 @@ def test_attention_command_writes_maps_and_tables(tmp_path, monkeypatch, capsys)
     over = tmp_path / "dev.tsv"
     over.write_text("abc\tx\nhh ga\ty\n")
     out = tmp_path / "maps"
-    assert cli.main(["attention", str(ckpt), "ab cd", "--out", str(out), "--over", str(over)]) == 0
+    assert cli.main(["attention", str(ckpt), "ab cd", "--out-dir", str(out), "--over", str(over)]) == 0
     printed = capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == ["layer0.png", "layer1.png"]
     assert printed.count("| 1 | 2 |") == 2  # layer 1 head 2 in both tables

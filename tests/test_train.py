@@ -143,8 +143,8 @@ def test_finetune_keeps_the_pretrained_config_unless_told(tiny_data, tmp_path, t
     _pretrain(tiny_data, tmp_path, "pre", dataclasses.replace(tiny_config, dropout=0.0), max_steps=1)
     base = ["finetune", "--preset", "tiny", "--init", str(tmp_path / "pre"), "--train-file",
             str(tiny_data["train"]), "--eval-file", "", "--max-steps", "1", "--device", "cpu"]
-    assert cli.main(base + ["--run-dir", str(tmp_path / "a")]) == 0
+    assert cli.main(base + ["--out-dir", str(tmp_path / "a")]) == 0
     assert load_checkpoint(tmp_path / "a").model_config.dropout == 0.0  # not the preset's default
-    assert cli.main(base + ["--run-dir", str(tmp_path / "b"), "--dropout", "0.2"]) == 0
+    assert cli.main(base + ["--out-dir", str(tmp_path / "b"), "--dropout", "0.2"]) == 0
     assert load_checkpoint(tmp_path / "b").model_config.dropout == 0.2
-    assert cli.main(base + ["--run-dir", str(tmp_path / "c"), "--n-embd", "64"]) == 2  # shape: refused
+    assert cli.main(base + ["--out-dir", str(tmp_path / "c"), "--n-embd", "64"]) == 2  # shape: refused

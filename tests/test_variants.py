@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from attnlab import variants
+from attnlab.cli import experiments as experiment_commands
 from attnlab.attention import REGISTRY
 from attnlab.config import ModelConfig
 
@@ -27,7 +28,7 @@ def run_cli(argv: list[str]) -> int:
         p.set_defaults(func=fn)
         return p
 
-    variants.register(command)
+    experiment_commands.register(command)
     args = parser.parse_args(argv)
     return args.func(args)
 
@@ -69,7 +70,7 @@ def test_compare_trains_every_chosen_variant_and_writes_its_report(tmp_path, cap
     code = run_cli(["compare", "--preset", "tiny", "--variants", "vanilla,rotary", "--max-steps", "1",
                     "--n-layer", "1", "--n-embd", "16", "--block-size", "48", "--batch-size", "4",
                     "--corpus", str(paths["corpus"]), "--train-file", str(paths["train"]),
-                    "--dev-file", str(paths["dev"]), "--out", str(out), "--device", "cpu"])
+                    "--eval-file", str(paths["dev"]), "--out-dir", str(out), "--device", "cpu"])
     assert code == 0
     results = json.loads((out / "results.json").read_text())
     assert [r["model"] for r in results] == ['baseline ("London")', "vanilla, no pretraining", "vanilla", "rotary"]
@@ -95,7 +96,7 @@ def test_compare_trains_every_chosen_variant_and_writes_its_report(tmp_path, cap
     stamp = (out / "rotary" / "finetune" / "checkpoint.safetensors").stat().st_mtime_ns
     code = run_cli(["compare", "--preset", "tiny", "--variants", "vanilla,rotary", "--reuse",
                     "--corpus", str(paths["corpus"]), "--train-file", str(paths["train"]),
-                    "--dev-file", str(paths["dev"]), "--out", str(out), "--device", "cpu"])
+                    "--eval-file", str(paths["dev"]), "--out-dir", str(out), "--device", "cpu"])
     assert code == 0 and json.loads((out / "results.json").read_text()) == results
     assert (out / "rotary" / "finetune" / "checkpoint.safetensors").stat().st_mtime_ns == stamp
     assert capsys.readouterr().out.count("reusing the finished run") == 3
@@ -105,7 +106,7 @@ def test_compare_rejects_unknown_variants(tmp_path):
     paths = write_data(tmp_path)
     try:
         run_cli(["compare", "--preset", "tiny", "--variants", "vanilla,nope", "--corpus", str(paths["corpus"]),
-                 "--train-file", str(paths["train"]), "--dev-file", str(paths["dev"]), "--out", str(tmp_path / "c")])
+                 "--train-file", str(paths["train"]), "--eval-file", str(paths["dev"]), "--out-dir", str(tmp_path / "c")])
     except ValueError as e:
         assert "nope" in str(e) and "vanilla" in str(e)
     else:
