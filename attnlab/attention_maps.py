@@ -17,7 +17,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .attention import masks
-from .model import GPT
+from .model import GPT, evaluating
 from .shaping import head_statistics
 from .vocab import PAD_ID, Vocab, visible
 
@@ -38,12 +38,8 @@ def attention_weights(model: GPT, rows: list[list[int]]) -> tuple[list[Tensor], 
         idx[b, : len(r)] = torch.tensor(r, device=device)
         valid[b, : len(r)] = True
     allowed = masks.padded(valid, is_causal=model.config.causal)  # (B, 1, T, T)
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         _, weights = model.run(idx, allowed=allowed, need_weights=True)
-    finally:
-        model.train(was_training)
     return [w.float() for w in weights], valid
 
 

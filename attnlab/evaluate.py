@@ -92,7 +92,7 @@ def answer_questions(
         gen = generate(model, [prompts[i] for i in chunk], max_new, stop_token=MASK_ID, use_cache=use_cache)
         for i, toks, lps in zip(chunk, gen.tokens, gen.logprobs):
             complete = bool(toks) and toks[-1] == MASK_ID
-            text = vocab.decode(toks[:-1] if complete else toks)
+            text = extract_answer(examples[i].question + MASK_CHAR + vocab.decode(toks))
             answers[i] = Answer(examples[i].question, text, math.exp(sum(lps)), complete)
     return answers  # type: ignore[return-value]
 

@@ -15,7 +15,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .attention import KVCache, masks
-from .model import GPT
+from .model import GPT, evaluating
 from .positions import left_padded_positions
 from .vocab import PAD_ID, Vocab
 
@@ -76,21 +76,14 @@ def generate(
     # Each row may grow until it fills the block, whatever the other rows' lengths.
     limits = torch.tensor([min(max_new_tokens, block - len(p)) for p in prompts], device=device)
     B = len(prompts)
-    idx = torch.full((B, longest), PAD_ID, dtype=torch.long, device=device)
-    valid = torch.zeros(B, longest, dtype=torch.bool, device=device)
-    for b, p in enumerate(prompts):
-        idx[b, longest - len(p):] = torch.tensor(p, device=device)
-        valid[b, longest - len(p):] = True
+    idx, valid = _left_padded(prompts, device)
     positions = left_padded_positions(valid)  # (B, P)
-
-    was_training = model.training
-    model.eval()
     caches = [KVCache() for _ in model.blocks] if use_cache else None
     out = torch.empty(B, 0, dtype=torch.long, device=device)
     logps = torch.empty(B, 0, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
     step_idx, step_pos, key_pos = idx, positions, positions
-    try:
+    with evaluating(model):
         for step in range(int(limits.max())):
             allowed = masks.padded(valid, step_idx.shape[1])
             logits, _ = model.run(step_idx, positions=step_pos, allowed=allowed, caches=caches,
@@ -114,10 +107,24 @@ def generate(
             else:
                 step_idx = torch.cat([step_idx, nxt[:, None]], 1)
                 step_pos = key_pos
-    finally:
-        model.train(was_training)
+    return _trimmed(out, logps, limits, stop_token)
+
+
+def _left_padded(prompts: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
+    """(B, P) token ids, prompts right-aligned after PAD, and (B, P) which of them are real."""
+    longest = max(len(p) for p in prompts)
+    idx = torch.full((len(prompts), longest), PAD_ID, dtype=torch.long, device=device)
+    valid = torch.zeros(len(prompts), longest, dtype=torch.bool, device=device)
+    for b, p in enumerate(prompts):
+        idx[b, longest - len(p):] = torch.tensor(p, device=device)
+        valid[b, longest - len(p):] = True
+    return idx, valid
+
+
+def _trimmed(out: Tensor, logps: Tensor, limits: Tensor, stop_token: int | None) -> Generation:
+    """Each row's tokens up to its limit, or up to and including its stop token."""
     tokens, logprobs = [], []
-    for b in range(B):
+    for b in range(out.shape[0]):
         row = out[b].tolist()
         n = min(len(row), int(limits[b]))
         if stop_token is not None and stop_token in row[:n]:

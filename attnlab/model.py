@@ -7,6 +7,8 @@ The attention variant and the position scheme are chosen by name in the config.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -149,6 +151,17 @@ class GPT(FastPath, nn.Module):
         else:
             logits, _ = self.run(idx, positions=segment_positions(segments), allowed=masks.segments(segments))
         return logits, (None if targets is None else lm_loss(logits, targets))
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module):
+    """``model`` in eval mode (no dropout) for the block, then back in the mode it was in."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def lm_loss(logits: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:

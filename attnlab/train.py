@@ -11,6 +11,7 @@ and ``_stop_on_interrupt`` (Ctrl-C and SIGTERM end at a step boundary with a che
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import time
@@ -307,13 +308,7 @@ def train(
     if env.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
     metrics = MetricsLog(run_dir / "metrics.jsonl", env.is_main, state.cpu_seconds)
-
-    def checkpoint(at_step: int) -> None:
-        rng = dist.gather_rng_states(_rng_state(device), env)  # collective: every rank's stream
-        if env.is_main:
-            save_checkpoint(ckpt_path, model, vocab, dict(meta, step=at_step, tokens=state.tokens,
-                            train_cpu_s=round(metrics.clock.seconds(), 2)), optimizer, rng)
-
+    checkpoint = functools.partial(_checkpoint, ckpt_path, stepper, vocab, meta, state, metrics)
     scores = None if evaluator is None or not config.eval_every or not env.is_main else (lambda: evaluator(model))
     model.train()
     start_tokens = state.tokens
@@ -345,6 +340,16 @@ def train(
         tokens_per_second=(state.tokens - start_tokens) / max(seconds, 1e-9),
         checkpoint=ckpt_path if env.is_main else None, history=metrics.history,
     )
+
+
+def _checkpoint(path: Path, s: Stepper, vocab: Vocab, meta: dict[str, Any], state: TrainState,
+                metrics: MetricsLog, at_step: int) -> None:
+    """Weights, optimiser, every rank's random stream and where the run stands, into ``path``
+    (collective: every rank calls it; rank 0 writes)."""
+    rng = dist.gather_rng_states(_rng_state(s.device), s.env)
+    if s.env.is_main:
+        save_checkpoint(path, s.model, vocab, dict(meta, step=at_step, tokens=state.tokens,
+                        train_cpu_s=round(metrics.clock.seconds(), 2)), s.optimizer, rng)
 
 
 def _stop(checkpoint: Callable[[int], None], at_step: int, bar, ckpt_path: Path, log) -> None:

@@ -26,7 +26,8 @@ from attnlab.config import ModelConfig, get_preset  # noqa: E402
 from attnlab.evaluate import Score  # noqa: E402
 from attnlab.attention_maps import statistics_over  # noqa: E402
 from attnlab.data import read_texts  # noqa: E402
-from attnlab.pipeline import DEFAULT_DEV, evaluate_file, finetune, pretrain  # noqa: E402
+from attnlab.config import DEFAULT_DEV  # noqa: E402
+from attnlab.pipeline import evaluate_file, finetune, pretrain  # noqa: E402
 from attnlab.devices import resolve_device  # noqa: E402
 from attnlab.vocab import MASK_CHAR  # noqa: E402
 
