@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from .data import QAExample
 from .generate import generate
+from .knowledge import answer_by_recall, require_person
 from .model import GPT
 from .vocab import MASK_CHAR, MASK_ID, Vocab
 
@@ -99,8 +100,6 @@ def answer_questions(
 
 def _answers_by_recall(model: GPT, vocab: Vocab, examples: list[QAExample], batch_size: int,
                        max_new: int) -> list[Answer]:
-    from .knowledge import answer_by_recall, require_person
-
     names = [require_person(e) for e in examples]
     for name, e in zip(names, examples):
         vocab.encode(name, source=e.source, line=e.line)  # a clear error for an unknown character

@@ -15,14 +15,17 @@ import torch
 
 from . import distributed
 from .batching import CorruptionBatches, PackedBatches, QABatches
-from .checkpoint import load_checkpoint
+from .checkpoint import load_checkpoint, load_model
 from .config import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, ModelConfig, TrainConfig
 from .data import NameDataset, SpanCorruptionDataset, documents, read_qa, read_text
 from .knowledge import CorpusIndex, Stored, measure_stored, require_person
 from .evaluate import Answer, Score, evaluate, most_frequent_place, score, write_predictions
 from .model import GPT
+from .objectives import corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people
+from .shaping import shaping_loss_fn
+from .shipped import output_dir
 from .devices import resolve_device
-from .train import TrainResult, total_steps, train
+from .train import TrainResult, default_loss, total_steps, train
 from .vocab import MASK_CHAR, Vocab
 
 
@@ -46,9 +49,7 @@ def build_model(config: ModelConfig, seed: int) -> GPT:
 
 
 def _log_config(run_dir: Path, **parts: Any) -> None:
-    from .distributed import environment
-
-    if not environment().is_main:  # under torchrun only rank 0 writes files
+    if not distributed.environment().is_main:  # under torchrun only rank 0 writes files
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(parts, indent=2, default=str) + "\n")
@@ -103,8 +104,6 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
                 corpus: str | Path, mix_qa: str | Path | None, held_out, device,
                 log: Callable[[str], None] = print) -> tuple[PackedBatches, str]:
     """Packed rows of corpus lines (and QA examples) for the lm objective."""
-    from .objectives import corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people
-
     docs = documents(text)
     fmt, K, block = model_config.qa_format, model_config.recall_chars, model_config.block_size
     sequences = corpus_sequences(docs, vocab, block, fmt, K, source=str(corpus))
@@ -210,8 +209,6 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
                        device) -> tuple[PackedBatches, int]:
     """Recall-format finetuning examples: each training person's corpus line cut at
     recall_chars, then the place (attnlab/knowledge.py), packed into rows."""
-    from .objectives import pack, qa_sequences
-
     examples = read_qa(train_file, labelled=True)
     index = CorpusIndex(documents(read_text(corpus)))
     sequences = qa_sequences(examples, vocab, config.block_size, "recall", config.recall_chars, index)
@@ -221,11 +218,7 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
 
 def _loss_fn(config: TrainConfig):
     if config.attn_loss == "none" or config.attn_loss_weight == 0:
-        from .train import default_loss
-
         return default_loss
-    from .shaping import shaping_loss_fn
-
     return shaping_loss_fn(config.attn_loss, config.attn_loss_weight, near_max=config.near_max)
 
 
@@ -252,8 +245,6 @@ def evaluate_file(
 ) -> tuple[list[Answer], Score | None, Path]:
     """Answer every question of a QA file, write the predictions, score them if labelled;
     with ``stored_corpus`` also report how many of the places the model stored."""
-    from .checkpoint import load_model
-
     dev = resolve_device(device)
     model, vocab, ckpt = load_model(checkpoint, device=str(dev), **(overrides or {}))
     examples = read_qa(path)
@@ -268,8 +259,6 @@ def evaluate_file(
         result = score([a.answer for a in answers], examples)
     seconds = time.perf_counter() - start
     if out is None:  # beside the checkpoint; a shipped model's go to runs/NAME instead
-        from .shipped import output_dir
-
         out = output_dir(checkpoint) / f"predictions-{Path(path).stem}.txt"
     out = Path(out)
     if not env.is_main:  # rank 0 alone writes and reports
@@ -298,8 +287,6 @@ def baseline(train_file: str | Path = DEFAULT_TRAIN, eval_file: str | Path = DEF
 def stored_facts(checkpoint: str | Path, path: str | Path, corpus: str | Path = DEFAULT_CORPUS,
                  device: str = "auto") -> Stored | None:
     """How many of the labelled people of ``path`` the model stored (None: no labels)."""
-    from .checkpoint import load_model
-
     examples = read_qa(path)
     if any(e.answer is None for e in examples):
         return None

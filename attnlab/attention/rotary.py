@@ -30,8 +30,11 @@ def rotate(t: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 class RotaryAttention(DotProductAttention):
     name = "rotary"
     summary = "softmax(R_i q_i . R_j k_j / sqrt(d/h)), R_t a rotation by angle t * theta"
-    expresses = ("content lookup whose match is modulated by the offset i-j, with no position "
-                 "parameters; no absolute-position preference of its own")
+    # The rotation has no parameters, but the model still adds its --positions table (learned
+    # by default); `--positions none` gives the course's RoPE model (issue 16 leaves the default).
+    expresses = ("content lookup whose match is modulated by the offset i-j; the rotation adds no "
+                 "parameters and no absolute-position preference (the model's --positions table "
+                 "still does unless --positions none)")
     score_cost = "O(T^2 d) (+ O(T d) rotation)"
     permutation_equivariant = False  # queries and keys are rotated by their positions
 
