@@ -13,7 +13,12 @@ from .base import DotProductAttention
 
 
 def rotation_tables(n_positions: int, e: int, base: float = 10_000.0) -> tuple[Tensor, Tensor]:
-    """cos and sin of the angle t * base^(-2i/e) for every position t and pair i: (n, e/2) each."""
+    """cos and sin of the angle t * base^(-2i/e) for every position t and pair i: (n, e/2) each.
+
+    The angles of positions.sinusoidal_table, kept apart as cos and sin (rotate needs them
+    separately, not interleaved into one table) and computed as base ** (-2i/e), which rounds
+    differently in float32 from that table's exp form (4 of the 8 frequencies differ in the
+    last bit at e = 16): sharing it would change a rotary model's numbers."""
     freqs = base ** (-torch.arange(0, e, 2, dtype=torch.float32) / e)  # (e/2,)
     angles = torch.arange(n_positions, dtype=torch.float32)[:, None] * freqs
     return angles.cos(), angles.sin()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..config import DEFAULT_CORPUS
 from . import flags
 
 
@@ -80,9 +81,9 @@ def register(command) -> None:
     p = command("ask", "answer questions typed as arguments or on stdin, with a confidence", cmd_ask)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
     p.add_argument("questions", nargs="*", help='questions such as "Where was Ada Lovelace born?" (default: read stdin)')
-    p.add_argument("--evidence", default="data/wiki.txt", metavar="CORPUS",
+    p.add_argument("--evidence", default=str(DEFAULT_CORPUS), metavar="CORPUS",
                    help="corpus in which to check whether each answer is stated about the person "
-                        "('' to skip) (default: data/wiki.txt)")
+                        f"('' to skip) (default: {DEFAULT_CORPUS})")
     flags.device(p)
 
     p = command("baseline", "score the training file's most frequent place on a labelled file", cmd_baseline)
