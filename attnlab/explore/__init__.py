@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from . import architecture, heads, one_head  # noqa: F401  (registers the topics, in this order)
+# Importing a theme registers its topics: this order is the order of the notes (and of `all`).
+from . import one_head, heads, architecture  # noqa: F401,I001
 from .architecture import constructed_picks, dependency_sets, fit_relative_bias, sinusoidal_positions
 from .base import DTYPE, NEEDS, TOPICS, ExploreError, ExploreOptions, TopicResult, requirements
 from .heads import KEY_NOISE, routing_setup, sample_keys, self_attention, temperature_tolerance
@@ -25,11 +26,6 @@ __all__ = [
     "sinusoidal_positions", "routing_setup", "sample_keys", "self_attention", "temperature_tolerance",
     "average_weight", "average_weight_fast", "KEY_NOISE",
 ]
-
-ORDER = ["copy", "average", "project", "single-vs-multi-head", "routing", "temperature", "merged-qk",
-         "receptive-field", "positions"]
-TOPICS = {name: TOPICS[name] for name in ORDER}  # the order of the notes, whatever the import order
-
 
 def validate(names: list[str] | None, options: ExploreOptions) -> list[str]:
     """Error messages for options that make one of the selected topics meaningless."""

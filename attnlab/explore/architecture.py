@@ -211,6 +211,7 @@ def _relative_bias_errors(x: torch.Tensor, n: int, d: int) -> tuple[float, float
     need(lambda o: o.dim >= 2 and o.dim % 2 == 0, lambda o: f"needs an even --dim >= 2 (sinusoidal positions), got {o.dim}"),
     need(lambda o: o.n >= 2, lambda o: f"needs --n >= 2 positions, got {o.n}"))
 def topic_positions(o: ExploreOptions) -> TopicResult:
+    # Long for its table, checks and notes (text); the measurements are the two helpers above.
     gen = _generator(o.seed)
     n, d = o.n, o.dim
     # Random initialisation: components N(0, 1/d), so every vector has norm about 1.
