@@ -109,6 +109,50 @@ def fast_step(stepper: Stepper, batches: Batches, step: int) -> StepStats:
     return StepStats(out.batch_tokens, positions, flops, out.loss_sum / out.n_targets)
 
 
+def build_paths(args: argparse.Namespace, dataset: SpanCorruptionDataset, config: ModelConfig,
+                device: torch.device) -> tuple[dict[str, dict], GPT]:
+    """The paths to time, each a step function of the step number; and the fast path's model."""
+    T = config.block_size - 1
+    paths: dict[str, dict] = {}
+    if not args.skip_course:  # (a) the course's path
+        torch.manual_seed(0)
+        model = GPT(config).to(device).train().set_fast(False)
+        opt = torch.optim.AdamW(model.parameters(), lr=6e-3, betas=(0.9, 0.95), weight_decay=0.1)
+        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))
+        order = order.repeat(1 + (args.steps + 1) * args.batch_size // len(dataset))
+        flops = row_flops(model, args.batch_size, T)
+
+        def course(s, model=model, opt=opt, order=order, flops=flops):
+            counted = course_step(model, opt, dataset, order, s, args.batch_size)
+            return StepStats(counted, counted, flops)
+
+        paths["course"] = dict(step=course)
+    torch.manual_seed(0)  # (b) the fast path
+    model = GPT(dataclasses.replace(config)).to(device).train()
+    stepper = fast_stepper(model, device, args.buckets, args.amp, args.compile)
+    batches = CorruptionBatches(dataset, args.batch_size, device, seed=0)
+    paths["fast"] = dict(step=lambda s: fast_step(stepper, batches, s))
+    return paths, model
+
+
+def time_alternating(paths: dict[str, dict], steps: int, device: torch.device, compiled: bool) -> None:
+    """One warm-up step each, then ``steps`` timed steps, the paths alternating (a, b, a, b,
+    ...): on a shared machine whose speed drifts, each ratio then compares steps taken under
+    the same conditions. Each path gathers its times, counted and processed tokens, FLOPs."""
+    for name, path in paths.items():  # warm-up (and compilation)
+        t0, _ = timed(lambda: path["step"](0), device)
+        if name == "fast" and compiled:
+            print(f"torch.compile + first step: {t0:.1f} s")
+        path.update(times=[], counted=0, processed=0, flops=0.0)
+    for s in tqdm(range(1, steps + 1), desc="steps (both paths)", leave=False):
+        for path in paths.values():
+            t, stats = timed(lambda: path["step"](s), device)
+            path["times"].append(t)
+            path["counted"] += stats.counted
+            path["processed"] += stats.positions
+            path["flops"] += stats.flops
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -144,40 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     peak = matmul_peak(device)
     print(f"measured fp32 matmul peak: {peak / 1e9:,.1f} GFLOP/s")
 
-    # Both paths are built first and their timed steps alternate (a, b, a, b, ...): on a shared
-    # machine whose speed drifts, each ratio then compares steps taken under the same conditions.
-    paths: dict[str, dict] = {}
-    if not args.skip_course:  # (a) the course's path
-        torch.manual_seed(0)
-        model = GPT(config).to(device).train().set_fast(False)
-        opt = torch.optim.AdamW(model.parameters(), lr=6e-3, betas=(0.9, 0.95), weight_decay=0.1)
-        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))
-        order = order.repeat(1 + (args.steps + 1) * args.batch_size // len(dataset))
-        flops = row_flops(model, args.batch_size, T)
-
-        def course(s, model=model, opt=opt, order=order, flops=flops):
-            counted = course_step(model, opt, dataset, order, s, args.batch_size)
-            return StepStats(counted, counted, flops)
-
-        paths["course"] = dict(step=course)
-    torch.manual_seed(0)  # (b) the fast path
-    model = GPT(dataclasses.replace(config)).to(device).train()
-    stepper = fast_stepper(model, device, args.buckets, args.amp, args.compile)
-    batches = CorruptionBatches(dataset, args.batch_size, device, seed=0)
-    paths["fast"] = dict(step=lambda s: fast_step(stepper, batches, s))
-
-    for name, path in paths.items():  # warm-up (and compilation)
-        t0, _ = timed(lambda: path["step"](0), device)
-        if name == "fast" and compile_:
-            print(f"torch.compile + first step: {t0:.1f} s")
-        path.update(times=[], counted=0, processed=0, flops=0.0)
-    for s in tqdm(range(1, args.steps + 1), desc="steps (both paths)", leave=False):
-        for path in paths.values():
-            t, stats = timed(lambda: path["step"](s), device)
-            path["times"].append(t)
-            path["counted"] += stats.counted
-            path["processed"] += stats.positions
-            path["flops"] += stats.flops
+    paths, model = build_paths(args, dataset, config, device)
+    time_alternating(paths, args.steps, device, compile_)
 
     # On CPU with dropout the fast path computes attention explicitly (attnlab/dropout.py).
     attention = ("one-baddbmm attention, numpy dropout masks" if device.type == "cpu" and config.dropout
