@@ -22,30 +22,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    from ..checkpoint import load_model
-    from ..data import QAExample, read_text
-    from ..devices import resolve_device
-    from ..evaluate import answer_questions
-    from ..evidence import CorpusIndex
+    from ..api import load
+    from ..asking import answer_lines, describe, evidence_index
 
+    model = load(args.checkpoint, device=args.device)
+    index = evidence_index(args.evidence)
     if args.questions:
-        items = [(q, "<argument>", i + 1) for i, q in enumerate(args.questions)]
-    else:
-        items = [(line.strip(), "<stdin>", i + 1) for i, line in enumerate(sys.stdin) if line.strip()]
-    if not items:
-        raise ValueError("no questions: pass them as arguments or one per line on stdin")
-    model, vocab, _ = load_model(args.checkpoint, device=str(resolve_device(args.device)))
-    examples = [QAExample(q, None, src, line) for q, src, line in items]
-    index = CorpusIndex(read_text(args.evidence).split("\n")) if args.evidence else None
-    for a in answer_questions(model, vocab, examples):
-        note = "" if a.complete else " (unfinished: no closing mark within 32 characters)"
-        line = f"{a.question}\t{a.answer}\tconfidence {a.confidence:.2f}{note}"
-        if index is not None:
-            line += f"\t{index.find(a.question, a.answer).verdict}"
-        if a.recalled is not None:  # recall format: what the model wrote of the person first
-            line += f"\trecalled: {a.recalled!r}"
-        print(line)
-    return 0
+        for answer in model.ask(args.questions, source="<argument>"):
+            print(describe(answer, index))
+        return 0
+    if sys.stdin.isatty():
+        print("one question per line (Ctrl-D to end)", file=sys.stderr)
+    return answer_lines(model, sys.stdin, sys.stdout, index)  # each line answered as it is read
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
@@ -78,7 +66,8 @@ def register(command) -> None:
                         "(default: answers only)")
     flags.corpus(p, "corpus for --stored")
 
-    p = command("ask", "answer questions typed as arguments or on stdin, with a confidence", cmd_ask)
+    p = command("ask", "answer questions typed as arguments or on stdin (each line as soon as it is read), "
+                "with a confidence", cmd_ask)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
     p.add_argument("questions", nargs="*", help='questions such as "Where was Ada Lovelace born?" (default: read stdin)')
     p.add_argument("--evidence", default=str(DEFAULT_CORPUS), metavar="CORPUS",
