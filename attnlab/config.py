@@ -127,6 +127,8 @@ class TrainConfig(_Serialisable):
                           "drop (leave it out of the mix, and say so)", stages=("pretrain",))
     eval_every: int = _f(0, "score the dev file (answers and stored facts) every N steps and at the end, "
                          "into metrics.jsonl (0 = only finetuning's final evaluation)")
+    tensorboard: bool = _f(False, "also write the metrics as TensorBoard event files next to metrics.jsonl "
+                           "(needs the tensorboard extra: pip install 'attnlab[tensorboard]')")
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:

@@ -29,6 +29,7 @@ from .checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .devices import allow_tf32, switch
 from .fastpath import set_fast
+from .metrics_sinks import MetricsSink, NoSink, metrics_sink
 from .model import lm_loss
 from .vocab import PAD_ID, Vocab
 
@@ -239,10 +240,12 @@ def _accumulate_gradients(s: Stepper, micro: list[tuple[Tensor, ...]], global_ro
 class MetricsLog:
     """metrics.jsonl and the in-memory history: a loss record every ``log_every`` steps (tokens
     per second over the window since the last one) and evaluations, each with the training CPU
-    time so far (evaluation excluded). Only rank 0 writes the file."""
+    time so far (evaluation excluded). Only rank 0 writes the file, and hands each row to
+    ``sink`` too (attnlab/metrics_sinks.py: TensorBoard event files with --tensorboard)."""
 
-    def __init__(self, path: Path, write: bool, cpu_seconds: float = 0.0):
+    def __init__(self, path: Path, write: bool, cpu_seconds: float = 0.0, sink: MetricsSink | None = None):
         self.path, self.write = path, write
+        self.sink = sink or NoSink()
         self.history: list[dict[str, Any]] = []
         self.clock = _TrainingCPUClock(cpu_seconds)
         self.start = time.perf_counter()
@@ -254,6 +257,10 @@ class MetricsLog:
         if self.write:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+            self.sink(record)
+
+    def close(self) -> None:
+        self.sink.close()
 
     def training(self, step: int, out: StepOutcome, env: dist.DistEnv) -> dict[str, Any]:
         """The loss record after ``step`` steps (collective: every rank calls it)."""
@@ -309,7 +316,8 @@ def train(
     meta = dict(meta or {}, train_config=config.to_dict(), final_tokens=final_tokens)
     if env.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-    metrics = MetricsLog(run_dir / "metrics.jsonl", env.is_main, state.cpu_seconds)
+    metrics = MetricsLog(run_dir / "metrics.jsonl", env.is_main, state.cpu_seconds,
+                         metrics_sink(run_dir, config.tensorboard and env.is_main))
     checkpoint = functools.partial(_checkpoint, ckpt_path, stepper, vocab, meta, state, metrics)
     scores = None if evaluator is None or not config.eval_every or not env.is_main else (lambda: evaluator(model))
     model.train()
@@ -334,6 +342,7 @@ def train(
             if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0 and step + 1 < steps:
                 checkpoint(step + 1)
     bar.close()
+    metrics.close()
     checkpoint(steps)
     dist.barrier(env)
     seconds = time.perf_counter() - metrics.start
