@@ -49,9 +49,29 @@ def labels(vocab: Vocab, ids: list[int]) -> list[str]:
 
 
 # ---- drawing -----------------------------------------------------------------------------------
+# Long texts: a panel grows with the text up to PANEL_MAX_INCHES, and at most MAX_LABELS
+# characters are named per axis (every k-th, with its position), so a 120-character map of
+# 8 heads is about 2100 x 1000 pixels with readable labels instead of 6640 x 3320.
+PANEL_MAX_INCHES = 5.0
+MAX_LABELS = 40
+DPI = 100
+
+
 def plot_layer(weights: np.ndarray, chars: list[str], path: str | Path, title: str = "") -> list[np.ndarray]:
     """Draw one layer's heads (h, T, T) as a grid of heatmaps into a PNG; return the matrices
     as read back from the drawn images (so a test can compare what is on the page)."""
+    import matplotlib.pyplot as plt
+
+    fig, drawn = layer_figure(weights, chars, title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return drawn
+
+
+def layer_figure(weights: np.ndarray, chars: list[str], title: str = ""):
+    """The figure of one layer's heads with a shared colour bar; returns (figure, drawn)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -60,10 +80,12 @@ def plot_layer(weights: np.ndarray, chars: list[str], path: str | Path, title: s
     h, T, _ = weights.shape
     cols = min(h, 4)
     rows = (h + cols - 1) // cols
-    size = max(3.0, 0.13 * T + 1.0)
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * size, rows * size), squeeze=False)
-    drawn = []
-    fontsize = max(3, min(8, 400 // max(T, 1)))
+    size = min(PANEL_MAX_INCHES, max(3.0, 0.13 * T + 1.0))
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * size + 1.0, rows * size), squeeze=False,
+                             layout="constrained")
+    ticks, tick_labels = axis_labels(chars)
+    fontsize = max(4, min(8, int(0.8 * 72 * size / max(len(ticks), 1))))
+    drawn, image = [], None
     for k in range(rows * cols):
         ax = axes[k // cols][k % cols]
         if k >= h:
@@ -72,18 +94,24 @@ def plot_layer(weights: np.ndarray, chars: list[str], path: str | Path, title: s
         image = ax.imshow(weights[k], vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest")
         drawn.append(np.asarray(image.get_array(), dtype=np.float64))
         ax.set_title(f"head {k}", fontsize=9)
-        ax.set_xticks(range(T), chars, fontsize=fontsize)
-        ax.set_yticks(range(T), chars, fontsize=fontsize)
+        ax.set_xticks(ticks, tick_labels, fontsize=fontsize, rotation=90 if len(ticks) < T else 0)
+        ax.set_yticks(ticks, tick_labels, fontsize=fontsize)
         ax.set_xlabel("key", fontsize=8)
         ax.set_ylabel("query", fontsize=8)
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention probability")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return drawn
+    return fig, drawn
+
+
+def axis_labels(chars: list[str]) -> tuple[list[int], list[str]]:
+    """Tick positions and labels: every character, or for long texts every k-th character
+    with its position (at most MAX_LABELS)."""
+    step = -(-len(chars) // MAX_LABELS)
+    if step == 1:
+        return list(range(len(chars))), list(chars)
+    ticks = list(range(0, len(chars), step))
+    return ticks, [f"{chars[i]} {i}" for i in ticks]
 
 
 def statistics_table(entropy: np.ndarray, distance: np.ndarray) -> str:

@@ -157,26 +157,39 @@ def results_table(rows: list[Row], label: str = "model") -> str:
 
 
 def plot_dev_accuracy(rows: list[Row], path: Path, title: str) -> Path:
-    """Horizontal bars of dev accuracy; the baseline and no-pretraining rows in grey."""
+    """The dev accuracy chart (``dev_accuracy_figure``) into ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = dev_accuracy_figure(rows, title)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def dev_accuracy_figure(rows: list[Row], title: str):
+    """Horizontal bars of dev accuracy, each with its 95% Wilson interval as an error bar and
+    its count and interval as a label; the baseline and no-pretraining rows in grey."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     shown = [r for r in rows if r.dev_percent is not None]
-    fig, ax = plt.subplots(figsize=(7, 0.5 * len(shown) + 1.2))
+    percents = [r.dev.percent for r in shown]
+    bounds = [[100 * b for b in r.dev.interval] for r in shown]
+    # max(0, ...): at 0/n or n/n rounding can put a bound a hair past the bar's end
+    errors = [[max(0.0, p - lo) for p, (lo, _) in zip(percents, bounds)],
+              [max(0.0, hi - p) for p, (_, hi) in zip(percents, bounds)]]
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(shown) + 1.4), layout="constrained")
     colours = ["tab:blue" if r.kind in TRAINED_KINDS else "tab:gray" for r in shown]
-    ax.barh([r.model for r in shown], [r.dev_percent for r in shown], color=colours)
-    for y, r in enumerate(shown):
-        ax.text(r.dev_percent, y, f" {r.dev_percent:.1f}%", va="center")
+    ax.barh([r.model for r in shown], percents, color=colours, xerr=errors, capsize=3)
+    for y, (r, (_, hi)) in enumerate(zip(shown, bounds)):
+        ax.text(hi, y, f" {r.dev.with_interval()}", va="center", fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("dev accuracy (%)")
-    ax.set_xlim(0, max([10.0] + [r.dev_percent * 1.2 for r in shown]))
+    ax.set_xlabel("dev accuracy (%), bars: 95% Wilson interval")
+    ax.set_xlim(0, min(100.0, max([10.0] + [hi * 1.9 for _, hi in bounds])))  # room for the labels
     ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def demo(
@@ -208,7 +221,7 @@ def demo(
         rows.append(run.shipped(shipped))
     else:
         log(f"== 4/4 no shipped model at {shipped!r}: skipped")
-    run.write(rows, "model", f"dev accuracy on {Path(DEFAULT_DEV).name}")
+    run.write(rows, "model", f"dev accuracy on {Path(DEFAULT_DEV).name}, preset {preset.name}")
     log(f"\nextracted: the answer to 'Where was NAME born?' is the dev label; stored: of the dev people "
         f"whose {DEFAULT_CORPUS} line states their place, greedy completion of that line up to the place "
         "gives it. Test predictions: predictions-birth_test_inputs.txt beside each model's dev predictions.")
@@ -230,6 +243,7 @@ def compare(
     scratch: bool = True,
     reuse: bool = False,
     log: Callable[[str], None] = print,
+    preset: str | None = None,  # named in the chart's title
 ) -> list[Row]:
     """Every variant (default: the whole registry) through pretrain -> finetune -> dev, with
     the same model shape, seeds and data; plus the most-frequent-place baseline and, if
@@ -251,7 +265,7 @@ def compare(
         log(f"== {i}/{len(variants)} {name}: pretrain, finetune, evaluate on {dev_file}")
         rows.append(run.recipe(name, "variant", dataclasses.replace(model_config, attention=name),
                                pretrain_config, finetune_config, run.out / name))
-    run.write(rows, "variant", f"dev accuracy on {Path(dev_file).name}")
+    run.write(rows, "variant", f"dev accuracy on {Path(dev_file).name}" + (f", preset {preset}" if preset else ""))
     log(f"\nwrote {run.out / 'results.md'}, {run.out / 'results.json'} and {run.out / 'dev_accuracy.png'}; "
         f"runs in {run.out}/*/")
     return rows

@@ -1,7 +1,7 @@
 """`attnlab <command>`: one parser assembled from the command modules, one error handler.
 
 Commands are grouped by job, a module each: training.py (pretrain, finetune), answering.py
-(evaluate, ask, baseline), experiments.py (demo, compare, variants), probing.py (generate,
+(evaluate, ask, baseline), experiments.py (demo, compare, variants, plot), probing.py (generate,
 attention, explore). Each module has ``register(command)``, where ``command(name, help, fn)``
 returns the argparse parser of a new subcommand that runs ``fn(args)``; a new command module
 joins the program with one line in ``COMMANDS``. Flags that several commands share are

@@ -1,4 +1,5 @@
-"""Experiment commands: the `demo`, `compare` the attention variants, the `variants` table."""
+"""Experiment commands: the `demo`, `compare` the attention variants, the `variants` table,
+`plot` the training curves of runs."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     compare(flags.model_config_from(args), flags.train_config_from(args, "pretrain"),
             flags.train_config_from(args, "finetune"), flags.train_config_from(args, "finetune_scratch"),
             variants=variants, corpus=args.corpus, train_file=args.train_file, dev_file=args.eval_file,
-            out=args.out_dir, device=args.device, scratch=args.scratch, reuse=args.reuse)
+            out=args.out_dir, device=args.device, scratch=args.scratch, reuse=args.reuse,
+            preset=args.preset)
     return 0
 
 
@@ -41,6 +43,14 @@ def cmd_variants(args: argparse.Namespace) -> int:
           f"{config.vocab_size} (from {args.corpus}), positions {config.positions}/{config.position_mode}"
           f"{', rel_clip ' + str(config.rel_clip) if config.rel_clip else ''}")
     print(format_variant_table(variant_table(config)))
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from ..plots import plot_runs
+
+    image = plot_runs(args.runs, args.image)
+    print(f"training curves of {len(args.runs)} run(s) written to {image}")
     return 0
 
 
@@ -75,3 +85,11 @@ def register(command) -> None:
     flags.preset(p)
     flags.corpus(p, "corpus that defines the vocabulary size")
     flags.model_flags(p)
+
+    p = command("plot", "training curves (loss, learning rate, tokens/s, dev accuracy where logged) "
+                "of one or several runs on shared axes", cmd_plot)
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directory (or its metrics.jsonl)")
+    p.add_argument("--image", default="runs/curves.png", metavar="FILE",
+                   help="image file to write (PNG, or any format matplotlib knows by the suffix)")
+    p.add_argument("--out", dest="image", action=flags.Deprecated, new="--image",
+                   help=argparse.SUPPRESS, default=argparse.SUPPRESS)
