@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+from .datafiles import DataFile
 
 POSITION_SCHEMES = ("learned", "sinusoidal", "none")
 POSITION_MODES = ("add", "concat")
@@ -143,7 +144,7 @@ class TrainConfig(_Serialisable):
 
 
 # The course's data files, relative to the checkout (the README's commands run from its root).
-DATA = Path("data")
+DATA = DataFile("data")  # resolved when used: from any directory, or --data-dir (datafiles.py)
 DEFAULT_CORPUS = DATA / "wiki.txt"
 DEFAULT_TRAIN = DATA / "birth_places_train.tsv"
 DEFAULT_DEV = DATA / "birth_dev.tsv"

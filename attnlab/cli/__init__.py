@@ -15,6 +15,7 @@ import argparse
 import sys
 from typing import Callable
 
+from .. import __version__
 from . import answering, experiments, flags, probing, training
 from .flags import model_config_from, train_config_from  # noqa: F401  (the library-facing helpers)
 
@@ -29,12 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "birth-place knowledge-access task.",
         epilog="Run `attnlab COMMAND --help` for a command's options.",
     )
+    parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, fn: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help, formatter_class=flags.Formatter)
         p.set_defaults(func=fn)
         flags.cpu_settings(p)
+        flags.data_dir(p)
         return p
 
     for register in COMMANDS:
@@ -46,7 +49,9 @@ def main(argv: list[str] | None = None, *, process_settings: bool = False) -> in
     """Run one subcommand. ``process_settings``: first apply the process-wide CPU settings
     (attnlab/cpu_settings.py) unless the command is given --no-cpu-settings; the program does,
     library calls (tests) do not."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = flags.with_config_file(parser, argv, parser.parse_args(argv))  # --config FILE as defaults
+    flags.resolve_data_paths(args)  # data/NAME from any directory, or --data-dir
     if process_settings and args.cpu_settings:
         from .. import cpu_settings
 

@@ -70,9 +70,9 @@ def register(command) -> None:
                 "with a confidence", cmd_ask)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
     p.add_argument("questions", nargs="*", help='questions such as "Where was Ada Lovelace born?" (default: read stdin)')
-    p.add_argument("--evidence", default=str(DEFAULT_CORPUS), metavar="CORPUS",
+    p.add_argument("--evidence", default=DEFAULT_CORPUS.as_written, metavar="CORPUS",
                    help="corpus in which to check whether each answer is stated about the person "
-                        f"('' to skip) (default: {DEFAULT_CORPUS})")
+                        f"('' to skip) (default: {DEFAULT_CORPUS.as_written})")
     flags.device(p)
 
     p = command("baseline", "score the training file's most frequent place on a labelled file", cmd_baseline)

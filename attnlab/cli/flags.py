@@ -14,8 +14,11 @@ import dataclasses
 import sys
 from typing import Any
 
+from .. import datafiles
 from ..config import (DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, PRESETS, ModelConfig,
                       TrainConfig, cli_fields, get_preset)
+from ..config_file import read_config_file
+from ..data import DataError
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -60,16 +63,16 @@ def preset(parser: argparse.ArgumentParser, default: str = "quick", help: str = 
 
 
 def corpus(parser: argparse.ArgumentParser, help: str = "pretraining corpus, one document per line") -> None:
-    parser.add_argument("--corpus", default=str(DEFAULT_CORPUS), help=help)
+    parser.add_argument("--corpus", default=DEFAULT_CORPUS.as_written, help=help)
 
 
 def train_file(parser: argparse.ArgumentParser, help: str = "question<TAB>place training file") -> None:
-    parser.add_argument("--train-file", default=str(DEFAULT_TRAIN), help=help)
+    parser.add_argument("--train-file", default=DEFAULT_TRAIN.as_written, help=help)
 
 
 def eval_file(parser: argparse.ArgumentParser, help: str, old: tuple[str, ...] = ()) -> None:
     """The labelled (or, for evaluate, possibly unlabelled) question file a command scores."""
-    _renamed(parser, "--eval-file", old, default=str(DEFAULT_DEV), help=help)
+    _renamed(parser, "--eval-file", old, default=DEFAULT_DEV.as_written, help=help)
 
 
 def out_dir(parser: argparse.ArgumentParser, default: str | None, help: str, old: tuple[str, ...] = ()) -> None:
@@ -83,16 +86,67 @@ def resume(parser: argparse.ArgumentParser) -> None:
 
 def mixing(parser: argparse.ArgumentParser) -> None:
     """What lm pretraining may mix in, and what it never may."""
-    parser.add_argument("--mix-qa", default=str(DEFAULT_TRAIN), metavar="FILE",
+    parser.add_argument("--mix-qa", default=DEFAULT_TRAIN.as_written, metavar="FILE",
                         help="question<TAB>place file mixed into lm pretraining when --mix-ratio > 0; its "
                              "questions may not be asked in a --held-out file")
-    parser.add_argument("--held-out", nargs="*", default=[str(DEFAULT_DEV), str(DEFAULT_TEST)], metavar="FILE",
+    parser.add_argument("--held-out", nargs="*", default=[DEFAULT_DEV.as_written, DEFAULT_TEST.as_written],
+                        metavar="FILE",
                         help="evaluation files whose people may never be mixed into training")
 
 
 def attention_view(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention", default=None, help="use another variant of the same parameters, "
                         "e.g. argmax (default: the checkpoint's)")
+
+
+def data_dir(parser: argparse.ArgumentParser) -> None:
+    """Every command: where ``data/NAME`` paths are read (resolve_data_paths, datafiles.py)."""
+    parser.add_argument("--data-dir", default=None, metavar="DIR",
+                        help="directory holding the data files: data/NAME options read DIR/NAME "
+                             f"(or ${datafiles.DATA_DIR_ENV}) (default: ./data if present, else the "
+                             "installed package's data)")
+
+
+def resolve_data_paths(args: argparse.Namespace) -> None:
+    """Resolve, in place, every ``data/...`` and ``models/...`` value of parsed arguments, after
+    applying the command's --data-dir (so the defaults work from any directory)."""
+    datafiles.set_data_dir(getattr(args, "data_dir", None))
+    for name, value in vars(args).items():
+        if isinstance(value, str) and value:
+            setattr(args, name, datafiles.resolved_text(value))
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            setattr(args, name, [datafiles.resolved_text(v) if v else v for v in value])
+
+
+def config_file(parser: argparse.ArgumentParser) -> None:
+    """Training commands: a run's settings as defaults (with_config_file, config_file.py)."""
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help="settings from a run's config.json (or TOML of the same shape); flags "
+                             "given on the command line override them (default: none)")
+
+
+def with_config_file(parser: argparse.ArgumentParser, argv: list[str] | None,
+                     args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` re-parsed with the --config file's settings as the command's defaults
+    (precedence: preset < file < command line). The model table is left out when the command
+    finetunes from --init (the pretrained checkpoint fixes the model). A bad file is a one-line
+    error and exit code 2, as argparse's own errors are."""
+    if not getattr(args, "config", None):
+        return args
+    try:
+        values = read_config_file(args.config)
+    except (DataError, FileNotFoundError) as e:
+        parser.exit(2, f"attnlab {args.command}: error: {e}\n")
+    command = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+    takes = {a.dest for a in command._actions}
+    from_init = "init" in takes and (args.init if args.init is not None else values.get("init"))
+    defaults = {}
+    for key, value in values.items():
+        section, _, name = key.rpartition(".")
+        if name in takes and not (section == "model" and from_init):
+            defaults[name] = value
+    command.set_defaults(**defaults)
+    return parser.parse_args(argv)
 
 
 def cpu_settings(parser: argparse.ArgumentParser) -> None:
@@ -128,7 +182,9 @@ def model_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def train_flags(parser: argparse.ArgumentParser, stages: tuple[str, ...]) -> None:
-    """The training fields of ``stages``; --device is the shared flag (``device``)."""
+    """The training fields of ``stages``, and --config FILE to take them from a run's
+    config.json; --device is the shared flag (``device``)."""
+    config_file(parser)
     group = parser.add_argument_group("training (defaults from --preset)")
     for f in cli_fields(TrainConfig):
         if f.name == "device" or not set(stages) & set(f.metadata.get("stages", stages)):
