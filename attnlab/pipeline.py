@@ -268,10 +268,10 @@ def evaluate_file(
         log(f"{path}: {len(examples)} questions have no labels, so no accuracy can be computed; "
             f"predictions written to {out} ({seconds:.1f} s)")
     else:
-        log(f"{path}: {result} correct; predictions written to {out} ({seconds:.1f} s)")
+        log(f"{path}: {result.with_interval()} correct; predictions written to {out} ({seconds:.1f} s)")
     if stored_corpus is not None and result is not None:
         stored = measure_stored(model, vocab, CorpusIndex(documents(read_text(stored_corpus))), examples)
-        log(f"{path}: extracted (answered correctly) {result}; stored (greedy completion of the "
+        log(f"{path}: extracted (answered correctly) {result.with_interval()}; stored (greedy completion of the "
             f"person's {stored_corpus} line up to the place) {stored} of the {stored.total} people "
             "whose place the line states")
     return answers, result, out

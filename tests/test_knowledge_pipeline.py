@@ -10,6 +10,8 @@ import pytest
 
 from attnlab import cli
 from attnlab.config import get_preset
+from attnlab.data import read_qa
+from attnlab.evaluate import wilson_interval
 
 RECALL = ["--preset", "tiny", "--objective", "lm", "--qa-format", "recall", "--recall-chars", "40",
           "--device", "cpu"]
@@ -48,6 +50,10 @@ def test_lm_pretraining_with_recall_mixing_logs_learning_curves_and_answers(tiny
     assert "extracted (answered correctly)" in out and "of the 12 people whose place the line states" in out
     predictions = (ft / "predictions-dev.txt").read_text().splitlines()
     assert len(predictions) == 12
+    correct = sum(p == e.answer for p, e in zip(predictions, read_qa(tiny_data["dev"])))
+    low, high = wilson_interval(correct, 12)  # its value on known counts: test_evaluate.py
+    printed = f"{correct}/12 ({100 * correct / 12:.1f}%) [95% CI {100 * low:.1f}-{100 * high:.1f}%]"
+    assert f"{tiny_data['dev']}: {printed} correct;" in out and f"extracted (answered correctly) {printed};" in out
 
 
 def test_mixing_people_asked_in_dev_is_a_one_line_error(tiny_data, tmp_path, capsys):

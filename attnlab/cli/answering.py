@@ -45,7 +45,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
               "so no accuracy can be computed")
     else:
         print(f'most frequent place in {args.train_file}: "{place}"; always answering it on '
-              f"{args.eval_file}: {result}")
+              f"{args.eval_file}: {result.with_interval()}")
     return 0
 
 
