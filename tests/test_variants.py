@@ -69,7 +69,8 @@ def test_compare_trains_every_chosen_variant_and_writes_its_report(tmp_path, cap
 
     titles = []
     drawn = experiments.dev_accuracy_figure
-    monkeypatch.setattr(experiments, "dev_accuracy_figure", lambda rows, title: titles.append(title) or drawn(rows, title))
+    monkeypatch.setattr(experiments, "dev_accuracy_figure",
+                        lambda rows, title: titles.append(title) or drawn(rows, title))
     paths = write_data(tmp_path)
     out = tmp_path / "compare"
     code = run_cli(["compare", "--preset", "tiny", "--variants", "vanilla,rotary", "--max-steps", "1",
