@@ -4,6 +4,7 @@ The course's public names are kept so people coming from the CS224N assignment f
 ``GPT``, ``GPTConfig``, ``CharCorruptionDataset``, ``NameDataset``.
 """
 
+from .api import LoadedModel, load
 from .config import GPTConfig, ModelConfig, TrainConfig, get_preset
 from .data import CharCorruptionDataset, NameDataset, SpanCorruptionDataset
 from .model import GPT
@@ -12,6 +13,6 @@ from .vocab import MASK_CHAR, PAD_CHAR, Vocab
 __version__ = "0.1.0"
 
 __all__ = [
-    "GPT", "GPTConfig", "ModelConfig", "TrainConfig", "get_preset", "CharCorruptionDataset",
+    "load", "LoadedModel", "GPT", "GPTConfig", "ModelConfig", "TrainConfig", "get_preset", "CharCorruptionDataset",
     "NameDataset", "SpanCorruptionDataset", "Vocab", "PAD_CHAR", "MASK_CHAR",
 ]

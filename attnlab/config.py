@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .datafiles import DataFile
+
 POSITION_SCHEMES = ("learned", "sinusoidal", "none")
 POSITION_MODES = ("add", "concat")
 QA_FORMATS = ("direct", "recall")  # attnlab/knowledge.py
@@ -105,7 +107,7 @@ class TrainConfig(_Serialisable):
     final_tokens: int = _f(0, "tokens at which cosine decay reaches the floor (0 = 200 * len(pretrain corpus) * block_size)")
     lr_floor: float = _f(0.1, "learning-rate floor as a fraction of the peak")
     seed: int = _f(0, "random seed (weights, data order, span corruption)")
-    length_buckets: int = _f(0, "split each batch into this many length-sorted micro-batches, each trimmed to its longest example (exact; saves padding work); 0 = auto: 8 on CPU (fastest measured, BENCHMARKS.md), 1 on CUDA")
+    length_buckets: int = _f(0, "split each batch into this many length-sorted micro-batches, each trimmed to its longest example (exact; saves padding work); 0 = auto: 8 on CPU, 1 on CUDA")
     micro_batch_size: int = _f(0, "most examples one process puts through the model at once; a larger share of the batch is split and its gradients accumulated (0 = no limit)")
     rank_streams: bool = _f(True, "multi-process runs: each process corrupts its share of the batch with its own random stream (--no-rank-streams: all share one stream, so N processes train exactly like 1)")
     max_steps: int = _f(0, "stop after this many optimiser steps (0 = run all epochs)")
@@ -114,7 +116,7 @@ class TrainConfig(_Serialisable):
     device: str = _f("auto", "cpu, cuda, cuda:N or auto")
     compile: str = _f("auto", "torch.compile the model: on, off, or auto (on for CUDA)")
     amp: str = _f("auto", "bf16 autocast: on, off, or auto (on for CUDA)")
-    fast: bool = _f(True, "the fast path: fused scaled_dot_product_attention where the variant allows it and, on CPU, cheap dropout masks (--no-fast: the course's plain code)")
+    fast: bool = _f(True, "the fast path: fused scaled_dot_product_attention where the variant allows it and, on CPU, cheap dropout masks (--no-fast: explicit softmax attention, separate q/k/v products, torch's dropout: the same function, slower)")
     attn_loss: str = _f("none", "attention-shaping loss added to the LM loss: none, focus or near")
     attn_loss_weight: float = _f(0.0, "weight lambda of the attention-shaping loss")
     near_max: float = _f(16.0, "L_max: per-row cap of the near (locality) loss")
@@ -126,6 +128,8 @@ class TrainConfig(_Serialisable):
                           "drop (leave it out of the mix, and say so)", stages=("pretrain",))
     eval_every: int = _f(0, "score the dev file (answers and stored facts) every N steps and at the end, "
                          "into metrics.jsonl (0 = only finetuning's final evaluation)")
+    tensorboard: bool = _f(False, "also write the metrics as TensorBoard event files next to metrics.jsonl "
+                           "(needs the tensorboard extra: pip install 'attnlab[tensorboard]')")
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -137,6 +141,14 @@ class TrainConfig(_Serialisable):
         if self.mix_ratio > 0 and self.objective != "lm":
             raise ValueError("mix_ratio needs the lm objective (span corruption mixes nothing in)")
 
+
+
+# The course's data files, relative to the checkout (the README's commands run from its root).
+DATA = DataFile("data")  # resolved when used: from any directory, or --data-dir (datafiles.py)
+DEFAULT_CORPUS = DATA / "wiki.txt"
+DEFAULT_TRAIN = DATA / "birth_places_train.tsv"
+DEFAULT_DEV = DATA / "birth_dev.tsv"
+DEFAULT_TEST = DATA / "birth_test_inputs.tsv"
 
 
 @dataclass(frozen=True)

@@ -365,3 +365,9 @@ def trim_batch(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     keep = (y != PAD_ID).any(dim=0).nonzero()  # (k, 1) columns with a real target
     width = int(keep[-1, 0]) + 1 if len(keep) else 1
     return x[:, :width], y[:, :width]
+
+
+def read_texts(path: str | Path) -> list[str]:
+    """Non-blank lines of a file; for a question<TAB>place file, the question column."""
+    return [ln.split("\t")[0].strip() for ln in read_text(path).split("\n") if ln.strip()]
+

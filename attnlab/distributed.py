@@ -5,7 +5,7 @@ from its rendezvous); the process group is NCCL on CUDA and gloo on CPU. Outside
 everything here is a no-op, so the single-process path pays nothing.
 
 How a step is split (data parallelism, PyTorch's DDP): every rank holds a full copy of the
-model; the step's global batch is cut into W contiguous shares (``shard``); each rank computes
+model; the step's global batch is cut into W contiguous shares (``batching.shard_rows``); each rank computes
 gradients on its share and DDP averages them with an all-reduce during the last backward pass,
 so every rank applies the same optimiser step. Only rank 0 writes files.
 """
@@ -77,6 +77,15 @@ def teardown() -> None:
         tdist.destroy_process_group()
 
 
+@contextlib.contextmanager
+def session(device: str = "auto"):
+    """``setup`` on entry, ``teardown`` on the way out, whatever happens: (env, device)."""
+    try:
+        yield setup(device)
+    finally:
+        teardown()
+
+
 def wrap(model: nn.Module, device: torch.device, env: DistEnv) -> nn.Module:
     """DistributedDataParallel around ``model`` for W > 1 (it broadcasts rank 0's weights at
     construction, so every replica starts equal); the model itself otherwise."""
@@ -86,13 +95,6 @@ def wrap(model: nn.Module, device: torch.device, env: DistEnv) -> nn.Module:
 
     ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
-
-
-def shard(t: Tensor, env: DistEnv) -> Tensor:
-    """This rank's contiguous share of a global batch (first dimension; may be empty)."""
-    if env.world_size == 1:
-        return t
-    return t.tensor_split(env.world_size)[env.rank]
 
 
 def maybe_no_sync(model: nn.Module, sync: bool):

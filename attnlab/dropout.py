@@ -12,7 +12,7 @@ The distribution is dropout's (each element kept independently with probability 
 masks differ from torch's draw for draw. Each call seeds its generator from torch's CPU
 generator, so ``torch.manual_seed``, the RNG state saved in checkpoints, exact resumption and
 per-rank streams cover these masks unchanged. On other devices, and on the plain path
-(``fast=False``, the course's code), this is ``torch.nn.functional.dropout``.
+(``model.set_fast(False)``, attnlab/fastpath.py), this is ``torch.nn.functional.dropout``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .fastpath import FastPath
 
 _BITS = 2**32
 
@@ -56,8 +58,9 @@ def dropout(x: Tensor, p: float, training: bool, fast: bool = True) -> Tensor:
     return F.dropout(x, p, True)
 
 
-class Dropout(nn.Dropout):
-    """``nn.Dropout`` whose forward takes the path flag (no parameters: checkpoints unchanged)."""
+class Dropout(FastPath, nn.Dropout):
+    """``nn.Dropout`` that follows the module's fast/plain state (no parameters: checkpoints
+    unchanged)."""
 
-    def forward(self, x: Tensor, fast: bool = True) -> Tensor:
-        return dropout(x, self.p, self.training, fast)
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training, self.fast)

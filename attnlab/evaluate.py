@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from .data import QAExample
 from .generate import generate
+from .knowledge import answer_by_recall, require_person
 from .model import GPT
 from .vocab import MASK_CHAR, MASK_ID, Vocab
 
@@ -92,15 +93,13 @@ def answer_questions(
         gen = generate(model, [prompts[i] for i in chunk], max_new, stop_token=MASK_ID, use_cache=use_cache)
         for i, toks, lps in zip(chunk, gen.tokens, gen.logprobs):
             complete = bool(toks) and toks[-1] == MASK_ID
-            text = vocab.decode(toks[:-1] if complete else toks)
+            text = extract_answer(examples[i].question + MASK_CHAR + vocab.decode(toks))
             answers[i] = Answer(examples[i].question, text, math.exp(sum(lps)), complete)
     return answers  # type: ignore[return-value]
 
 
 def _answers_by_recall(model: GPT, vocab: Vocab, examples: list[QAExample], batch_size: int,
                        max_new: int) -> list[Answer]:
-    from .knowledge import answer_by_recall, require_person
-
     names = [require_person(e) for e in examples]
     for name, e in zip(names, examples):
         vocab.encode(name, source=e.source, line=e.line)  # a clear error for an unknown character

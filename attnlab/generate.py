@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from tqdm.auto import tqdm
 
-from .attention import KVCache
-from .model import GPT
-from .vocab import PAD_ID
+from .attention import KVCache, masks
+from .model import GPT, evaluating
+from .positions import left_padded_positions
+from .vocab import PAD_ID, Vocab
 
 
 @dataclass
@@ -74,23 +76,16 @@ def generate(
     # Each row may grow until it fills the block, whatever the other rows' lengths.
     limits = torch.tensor([min(max_new_tokens, block - len(p)) for p in prompts], device=device)
     B = len(prompts)
-    idx = torch.full((B, longest), PAD_ID, dtype=torch.long, device=device)
-    valid = torch.zeros(B, longest, dtype=torch.bool, device=device)
-    for b, p in enumerate(prompts):
-        idx[b, longest - len(p):] = torch.tensor(p, device=device)
-        valid[b, longest - len(p):] = True
-    positions = (valid.long().cumsum(1) - 1).clamp(min=0)  # (B, P)
-
-    was_training = model.training
-    model.eval()
+    idx, valid = _left_padded(prompts, device)
+    positions = left_padded_positions(valid)  # (B, P)
     caches = [KVCache() for _ in model.blocks] if use_cache else None
     out = torch.empty(B, 0, dtype=torch.long, device=device)
     logps = torch.empty(B, 0, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
     step_idx, step_pos, key_pos = idx, positions, positions
-    try:
+    with evaluating(model):
         for step in range(int(limits.max())):
-            allowed = _mask(valid, step_idx.shape[1])
+            allowed = masks.padded(valid, step_idx.shape[1])
             logits, _ = model.run(step_idx, positions=step_pos, allowed=allowed, caches=caches,
                                   key_positions=key_pos)
             last = logits[:, -1].float()
@@ -112,10 +107,24 @@ def generate(
             else:
                 step_idx = torch.cat([step_idx, nxt[:, None]], 1)
                 step_pos = key_pos
-    finally:
-        model.train(was_training)
+    return _trimmed(out, logps, limits, stop_token)
+
+
+def _left_padded(prompts: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
+    """(B, P) token ids, prompts right-aligned after PAD, and (B, P) which of them are real."""
+    longest = max(len(p) for p in prompts)
+    idx = torch.full((len(prompts), longest), PAD_ID, dtype=torch.long, device=device)
+    valid = torch.zeros(len(prompts), longest, dtype=torch.bool, device=device)
+    for b, p in enumerate(prompts):
+        idx[b, longest - len(p):] = torch.tensor(p, device=device)
+        valid[b, longest - len(p):] = True
+    return idx, valid
+
+
+def _trimmed(out: Tensor, logps: Tensor, limits: Tensor, stop_token: int | None) -> Generation:
+    """Each row's tokens up to its limit, or up to and including its stop token."""
     tokens, logprobs = [], []
-    for b in range(B):
+    for b in range(out.shape[0]):
         row = out[b].tolist()
         n = min(len(row), int(limits[b]))
         if stop_token is not None and stop_token in row[:n]:
@@ -125,12 +134,21 @@ def generate(
     return Generation(tokens, logprobs)
 
 
-def _mask(valid: Tensor, n_queries: int) -> Tensor:
-    """(B, 1, T, S) bool: the last T of S positions see real keys up to themselves; a padded
-    query sees itself so that no row of scores is all -inf (its output is never used)."""
-    S = valid.shape[1]
-    causal = torch.ones(n_queries, S, dtype=torch.bool, device=valid.device).tril(S - n_queries)
-    allowed = causal[None] & valid[:, None, :]
-    eye = torch.zeros(n_queries, S, dtype=torch.bool, device=valid.device)
-    eye[torch.arange(n_queries), torch.arange(S - n_queries, S)] = True
-    return (allowed | eye)[:, None]
+def continue_texts(model: GPT, vocab: Vocab, prompts: list[str], *, max_new: int,
+                   temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+                   batch_size: int = 64, stop: str | None = None, progress: bool = False,
+                   source: str = "<prompt>") -> list[str]:
+    """The continuation (new characters only) of every prompt; batches share one seeded
+    generator, so the same seed and batch size give the same samples."""
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    stop_id = None if stop is None else vocab.encode(stop, source="--stop")[0]
+    encoded = [vocab.encode(p, source=source, line=i + 1) for i, p in enumerate(prompts)]
+    out: list[str] = []
+    starts = range(0, len(encoded), batch_size)
+    for s in tqdm(starts, desc="generate", disable=not progress):
+        gen = generate(model, encoded[s : s + batch_size], max_new, temperature=temperature,
+                       top_k=top_k, top_p=top_p, stop_token=stop_id, generator=generator)
+        out.extend(vocab.decode(t) for t in gen.tokens)
+    return out
+

@@ -7,26 +7,18 @@ The attention variant and the position scheme are chosen by name in the config.
 
 from __future__ import annotations
 
-import math
+import contextlib
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import KVCache, build_attention
+from .attention import KVCache, build_attention, masks
 from .config import ModelConfig
 from .dropout import Dropout
+from .fastpath import FastPath
+from .positions import segment_positions, sinusoidal_table
 from .vocab import PAD_ID
-
-
-def sinusoidal_table(n_positions: int, width: int) -> Tensor:
-    """Fixed sin/cos position table of Vaswani et al. 2017: (n_positions, width)."""
-    pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
-    inv = torch.exp(-math.log(10_000.0) * torch.arange(0, width, 2, dtype=torch.float32) / width)
-    table = torch.zeros(n_positions, width)
-    table[:, 0::2] = torch.sin(pos * inv)
-    table[:, 1::2] = torch.cos(pos * inv)[:, : width // 2]
-    return table
 
 
 class Block(nn.Module):
@@ -44,15 +36,17 @@ class Block(nn.Module):
         )
         self.mlp_drop = Dropout(config.dropout)
 
-    def forward(self, x: Tensor, positions: Tensor, *, fast: bool = True,
-                **attn_kw) -> tuple[Tensor, Tensor | None]:
-        a, weights = self.attn(self.ln1(x), positions, fast=fast, **attn_kw)
+    def forward(self, x: Tensor, positions: Tensor, **attn_kw) -> tuple[Tensor, Tensor | None]:
+        a, weights = self.attn(self.ln1(x), positions, **attn_kw)
         x = x + a
-        x = x + self.mlp_drop(self.mlp(self.ln2(x)), fast)
+        x = x + self.mlp_drop(self.mlp(self.ln2(x)))
         return x, weights
 
 
-class GPT(nn.Module):
+class GPT(FastPath, nn.Module):
+    """``set_fast(False)`` switches every attention and dropout module to the plain path
+    (attnlab/fastpath.py); ``fast`` reads the model's own state."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
@@ -69,9 +63,6 @@ class GPT(nn.Module):
         if config.positions == "none" and config.position_mode == "concat":
             raise ValueError("--position-mode concat needs a position scheme (learned or sinusoidal)")
         self.drop = Dropout(config.dropout)
-        # The path training and the course interface (forward) take: True = fused attention
-        # and cheap dropout masks, False = the course's plain code (TrainConfig.fast).
-        self.fast = True
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd)
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
@@ -98,22 +89,24 @@ class GPT(nn.Module):
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names exempt from weight decay besides biases and LayerNorm weights:
-        embeddings and position tables, as in minGPT."""
+        embeddings and position tables, as in minGPT, and what each attention variant declares
+        (``Attention.no_decay``)."""
         names = {"tok_emb.weight"}
         if isinstance(self.pos_emb, nn.Parameter):
             names.add("pos_emb")
-        names |= {n for n, _ in self.named_parameters() if n.endswith("relative_bias")}
+        for i, block in enumerate(self.blocks):
+            names |= {f"blocks.{i}.attn.{n}" for n in block.attn.no_decay}
         return names
 
     # ------------------------------------------------------------------------------------------
-    def embed(self, idx: Tensor, positions: Tensor, fast: bool = True) -> Tensor:
+    def embed(self, idx: Tensor, positions: Tensor) -> Tensor:
         tok = self.tok_emb(idx)  # (B, T, C or C - P)
         if self.pos_emb is None:
-            return self.drop(tok, fast)
+            return self.drop(tok)
         pos = self.pos_emb[positions]  # (B|1, T, P)
         if self.config.position_mode == "add":
-            return self.drop(tok + pos, fast)
-        return self.drop(torch.cat([tok, pos.expand(tok.shape[0], -1, -1)], dim=-1), fast)
+            return self.drop(tok + pos)
+        return self.drop(torch.cat([tok, pos.expand(tok.shape[0], -1, -1)], dim=-1))
 
     def run(
         self,
@@ -124,7 +117,6 @@ class GPT(nn.Module):
         caches: list[KVCache] | None = None,
         key_positions: Tensor | None = None,
         need_weights: bool = False,
-        fast: bool = True,
     ) -> tuple[Tensor, list[Tensor]]:
         """The full forward pass with every option; returns logits (B,T,V) and the per-layer
         attention weights (B,h,T,S) when ``need_weights``."""
@@ -135,12 +127,12 @@ class GPT(nn.Module):
             positions = torch.arange(T, device=idx.device)[None]  # (1, T)
         elif int(positions.max()) >= self.config.block_size:
             raise ValueError(f"position {int(positions.max())} exceeds block_size {self.config.block_size}")
-        x = self.embed(idx, positions, fast)
+        x = self.embed(idx, positions)
         weights: list[Tensor] = []
         for i, block in enumerate(self.blocks):
             x, w = block(
                 x, positions, allowed=allowed, cache=None if caches is None else caches[i],
-                key_positions=key_positions, need_weights=need_weights, fast=fast,
+                key_positions=key_positions, need_weights=need_weights,
             )
             if need_weights:
                 weights.append(w)
@@ -155,30 +147,21 @@ class GPT(nn.Module):
         ``segments`` (B, T): rows of several sequences packed side by side (segment ids, -1 for
         padding); each position then sees only its own sequence, numbered from its start."""
         if segments is None:
-            logits, _ = self.run(idx, fast=self.fast)
+            logits, _ = self.run(idx)
         else:
-            logits, _ = self.run(idx, positions=segment_positions(segments),
-                                 allowed=segment_mask(segments), fast=self.fast)
+            logits, _ = self.run(idx, positions=segment_positions(segments), allowed=masks.segments(segments))
         return logits, (None if targets is None else lm_loss(logits, targets))
 
 
-def segment_positions(segments: Tensor) -> Tensor:
-    """(B, T): each position's offset from the start of its segment (a run of equal ids)."""
-    T = segments.shape[1]
-    at = torch.arange(T, device=segments.device).expand_as(segments)
-    starts = torch.ones_like(segments, dtype=torch.bool)
-    starts[:, 1:] = segments[:, 1:] != segments[:, :-1]
-    return at - torch.where(starts, at, torch.zeros_like(at)).cummax(dim=1).values
-
-
-def segment_mask(segments: Tensor) -> Tensor:
-    """(B, 1, T, T) bool: a position sees the earlier positions of its own segment; a padding
-    position (-1) sees only itself, so no score row is empty (its output is never scored)."""
-    T = segments.shape[1]
-    causal = torch.ones(T, T, dtype=torch.bool, device=segments.device).tril()
-    same = segments[:, :, None] == segments[:, None, :]
-    eye = torch.eye(T, dtype=torch.bool, device=segments.device)
-    return ((same & causal) | eye)[:, None]
+@contextlib.contextmanager
+def evaluating(model: nn.Module):
+    """``model`` in eval mode (no dropout) for the block, then back in the mode it was in."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def lm_loss(logits: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:

@@ -1,11 +1,11 @@
-"""The experiment's stages as typed functions: pretrain, finetune, evaluate, baseline, demo.
-The CLI is a thin layer over these; so are tests and benchmarks."""
+"""The experiment's stages as typed functions: pretrain, finetune, evaluate, stored facts,
+baseline (experiments.py builds demo and compare from them). The CLI is a thin layer over
+these; so are tests and benchmarks."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,20 +15,19 @@ import torch
 
 from . import distributed
 from .batching import CorruptionBatches, PackedBatches, QABatches
-from .checkpoint import load_checkpoint
-from .config import ModelConfig, TrainConfig
+from .checkpoint import load_checkpoint, load_model
+from .config import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, ModelConfig, TrainConfig
 from .data import NameDataset, SpanCorruptionDataset, documents, read_qa, read_text
-from .knowledge import CorpusIndex, measure_stored, require_person
+from .knowledge import CorpusIndex, Stored, measure_stored, require_person
 from .evaluate import Answer, Score, evaluate, most_frequent_place, score, write_predictions
 from .model import GPT
-from .train import TrainResult, resolve_device, train
+from .objectives import corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people
+from .shaping import shaping_loss_fn
+from .shipped import output_dir
+from .devices import resolve_device
+from .train import TrainResult, default_loss, total_steps, train
 from .vocab import MASK_CHAR, Vocab
 
-DATA = Path("data")
-DEFAULT_CORPUS = DATA / "wiki.txt"
-DEFAULT_TRAIN = DATA / "birth_places_train.tsv"
-DEFAULT_DEV = DATA / "birth_dev.tsv"
-DEFAULT_TEST = DATA / "birth_test_inputs.tsv"
 
 
 @dataclass(frozen=True)
@@ -50,9 +49,7 @@ def build_model(config: ModelConfig, seed: int) -> GPT:
 
 
 def _log_config(run_dir: Path, **parts: Any) -> None:
-    from .distributed import environment
-
-    if not environment().is_main:  # under torchrun only rank 0 writes files
+    if not distributed.environment().is_main:  # under torchrun only rank 0 writes files
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(parts, indent=2, default=str) + "\n")
@@ -107,8 +104,6 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
                 corpus: str | Path, mix_qa: str | Path | None, held_out, device,
                 log: Callable[[str], None] = print) -> tuple[PackedBatches, str]:
     """Packed rows of corpus lines (and QA examples) for the lm objective."""
-    from .objectives import corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people
-
     docs = documents(text)
     fmt, K, block = model_config.qa_format, model_config.recall_chars, model_config.block_size
     sequences = corpus_sequences(docs, vocab, block, fmt, K, source=str(corpus))
@@ -137,10 +132,7 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
 
 def _run_tokens(batches, config: TrainConfig, model_config: ModelConfig) -> int:
     """Counted tokens of the whole run (the trainer counts rows x width per step)."""
-    steps = math.ceil(config.epochs * batches.steps_per_epoch)
-    if config.max_steps:
-        steps = min(steps, config.max_steps)
-    return steps * config.batch_size * model_config.block_size
+    return total_steps(config, batches.steps_per_epoch) * config.batch_size * model_config.block_size
 
 
 def _dev_evaluator(eval_file, corpus, vocab: Vocab, config: TrainConfig):
@@ -217,8 +209,6 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
                        device) -> tuple[PackedBatches, int]:
     """Recall-format finetuning examples: each training person's corpus line cut at
     recall_chars, then the place (attnlab/knowledge.py), packed into rows."""
-    from .objectives import pack, qa_sequences
-
     examples = read_qa(train_file, labelled=True)
     index = CorpusIndex(documents(read_text(corpus)))
     sequences = qa_sequences(examples, vocab, config.block_size, "recall", config.recall_chars, index)
@@ -228,11 +218,7 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
 
 def _loss_fn(config: TrainConfig):
     if config.attn_loss == "none" or config.attn_loss_weight == 0:
-        from .train import default_loss
-
         return default_loss
-    from .shaping import shaping_loss_fn
-
     return shaping_loss_fn(config.attn_loss, config.attn_loss_weight, near_max=config.near_max)
 
 
@@ -259,8 +245,6 @@ def evaluate_file(
 ) -> tuple[list[Answer], Score | None, Path]:
     """Answer every question of a QA file, write the predictions, score them if labelled;
     with ``stored_corpus`` also report how many of the places the model stored."""
-    from .checkpoint import load_model
-
     dev = resolve_device(device)
     model, vocab, ckpt = load_model(checkpoint, device=str(dev), **(overrides or {}))
     examples = read_qa(path)
@@ -275,8 +259,6 @@ def evaluate_file(
         result = score([a.answer for a in answers], examples)
     seconds = time.perf_counter() - start
     if out is None:  # beside the checkpoint; a shipped model's go to runs/NAME instead
-        from .shipped import output_dir
-
         out = output_dir(checkpoint) / f"predictions-{Path(path).stem}.txt"
     out = Path(out)
     if not env.is_main:  # rank 0 alone writes and reports
@@ -286,10 +268,10 @@ def evaluate_file(
         log(f"{path}: {len(examples)} questions have no labels, so no accuracy can be computed; "
             f"predictions written to {out} ({seconds:.1f} s)")
     else:
-        log(f"{path}: {result} correct; predictions written to {out} ({seconds:.1f} s)")
+        log(f"{path}: {result.with_interval()} correct; predictions written to {out} ({seconds:.1f} s)")
     if stored_corpus is not None and result is not None:
         stored = measure_stored(model, vocab, CorpusIndex(documents(read_text(stored_corpus))), examples)
-        log(f"{path}: extracted (answered correctly) {result}; stored (greedy completion of the "
+        log(f"{path}: extracted (answered correctly) {result.with_interval()}; stored (greedy completion of the "
             f"person's {stored_corpus} line up to the place) {stored} of the {stored.total} people "
             "whose place the line states")
     return answers, result, out
@@ -302,95 +284,11 @@ def baseline(train_file: str | Path = DEFAULT_TRAIN, eval_file: str | Path = DEF
     return place, score([place] * len(examples), examples)
 
 
-@dataclass
-class DemoRow:
-    model: str
-    dev: Score | None
-    seconds: float | None
-    where: str
-    stored: Any = None  # knowledge.Stored: of the people whose line states their place
-
-
-def scored_run(run: str | Path, device: str = "auto", log: Callable[[str], None] = print,
-               corpus: str | Path = DEFAULT_CORPUS) -> tuple[Score | None, Any]:
-    """Dev accuracy (extracted, predictions written) and stored facts of a run; test predictions too."""
-    from .checkpoint import load_model
-
-    _, dev_score, _ = evaluate_file(run, DEFAULT_DEV, device=device, log=log)
-    evaluate_file(run, DEFAULT_TEST, device=device, log=log)
-    model, vocab, _ = load_model(run, device=str(resolve_device(device)))
-    stored = measure_stored(model, vocab, CorpusIndex(documents(read_text(corpus))), read_qa(DEFAULT_DEV))
-    return dev_score, stored
-
-
-def demo(
-    preset_name: str = "demo",
-    *,
-    out: str | Path = "runs/demo",
-    attention: str = "vanilla",
-    device: str = "auto",
-    shipped: str | Path | None = "models/cpu",
-    model_overrides: dict[str, Any] | None = None,
-    log: Callable[[str], None] = print,
-) -> list[DemoRow]:
-    """The main job: the baseline, a model that never read the corpus, the preset's recipe
-    trained from scratch (pretrain + finetune) and the shipped model, all scored on dev
-    (extracted and stored), with test-set predictions from the trained and shipped models."""
-    from .config import get_preset
-
-    preset = get_preset(preset_name)
-    out = Path(out)
-    model_config = ModelConfig(**{**preset.model, "attention": attention, **(model_overrides or {})})
-    rows: list[DemoRow] = []
-
-    log(f"== attnlab demo: preset {preset.name!r} ({preset.description}); outputs in {out}")
-    log("== 1/4 baseline: the training file's most frequent place")
-    place, base = baseline(DEFAULT_TRAIN, DEFAULT_DEV)
-    log(f'always answering "{place}": {base} on {DEFAULT_DEV}')
-    rows.append(DemoRow(f'baseline ("{place}")', base, None, "-"))
-
-    log("== 2/4 finetune without pretraining (the model never reads the corpus)")
-    start = time.perf_counter()
-    finetune(dataclasses.replace(preset.finetune_scratch, device=device), run_dir=out / "scratch",
-             model_config=model_config, log=log)
-    secs = time.perf_counter() - start
-    dev_score, stored = scored_run(out / "scratch", device, log)
-    rows.append(DemoRow(f"{attention}, no pretraining", dev_score, secs, str(out / "scratch"), stored))
-
-    log(f"== 3/4 the {preset.name} recipe from scratch: pretrain ({preset.pretrain.objective} objective), then finetune")
-    start = time.perf_counter()
-    pretrain(model_config, dataclasses.replace(preset.pretrain, device=device), run_dir=out / "pretrain",
-             log=log, mix_qa=DEFAULT_TRAIN, held_out=(DEFAULT_DEV, DEFAULT_TEST))
-    finetune(dataclasses.replace(preset.finetune, device=device), run_dir=out / "finetune",
-             init=out / "pretrain", log=log)
-    secs = time.perf_counter() - start
-    dev_score, stored = scored_run(out / "finetune", device, log)
-    rows.append(DemoRow(f"{attention}, {preset.name} recipe, trained now", dev_score, secs,
-                        str(out / "finetune"), stored))
-
-    if shipped and Path(shipped).exists():
-        log(f"== 4/4 the shipped model {shipped} (trained with the cpu preset; see its provenance.json)")
-        dev_score, stored = scored_run(shipped, device, log)
-        rows.append(DemoRow(f"shipped model ({shipped})", dev_score, None, str(shipped), stored))
-    else:
-        log(f"== 4/4 no shipped model at {shipped!r}: skipped")
-
-    table = results_table(rows)
-    log("\n" + table)
-    log(f"\nextracted: the answer to 'Where was NAME born?' is the dev label; stored: of the dev people "
-        f"whose {DEFAULT_CORPUS} line states their place, greedy completion of that line up to the place "
-        "gives it. Test predictions: predictions-birth_test_inputs.txt beside each model's dev predictions.")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.md").write_text(table + "\n")
-    return rows
-
-
-def results_table(rows: list[DemoRow]) -> str:
-    lines = ["| model | dev extracted (95% CI) | dev stored | training time | run |",
-             "| --- | --- | --- | --- | --- |"]
-    for r in rows:
-        acc = "-" if r.dev is None else r.dev.with_interval()
-        stored = "-" if r.stored is None else str(r.stored)
-        secs = "-" if r.seconds is None else f"{r.seconds:.0f} s"
-        lines.append(f"| {r.model} | {acc} | {stored} | {secs} | {r.where} |")
-    return "\n".join(lines)
+def stored_facts(checkpoint: str | Path, path: str | Path, corpus: str | Path = DEFAULT_CORPUS,
+                 device: str = "auto") -> Stored | None:
+    """How many of the labelled people of ``path`` the model stored (None: no labels)."""
+    examples = read_qa(path)
+    if any(e.answer is None for e in examples):
+        return None
+    model, vocab, _ = load_model(checkpoint, device=str(resolve_device(device)))
+    return measure_stored(model, vocab, CorpusIndex(documents(read_text(corpus))), examples)

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from .model import GPT, lm_loss
+from .train import default_loss
 from .vocab import PAD_ID
 
 SHAPING_LOSSES = ("focus", "near")
@@ -115,9 +116,9 @@ def run_with_weights(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]
     gpt = unwrap(model)
     ddp = model if hasattr(model, "_pre_forward") and hasattr(model, "_post_forward") else None
     if ddp is None:
-        return gpt.run(x, need_weights=True, fast=gpt.fast)
+        return gpt.run(x, need_weights=True)
     (x,), _ = ddp._pre_forward(x)
-    out = gpt.run(x, need_weights=True, fast=gpt.fast)
+    out = gpt.run(x, need_weights=True)
     return ddp._post_forward(out)
 
 
@@ -131,8 +132,6 @@ def shaping_loss_fn(name: str, weight: float, *, near_max: float = 16.0) -> Call
     if name not in SHAPING_LOSSES:
         raise ValueError(f"unknown attention-shaping loss {name!r}; choose none, {' or '.join(SHAPING_LOSSES)}")
     if weight == 0:
-        from .train import default_loss
-
         return default_loss
     if near_max <= 0:
         raise ValueError(f"near_max must be positive, got {near_max}")

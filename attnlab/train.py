@@ -1,11 +1,17 @@
-"""The trainer (SPEC section 5). It knows nothing of GPT: it gets a model, a batch source and a
-loss function, and owns the optimiser, the token-based schedule, clipping, mixed precision,
-logging, checkpoints and resumption.
+"""The trainer (SPEC section 5): it gets a model, a batch source and a loss function, and owns
+the optimiser, the token-based schedule, clipping, mixed precision, logging, checkpoints and
+resumption. What it asks of the model: ``no_weight_decay()`` names (make_optimizer) and the
+fast/plain switch (attnlab/fastpath.py); the default loss is the language-model loss.
+
+``train`` is built from named parts that the benchmarks reuse: ``restore_state`` (fresh or
+resumed), ``prepare_step`` + ``train_step`` (one optimiser step), ``MetricsLog`` (metrics.jsonl)
+and ``_stop_on_interrupt`` (Ctrl-C and SIGTERM end at a step boundary with a checkpoint).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import time
@@ -21,6 +27,10 @@ from . import distributed as dist
 from .batching import Batches, length_buckets
 from .checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from .config import TrainConfig
+from .devices import allow_tf32, switch
+from .fastpath import set_fast
+from .metrics_sinks import MetricsSink, NoSink, metrics_sink
+from .model import lm_loss
 from .vocab import PAD_ID, Vocab
 
 LossFn = Callable[[nn.Module, Tensor, Tensor], tuple[Tensor, dict[str, Tensor]]]
@@ -34,18 +44,6 @@ def lr_at(tokens: int, config: TrainConfig, final_tokens: int) -> float:
         return peak * tokens / max(1, config.warmup_tokens)
     progress = min(1.0, (tokens - config.warmup_tokens) / max(1, final_tokens - config.warmup_tokens))
     return peak * (config.lr_floor + (1 - config.lr_floor) * 0.5 * (1.0 + math.cos(math.pi * progress)))
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def _switch(value: str, device: torch.device) -> bool:
-    if value not in ("on", "off", "auto"):
-        raise ValueError(f"expected on, off or auto, got {value!r}")
-    return value == "on" or (value == "auto" and device.type == "cuda")
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
@@ -70,7 +68,6 @@ def default_loss(model: nn.Module, x: Tensor, y: Tensor, segments: Tensor | None
                  ) -> tuple[Tensor, dict[str, Tensor]]:
     """Summed cross-entropy over non-PAD targets (the trainer divides by the batch's count);
     ``segments`` for packed rows (attnlab/objectives.py)."""
-    from .model import lm_loss
 
     logits, _ = model(x) if segments is None else model(x, segments=segments)
     return lm_loss(logits, y, reduction="sum"), {}
@@ -87,11 +84,202 @@ class TrainResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass
+class TrainState:
+    """Where a run stands: optimiser steps taken, tokens counted, training CPU seconds."""
+
+    step: int = 0
+    tokens: int = 0
+    cpu_seconds: float = 0.0
+
+
+def total_steps(config: TrainConfig, steps_per_epoch: float) -> int:
+    steps = math.ceil(config.epochs * steps_per_epoch)
+    return min(steps, config.max_steps) if config.max_steps else steps
+
+
 def _rng_state(device: torch.device) -> dict[str, Tensor]:
     state = {"cpu": torch.get_rng_state()}
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
     return state
+
+
+def restore_state(model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig,
+                  ckpt_path: Path | None, device: torch.device) -> TrainState:
+    """A fresh start (``ckpt_path`` None: seed this rank's dropout stream) or the state of a
+    checkpoint written by ``train``: weights, optimiser, step, tokens, CPU clock and this
+    rank's random stream."""
+    env = dist.environment()
+    if ckpt_path is None:
+        torch.manual_seed(config.seed + env.rank)  # dropout stream; per-rank offset
+        return TrainState()
+    if not ckpt_path.exists():
+        raise FileNotFoundError(f"{ckpt_path}: nothing to resume (no checkpoint in {ckpt_path.parent})")
+    ckpt = load_checkpoint(ckpt_path)
+    if ckpt.optimizer_state is None:
+        raise ValueError(f"{ckpt_path}: this checkpoint has no optimizer state and cannot be resumed")
+    model.load_state_dict(ckpt.model_state)
+    optimizer.load_state_dict(ckpt.optimizer_state)
+    state = TrainState(int(ckpt.meta["step"]), int(ckpt.meta["tokens"]), float(ckpt.meta.get("train_cpu_s", 0.0)))
+    rng = dist.rng_state_for(ckpt.rng_state, env.rank)  # this rank's own dropout stream
+    if rng:
+        torch.set_rng_state(rng["cpu"])
+        if "cuda" in rng and device.type == "cuda":
+            torch.cuda.set_rng_state(rng["cuda"], device)
+    elif env.rank:  # written with fewer processes: a fresh per-rank stream
+        torch.manual_seed(config.seed + env.rank + state.step)
+    return state
+
+
+@dataclass
+class Stepper:
+    """Everything one optimiser step needs besides the batch (``prepare_step`` builds it)."""
+
+    model: nn.Module  # whose parameters are clipped and stepped
+    forward_model: nn.Module  # the same model, compiled and/or wrapped for DDP
+    optimizer: torch.optim.Optimizer
+    config: TrainConfig
+    final_tokens: int
+    loss_fn: LossFn = default_loss
+    trim: bool = True
+    buckets: int = 1
+    use_amp: bool = False
+    env: dist.DistEnv = field(default_factory=dist.environment)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def prepare_step(model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig, *,
+                 final_tokens: int, loss_fn: LossFn = default_loss, trim: bool = True) -> Stepper:
+    """The model set to the config's path and wrapped (compile, DDP) for ``train_step``."""
+    device = next(model.parameters()).device
+    env = dist.environment()
+    # 0 = auto: on CPU compute is the limit and padding is half of it; on a GPU many small
+    # micro-batches would leave it idle (untested there, so the GPU default is the safe one).
+    buckets = config.length_buckets or (8 if device.type == "cpu" else 1)
+    allow_tf32(device)
+    set_fast(model, config.fast)  # fused attention and cheap dropout masks, or the plain code
+    compiled = torch.compile(model) if switch(config.compile, device) else model
+    return Stepper(model, dist.wrap(compiled, device, env), optimizer, config, final_tokens, loss_fn,
+                   trim, buckets, switch(config.amp, device), env)
+
+
+@dataclass
+class StepOutcome:
+    tokens: int  # counted after this step
+    batch_tokens: int  # counted in this step (global batch)
+    lr: float
+    loss_sum: Tensor  # this rank's summed loss (detached; all-reduce for the global value)
+    n_targets: Tensor  # the global batch's non-PAD targets
+    extras: dict[str, Tensor]  # this rank's share of each extra term's global-batch mean
+    stopping: bool  # some rank was asked to stop: all stop after this step
+    shapes: list[tuple[int, ...]]  # (rows, width) of each micro-batch run (for FLOP counts)
+
+
+def train_step(s: Stepper, batches: Batches, step: int, tokens: int, stop_requested: bool = False) -> StepOutcome:
+    """One optimiser step on the global batch number ``step`` (this rank's share of it)."""
+    env, config, device = s.env, s.config, s.device
+    if env.world_size == 1:
+        x, y, *packed = batches.batch(step)
+        global_rows = len(x)
+    else:
+        x, y, *packed = batches.batch(step, env.rank, env.world_size, shared_stream=not config.rank_streams)
+        global_rows = len(batches.indices(step))
+    segments = packed[0] if packed else None  # PackedBatches: rows of several sequences
+    # Every target position counts, PAD included, as in the course (SPEC 5), over the global
+    # batch: 1 and N processes with the same global batch share one schedule.
+    batch_tokens = global_rows * y.shape[1]
+    tokens += batch_tokens
+    lr = lr_at(tokens, config, s.final_tokens)
+    for group in s.optimizer.param_groups:
+        group["lr"] = lr
+    # One all-reduce: the global non-PAD target count, and whether any rank was interrupted
+    # (all ranks must stop at the same step, or the next collective hangs).
+    counts = dist.all_reduce_sum(torch.stack([(y != PAD_ID).sum(), torch.tensor(
+        int(stop_requested), device=device)]), env)
+    n_targets = counts[0].clamp(min=1)
+    stopping = stop_requested if env.world_size == 1 else bool(counts[1] > 0)
+    micro = micro_batches(x, y, s.buckets, config.micro_batch_size, s.trim, segments)
+    total, extras = _accumulate_gradients(s, micro, global_rows, n_targets, has_rows=len(x) > 0)
+    if config.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(s.model.parameters(), config.grad_clip)
+    s.optimizer.step()
+    s.optimizer.zero_grad(set_to_none=True)
+    return StepOutcome(tokens, batch_tokens, lr, total, n_targets, extras, stopping,
+                       [tuple(m[0].shape) for m in micro])
+
+
+def _accumulate_gradients(s: Stepper, micro: list[tuple[Tensor, ...]], global_rows: int, n_targets: Tensor,
+                          has_rows: bool) -> tuple[Tensor, dict[str, Tensor]]:
+    """Forward and backward over the micro-batches; returns the summed loss and the extras."""
+    device, world = s.device, s.env.world_size
+    total = torch.zeros((), device=device)
+    extras_sum: dict[str, Tensor] = {}
+    for i, (xm, ym, *seg) in enumerate(micro):
+        part = len(xm) / global_rows if has_rows else 0.0  # its fraction of the global batch
+        # Gradients are all-reduced once, on the last micro-step (DDP no_sync before).
+        with dist.maybe_no_sync(s.forward_model, i == len(micro) - 1), (
+            torch.autocast(device.type, dtype=torch.bfloat16) if s.use_amp else contextlib.nullcontext()
+        ):
+            loss_sum, extras = s.loss_fn(s.forward_model, xm, ym, *seg)
+            # Normalise by the global target count; DDP averages over ranks, so scale back.
+            loss = loss_sum * world / n_targets
+            for k, v in sorted(extras.items()):  # per-example means -> global-batch mean
+                if part:  # an empty share (short last batch) has a NaN mean
+                    loss = loss + v * part * world
+                extras_sum[k] = extras_sum.get(k, torch.zeros((), device=device)) + (
+                    v.detach() * part if part else 0.0)
+        loss.backward()
+        total += loss_sum.detach()
+    return total, extras_sum
+
+
+class MetricsLog:
+    """metrics.jsonl and the in-memory history: a loss record every ``log_every`` steps (tokens
+    per second over the window since the last one) and evaluations, each with the training CPU
+    time so far (evaluation excluded). Only rank 0 writes the file, and hands each row to
+    ``sink`` too (attnlab/metrics_sinks.py: TensorBoard event files with --tensorboard)."""
+
+    def __init__(self, path: Path, write: bool, cpu_seconds: float = 0.0, sink: MetricsSink | None = None):
+        self.path, self.write = path, write
+        self.sink = sink or NoSink()
+        self.history: list[dict[str, Any]] = []
+        self.clock = _TrainingCPUClock(cpu_seconds)
+        self.start = time.perf_counter()
+        self.window_tokens, self.window_start = 0, self.start
+        self.loss = float("nan")
+
+    def append(self, record: dict[str, Any]) -> None:
+        self.history.append(record)
+        if self.write:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+            self.sink(record)
+
+    def close(self) -> None:
+        self.sink.close()
+
+    def training(self, step: int, out: StepOutcome, env: dist.DistEnv) -> dict[str, Any]:
+        """The loss record after ``step`` steps (collective: every rank calls it)."""
+        self.loss = float(dist.all_reduce_sum(out.loss_sum, env) / out.n_targets)
+        extras = {k: dist.all_reduce_sum(v, env) for k, v in sorted(out.extras.items())}
+        now = time.perf_counter()
+        tps = self.window_tokens / max(now - self.window_start, 1e-9)
+        self.window_tokens, self.window_start = 0, now
+        record = {"step": step, "tokens": out.tokens, "loss": round(self.loss, 5), "lr": out.lr,
+                  "tokens_per_s": round(tps, 1), "elapsed_s": round(now - self.start, 2)}
+        record.update({k: round(float(v), 5) for k, v in extras.items()})
+        self.append(record)
+        return record
+
+    def evaluation(self, step: int, tokens: int, evaluator: Callable[[], dict[str, Any]]) -> None:
+        with self.clock.paused():
+            record = {"step": step, "tokens": tokens, "train_cpu_s": round(self.clock.seconds(), 2),
+                      "elapsed_s": round(time.perf_counter() - self.start, 2), **evaluator()}
+        self.append(record)
 
 
 def train(
@@ -113,161 +301,74 @@ def train(
     """Train ``model`` in place; checkpoints and metrics.jsonl go to ``run_dir``.
     ``evaluator`` (with ``config.eval_every``): scores the model every N steps and at the end;
     its numbers join metrics.jsonl with the training CPU time so far (evaluation excluded)."""
+    # A little over 60 lines only by its keyword signature: the body wires the named parts
+    # above (restore_state, prepare_step/train_step, MetricsLog, _checkpoint, _stop) together.
     run_dir = Path(run_dir)
     env = dist.environment()
     device = batches.device
     ckpt_path = run_dir / CHECKPOINT_NAME
     optimizer = make_optimizer(model, config, device)
-    step, tokens, cpu_before = 0, 0, 0.0
+    state = restore_state(model, optimizer, config, ckpt_path if resume else None, device)
     if resume:
-        if not ckpt_path.exists():
-            raise FileNotFoundError(f"{ckpt_path}: nothing to resume (no checkpoint in {run_dir})")
-        ckpt = load_checkpoint(ckpt_path)
-        if ckpt.optimizer_state is None:
-            raise ValueError(f"{ckpt_path}: this checkpoint has no optimizer state and cannot be resumed")
-        model.load_state_dict(ckpt.model_state)
-        optimizer.load_state_dict(ckpt.optimizer_state)
-        step, tokens = int(ckpt.meta["step"]), int(ckpt.meta["tokens"])
-        cpu_before = float(ckpt.meta.get("train_cpu_s", 0.0))
-        rng = dist.rng_state_for(ckpt.rng_state, env.rank)  # this rank's own dropout stream
-        if rng:
-            torch.set_rng_state(rng["cpu"])
-            if "cuda" in rng and device.type == "cuda":
-                torch.cuda.set_rng_state(rng["cuda"], device)
-        elif env.rank:  # written with fewer processes: a fresh per-rank stream
-            torch.manual_seed(config.seed + env.rank + step)
-        log(f"resuming {desc} from {ckpt_path} at step {step} ({tokens:,} tokens)")
-    else:
-        torch.manual_seed(config.seed + env.rank)  # dropout stream; per-rank offset
-
-    total_steps = math.ceil(config.epochs * batches.steps_per_epoch)
-    if config.max_steps:
-        total_steps = min(total_steps, config.max_steps)
-    use_amp = _switch(config.amp, device)
-    # 0 = auto: on CPU compute is the limit and padding is half of it; on a GPU many small
-    # micro-batches would leave it idle (untested there, so the GPU default is the safe one).
-    buckets = config.length_buckets or (8 if device.type == "cpu" else 1)
-    if device.type == "cuda":
-        # TF32 for the fp32 matmuls that autocast leaves (a process-wide PyTorch setting).
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    if hasattr(model, "fast"):  # GPT: fused attention and cheap dropout masks, or the plain code
-        model.fast = config.fast
-    compiled = torch.compile(model) if _switch(config.compile, device) else model
-    forward_model = dist.wrap(compiled, device, env)
+        log(f"resuming {desc} from {ckpt_path} at step {state.step} ({state.tokens:,} tokens)")
+    steps = total_steps(config, batches.steps_per_epoch)
+    stepper = prepare_step(model, optimizer, config, final_tokens=final_tokens, loss_fn=loss_fn, trim=trim)
     meta = dict(meta or {}, train_config=config.to_dict(), final_tokens=final_tokens)
-
-    cpu_clock = _TrainingCPUClock(cpu_before)
-
-    def checkpoint(at_step: int) -> None:
-        rng = dist.gather_rng_states(_rng_state(device), env)  # collective: every rank's stream
-        if env.is_main:
-            save_checkpoint(ckpt_path, model, vocab, dict(meta, step=at_step, tokens=tokens,
-                            train_cpu_s=round(cpu_clock.seconds(), 2)), optimizer, rng)
-
-    def evaluate_now(at_step: int) -> None:
-        if evaluator is None or not config.eval_every or not env.is_main:
-            return
-        with cpu_clock.paused():
-            record = {"step": at_step, "tokens": tokens, "train_cpu_s": round(cpu_clock.seconds(), 2),
-                      "elapsed_s": round(time.perf_counter() - start, 2), **evaluator(model)}
-        history.append(record)
-        with open(metrics_file, "a") as f:
-            f.write(json.dumps(record) + "\n")
-
-    metrics_file = run_dir / "metrics.jsonl"
     if env.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-    history: list[dict[str, Any]] = []
+    metrics = MetricsLog(run_dir / "metrics.jsonl", env.is_main, state.cpu_seconds,
+                         metrics_sink(run_dir, config.tensorboard and env.is_main))
+    checkpoint = functools.partial(_checkpoint, ckpt_path, stepper, vocab, meta, state, metrics)
+    scores = None if evaluator is None or not config.eval_every or not env.is_main else (lambda: evaluator(model))
     model.train()
-    start = time.perf_counter()
-    start_tokens = tokens
-    window_tokens, window_start = 0, start
-    loss_value = float("nan")
-    bar = tqdm(range(step, total_steps), initial=step, total=total_steps, desc=desc,
+    start_tokens = state.tokens
+    bar = tqdm(range(state.step, steps), initial=state.step, total=steps, desc=desc,
                disable=not env.is_main, dynamic_ncols=True, leave=True)
     # Ctrl-C finishes the current step, writes a checkpoint and stops: no work is lost.
     with _stop_on_interrupt() as stop:
         for step in bar:
-            # This rank's share of the step's global batch (all of it for one process).
-            if env.world_size == 1:
-                x, y, *packed = batches.batch(step)
-                global_rows = len(x)
-            else:
-                x, y, *packed = batches.batch(step, env.rank, env.world_size, shared_stream=not config.rank_streams)
-                global_rows = len(batches.indices(step))
-            segments = packed[0] if packed else None  # PackedBatches: rows of several sequences
-            # Every target position counts, PAD included, as in the course (SPEC 5), over the
-            # global batch: 1 and N processes with the same global batch share one schedule.
-            batch_tokens = global_rows * y.shape[1]
-            tokens += batch_tokens
-            lr = lr_at(tokens, config, final_tokens)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            # One all-reduce: the global non-PAD target count, and whether any rank was
-            # interrupted (all ranks must stop at the same step, or the next collective hangs).
-            counts = dist.all_reduce_sum(torch.stack([(y != PAD_ID).sum(), torch.tensor(
-                int(stop.requested), device=device)]), env)
-            n_targets = counts[0].clamp(min=1)
-            stopping = stop.requested if env.world_size == 1 else bool(counts[1] > 0)
-            micro = micro_batches(x, y, buckets, config.micro_batch_size, trim, segments)
-            total = torch.zeros((), device=device)
-            extras_sum: dict[str, Tensor] = {}
-            for i, (xm, ym, *seg) in enumerate(micro):
-                part = len(xm) / global_rows if len(x) else 0.0  # its fraction of the global batch
-                # Gradients are all-reduced once, on the last micro-step (DDP no_sync before).
-                with dist.maybe_no_sync(forward_model, i == len(micro) - 1), (
-                    torch.autocast(device.type, dtype=torch.bfloat16) if use_amp else contextlib.nullcontext()
-                ):
-                    loss_sum, extras = loss_fn(forward_model, xm, ym, *seg)
-                    # Normalise by the global target count; DDP averages over ranks, so scale back.
-                    loss = loss_sum * env.world_size / n_targets
-                    for k, v in sorted(extras.items()):  # per-example means -> global-batch mean
-                        if part:  # an empty share (short last batch) has a NaN mean
-                            loss = loss + v * part * env.world_size
-                        extras_sum[k] = extras_sum.get(k, torch.zeros((), device=device)) + (
-                            v.detach() * part if part else 0.0)
-                loss.backward()
-                total += loss_sum.detach()
-            if config.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            window_tokens += batch_tokens
-            last = step == total_steps - 1 or stopping
+            out = train_step(stepper, batches, step, state.tokens, stop.requested)
+            state.tokens = out.tokens
+            metrics.window_tokens += out.batch_tokens
+            last = step == steps - 1 or out.stopping
             if step % config.log_every == 0 or last:
-                loss_value = float(dist.all_reduce_sum(total, env) / n_targets)
-                extras_sum = {k: dist.all_reduce_sum(v, env) for k, v in sorted(extras_sum.items())}
-                now = time.perf_counter()
-                tps = window_tokens / max(now - window_start, 1e-9)
-                window_tokens, window_start = 0, now
-                record = {"step": step + 1, "tokens": tokens, "loss": round(loss_value, 5), "lr": lr,
-                          "tokens_per_s": round(tps, 1), "elapsed_s": round(now - start, 2)}
-                record.update({k: round(float(v), 5) for k, v in extras_sum.items()})
-                history.append(record)
-                bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:,.0f}")
-                if env.is_main:
-                    with open(metrics_file, "a") as f:
-                        f.write(json.dumps(record) + "\n")
-            if config.eval_every and ((step + 1) % config.eval_every == 0 or last) and not stopping:
-                evaluate_now(step + 1)
-            if stopping:
-                checkpoint(step + 1)
-                bar.close()
-                log(f"interrupted: checkpoint at step {step + 1} written to {ckpt_path}; "
-                    "continue with --resume")
-                raise KeyboardInterrupt
-            if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0 and step + 1 < total_steps:
+                metrics.training(step + 1, out, env)
+                bar.set_postfix(loss=f"{metrics.loss:.3f}", lr=f"{out.lr:.2e}",
+                                tok_s=f"{metrics.history[-1]['tokens_per_s']:,.0f}")
+            if scores and ((step + 1) % config.eval_every == 0 or last) and not out.stopping:
+                metrics.evaluation(step + 1, state.tokens, scores)
+            if out.stopping:
+                _stop(checkpoint, step + 1, bar, ckpt_path, log)
+            if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0 and step + 1 < steps:
                 checkpoint(step + 1)
     bar.close()
-    checkpoint(total_steps)
+    metrics.close()
+    checkpoint(steps)
     dist.barrier(env)
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - metrics.start
     return TrainResult(
-        steps=total_steps, tokens=tokens, final_loss=loss_value, seconds=seconds,
-        tokens_per_second=(tokens - start_tokens) / max(seconds, 1e-9),
-        checkpoint=ckpt_path if env.is_main else None, history=history,
+        steps=steps, tokens=state.tokens, final_loss=metrics.loss, seconds=seconds,
+        tokens_per_second=(state.tokens - start_tokens) / max(seconds, 1e-9),
+        checkpoint=ckpt_path if env.is_main else None, history=metrics.history,
     )
+
+
+def _checkpoint(path: Path, s: Stepper, vocab: Vocab, meta: dict[str, Any], state: TrainState,
+                metrics: MetricsLog, at_step: int) -> None:
+    """Weights, optimiser, every rank's random stream and where the run stands, into ``path``
+    (collective: every rank calls it; rank 0 writes)."""
+    rng = dist.gather_rng_states(_rng_state(s.device), s.env)
+    if s.env.is_main:
+        save_checkpoint(path, s.model, vocab, dict(meta, step=at_step, tokens=state.tokens,
+                        train_cpu_s=round(metrics.clock.seconds(), 2)), s.optimizer, rng)
+
+
+def _stop(checkpoint: Callable[[int], None], at_step: int, bar, ckpt_path: Path, log) -> None:
+    """Stop handling: a checkpoint at the step boundary, then KeyboardInterrupt."""
+    checkpoint(at_step)
+    bar.close()
+    log(f"interrupted: checkpoint at step {at_step} written to {ckpt_path}; continue with --resume")
+    raise KeyboardInterrupt
 
 
 def micro_batches(

@@ -123,3 +123,13 @@ class Vocab:
                 raise ValueError(f"id {i} is outside the vocabulary (0..{len(itos) - 1})")
             out.append(itos[i])
         return "".join(out)
+
+
+_VISIBLE = {"\n": "↵", "\t": "⇥"}
+
+
+def visible(text: str, spaces: bool = False) -> str:
+    """``text`` with newlines and tabs (and, if asked, spaces) drawn as visible marks, for
+    printed continuations and the axis labels of attention maps."""
+    table = {**_VISIBLE, " ": "␣"} if spaces else _VISIBLE
+    return "".join(table.get(c, c) for c in text)

@@ -27,6 +27,11 @@ from typing import Callable, Sequence
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # the checkout's attnlab, not another install of it
+    sys.path.insert(0, str(REPO))
+
+from attnlab.devices import resolve_device  # noqa: E402,F401  (the scripts import it from here)
+
 BENCHMARKS_MD = REPO / "BENCHMARKS.md"
 DATA = REPO / "data"
 _TITLE = "# Benchmarks\n\nEach section is written by the script named in it; re-run the command to refresh it.\n"
@@ -55,15 +60,6 @@ def machine_description(device: torch.device | str = "cpu") -> str:
     parts.append(f"{platform.system()} {platform.release()}")
     parts.append(f"Python {platform.python_version()}, torch {torch.__version__}")
     return "; ".join(parts)
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"error: --device {name}: CUDA is not available on this machine")
-    return device
 
 
 # -------------------------------------------------------------------------------- timing

@@ -29,11 +29,10 @@ def child(steps: int, flush: bool) -> None:
 
     from attnlab import cpu_settings
     from attnlab.batching import CorruptionBatches
-    from attnlab.config import ModelConfig, TrainConfig, get_preset
+    from attnlab.config import ModelConfig, get_preset
     from attnlab.data import SpanCorruptionDataset, read_text
     from attnlab.model import GPT
-    from attnlab.train import make_optimizer
-    from train_speed import fast_step
+    from train_speed import fast_step, fast_stepper
 
     if flush:
         cpu_settings.flush_denormals()  # before any parallel work, as the program does
@@ -42,12 +41,12 @@ def child(steps: int, flush: bool) -> None:
     dataset = SpanCorruptionDataset(read_text(DATA / "wiki.txt"), 128, seed=0)
     torch.manual_seed(0)
     model = GPT(ModelConfig(vocab_size=dataset.vocab_size, **get_preset("spec").model)).train()
-    opt = make_optimizer(model, TrainConfig(), cpu)
+    stepper = fast_stepper(model, cpu, buckets=8)
     batches = CorruptionBatches(dataset, 128, cpu, seed=0)
     times, losses = [], []
     for step in range(steps):
         start = time.perf_counter()
-        stats = fast_step(model, model, opt, batches, step, 8, False, cpu)
+        stats = fast_step(stepper, batches, step)
         times.append(time.perf_counter() - start)
         losses.append(float(stats.loss))
     # Denormal attention probabilities at the end, on one batch (0 when they are flushed).

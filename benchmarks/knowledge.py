@@ -37,8 +37,8 @@ CORPUS = "data/wiki.txt"
 
 def stage_commands(preset: str, out: Path) -> list[list[str]]:
     return [
-        ["pretrain", "--preset", preset, "--run-dir", str(out / "pretrain")],
-        ["finetune", "--preset", preset, "--init", str(out / "pretrain"), "--run-dir", str(out / "finetune"),
+        ["pretrain", "--preset", preset, "--out-dir", str(out / "pretrain")],
+        ["finetune", "--preset", preset, "--init", str(out / "pretrain"), "--out-dir", str(out / "finetune"),
          "--eval-file", ""],
     ]
 
@@ -54,12 +54,12 @@ def run_pipeline(preset: str, out: Path, resume: bool) -> float:
     """Train every stage (stages already finished are resumed, i.e. kept); returns the training
     stages' wall seconds."""
     for argv in stage_commands(preset, out):
-        done = (Path(argv[argv.index("--run-dir") + 1]) / "checkpoint.safetensors").exists()
+        done = (Path(argv[argv.index("--out-dir") + 1]) / "checkpoint.safetensors").exists()
         if done and not resume:
             raise SystemExit(f"error: {out} already holds runs; pass --resume to continue or use another --out")
         if cli.main(argv + (["--resume"] if done else [])) != 0:
             raise SystemExit(f"error: `attnlab {' '.join(argv)}` failed")
-    return sum(stage_seconds(Path(argv[argv.index("--run-dir") + 1])) for argv in stage_commands(preset, out))
+    return sum(stage_seconds(Path(argv[argv.index("--out-dir") + 1])) for argv in stage_commands(preset, out))
 
 
 def score_run(run: Path) -> dict:

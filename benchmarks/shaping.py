@@ -24,9 +24,11 @@ from _common import replace_section  # noqa: E402
 from attnlab.checkpoint import load_model  # noqa: E402
 from attnlab.config import ModelConfig, get_preset  # noqa: E402
 from attnlab.evaluate import Score  # noqa: E402
-from attnlab.maps import read_texts, statistics_over  # noqa: E402
-from attnlab.pipeline import DEFAULT_DEV, evaluate_file, finetune, pretrain  # noqa: E402
-from attnlab.train import resolve_device  # noqa: E402
+from attnlab.attention_maps import statistics_over  # noqa: E402
+from attnlab.data import read_texts  # noqa: E402
+from attnlab.config import DEFAULT_DEV  # noqa: E402
+from attnlab.pipeline import evaluate_file, finetune, pretrain  # noqa: E402
+from attnlab.devices import resolve_device  # noqa: E402
 from attnlab.vocab import MASK_CHAR  # noqa: E402
 
 

@@ -2,9 +2,9 @@
 
 (a) course-style: per-example Python span corruption (``SpanCorruptionDataset[i]``, stacked
     like a DataLoader with default collation), every example at the full padded length 127,
-    explicit attention and torch's dropout (``fast=False``), torch's default AdamW (a
+    explicit attention and torch's dropout (``set_fast(False)``), torch's default AdamW (a
     per-parameter loop on CPU);
-(b) fast path (``fast=True``): ``corrupt_batch`` on the whole dataset held as tensors
+(b) fast path (``set_fast(True)``): ``corrupt_batch`` on the whole dataset held as tensors
     (``CorruptionBatches``), length-bucketed trimmed micro-batches, query/key/value in one
     product, fused SDPA (on CPU with dropout: one-baddbmm attention and numpy dropout masks,
     attnlab/dropout.py), foreach/fused AdamW (``make_optimizer``), the trainer's bf16 autocast /
@@ -13,7 +13,8 @@
 Both paths run under the `attnlab` program's CPU process settings (attnlab/cpu_settings.py),
 applied before any work; ``--no-process-settings`` leaves them out.
 
-Both take the same optimiser step the trainer takes (summed CE / target count, clip 1.0). Tokens
+(b) is the trainer's own step, ``attnlab.train.train_step`` (summed CE / target count, clip 1.0,
+at a constant learning rate here: no warmup, no decay); (a) takes the same step by hand. Tokens
 are counted as the course counts them: ``batch * 127`` per step, padding included (SPEC 5).
 
 Model FLOPs utilisation (MFU) is hardware utilisation over the work each path actually does:
@@ -31,7 +32,6 @@ Run: .venv/bin/python benchmarks/train_speed.py [--steps 4] [--model spec|quick]
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import statistics
 import sys
@@ -45,14 +45,13 @@ from tqdm.auto import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA, matmul_peak, report, resolve_device, table, timed  # noqa: E402
 
-from attnlab.batching import CorruptionBatches, length_buckets  # noqa: E402
-from attnlab.config import ModelConfig, get_preset  # noqa: E402
-from attnlab.data import SpanCorruptionDataset, read_text  # noqa: E402
-from attnlab.model import GPT, lm_loss  # noqa: E402
-from attnlab.train import make_optimizer  # noqa: E402
-from attnlab.config import TrainConfig  # noqa: E402
 from attnlab import cpu_settings  # noqa: E402
-from attnlab.vocab import PAD_ID  # noqa: E402
+from attnlab.batching import Batches, CorruptionBatches  # noqa: E402
+from attnlab.config import ModelConfig, TrainConfig, get_preset  # noqa: E402
+from attnlab.data import SpanCorruptionDataset, read_text  # noqa: E402
+from attnlab.devices import switch  # noqa: E402
+from attnlab.model import GPT, lm_loss  # noqa: E402
+from attnlab.train import Stepper, make_optimizer, prepare_step, train_step  # noqa: E402
 
 COURSE_TOKENS_PER_S = 4_400  # the course code on this 2-core CPU (issue 4)
 TARGET_RATIO = 3.0
@@ -79,7 +78,7 @@ def course_step(model: GPT, opt, dataset: SpanCorruptionDataset, order: torch.Te
     items = [dataset[i] for i in idx]  # per-example Python corruption (SPEC 3 reference)
     x = torch.stack([a for a, _ in items])  # (B, 127): default_collate
     y = torch.stack([b for _, b in items])
-    logits, _ = model.run(x, fast=False)
+    logits, _ = model.run(x)  # the model is set_fast(False)
     loss = lm_loss(logits, y)
     model.zero_grad(set_to_none=True)
     loss.backward()
@@ -95,24 +94,63 @@ class StepStats(NamedTuple):
     loss: Tensor | None = None  # the step's loss (fast path; a tensor: no device sync)
 
 
-def fast_step(model, forward, opt, batches: CorruptionBatches, step: int, buckets: int,
-              amp: bool, device: torch.device) -> StepStats:
-    """One step as the trainer takes it."""
-    x, y = batches.batch(step)
-    n_targets = (y != PAD_ID).sum().clamp(min=1)
-    run, flops, total = 0, 0.0, torch.zeros((), device=device)
-    for xm, ym in length_buckets(x, y, buckets):
-        with torch.autocast(device.type, dtype=torch.bfloat16) if amp else contextlib.nullcontext():
-            logits, _ = forward(xm)  # GPT.forward: run(fast=True)
-            loss = lm_loss(logits, ym, reduction="sum") / n_targets
-        loss.backward()
-        run += xm.numel()
-        flops += row_flops(model, *xm.shape)
-        total += loss.detach()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return StepStats(y.numel(), run, flops, total)
+def fast_stepper(model: GPT, device: torch.device, buckets: int, amp: str = "off", compile: str = "off") -> Stepper:
+    """The trainer's step for ``model`` at a constant learning rate of 6e-3 (no warmup, and a
+    decay horizon no benchmark reaches), ``buckets`` length buckets, the fast path."""
+    config = TrainConfig(length_buckets=buckets, amp=amp, compile=compile, warmup_tokens=0, final_tokens=2**62)
+    return prepare_step(model, make_optimizer(model, config, device), config, final_tokens=config.final_tokens)
+
+
+def fast_step(stepper: Stepper, batches: Batches, step: int) -> StepStats:
+    """One step exactly as the trainer takes it (attnlab.train.train_step)."""
+    out = train_step(stepper, batches, step, tokens=0)
+    flops = sum(row_flops(stepper.model, *shape) for shape in out.shapes)
+    positions = sum(rows * width for rows, width in out.shapes)
+    return StepStats(out.batch_tokens, positions, flops, out.loss_sum / out.n_targets)
+
+
+def build_paths(args: argparse.Namespace, dataset: SpanCorruptionDataset, config: ModelConfig,
+                device: torch.device) -> tuple[dict[str, dict], GPT]:
+    """The paths to time, each a step function of the step number; and the fast path's model."""
+    T = config.block_size - 1
+    paths: dict[str, dict] = {}
+    if not args.skip_course:  # (a) the course's path
+        torch.manual_seed(0)
+        model = GPT(config).to(device).train().set_fast(False)
+        opt = torch.optim.AdamW(model.parameters(), lr=6e-3, betas=(0.9, 0.95), weight_decay=0.1)
+        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))
+        order = order.repeat(1 + (args.steps + 1) * args.batch_size // len(dataset))
+        flops = row_flops(model, args.batch_size, T)
+
+        def course(s, model=model, opt=opt, order=order, flops=flops):
+            counted = course_step(model, opt, dataset, order, s, args.batch_size)
+            return StepStats(counted, counted, flops)
+
+        paths["course"] = dict(step=course)
+    torch.manual_seed(0)  # (b) the fast path
+    model = GPT(dataclasses.replace(config)).to(device).train()
+    stepper = fast_stepper(model, device, args.buckets, args.amp, args.compile)
+    batches = CorruptionBatches(dataset, args.batch_size, device, seed=0)
+    paths["fast"] = dict(step=lambda s: fast_step(stepper, batches, s))
+    return paths, model
+
+
+def time_alternating(paths: dict[str, dict], steps: int, device: torch.device, compiled: bool) -> None:
+    """One warm-up step each, then ``steps`` timed steps, the paths alternating (a, b, a, b,
+    ...): on a shared machine whose speed drifts, each ratio then compares steps taken under
+    the same conditions. Each path gathers its times, counted and processed tokens, FLOPs."""
+    for name, path in paths.items():  # warm-up (and compilation)
+        t0, _ = timed(lambda: path["step"](0), device)
+        if name == "fast" and compiled:
+            print(f"torch.compile + first step: {t0:.1f} s")
+        path.update(times=[], counted=0, processed=0, flops=0.0)
+    for s in tqdm(range(1, steps + 1), desc="steps (both paths)", leave=False):
+        for path in paths.values():
+            t, stats = timed(lambda: path["step"](s), device)
+            path["times"].append(t)
+            path["counted"] += stats.counted
+            path["processed"] += stats.positions
+            path["flops"] += stats.flops
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -138,8 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    amp = args.amp == "on" or (args.amp == "auto" and device.type == "cuda")
-    compile_ = args.compile == "on" or (args.compile == "auto" and device.type == "cuda")
+    amp, compile_ = switch(args.amp, device), switch(args.compile, device)
 
     corpus = DATA / "wiki.txt"
     print(f"train_speed: {args.model} model, batch {args.batch_size}, {args.steps} timed steps per path "
@@ -151,41 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     peak = matmul_peak(device)
     print(f"measured fp32 matmul peak: {peak / 1e9:,.1f} GFLOP/s")
 
-    # Both paths are built first and their timed steps alternate (a, b, a, b, ...): on a shared
-    # machine whose speed drifts, each ratio then compares steps taken under the same conditions.
-    paths: dict[str, dict] = {}
-    if not args.skip_course:  # (a) the course's path
-        torch.manual_seed(0)
-        model = GPT(config).to(device).train()
-        opt = torch.optim.AdamW(model.parameters(), lr=6e-3, betas=(0.9, 0.95), weight_decay=0.1)
-        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))
-        order = order.repeat(1 + (args.steps + 1) * args.batch_size // len(dataset))
-        flops = row_flops(model, args.batch_size, T)
-
-        def course(s, model=model, opt=opt, order=order, flops=flops):
-            counted = course_step(model, opt, dataset, order, s, args.batch_size)
-            return StepStats(counted, counted, flops)
-
-        paths["course"] = dict(step=course)
-    torch.manual_seed(0)  # (b) the fast path
-    model = GPT(dataclasses.replace(config)).to(device).train()
-    opt = make_optimizer(model, TrainConfig(), device)
-    forward = torch.compile(model) if compile_ else model
-    batches = CorruptionBatches(dataset, args.batch_size, device, seed=0)
-    paths["fast"] = dict(step=lambda s: fast_step(model, forward, opt, batches, s, args.buckets, amp, device))
-
-    for name, path in paths.items():  # warm-up (and compilation)
-        t0, _ = timed(lambda: path["step"](0), device)
-        if name == "fast" and compile_:
-            print(f"torch.compile + first step: {t0:.1f} s")
-        path.update(times=[], counted=0, processed=0, flops=0.0)
-    for s in tqdm(range(1, args.steps + 1), desc="steps (both paths)", leave=False):
-        for path in paths.values():
-            t, stats = timed(lambda: path["step"](s), device)
-            path["times"].append(t)
-            path["counted"] += stats.counted
-            path["processed"] += stats.positions
-            path["flops"] += stats.flops
+    paths, model = build_paths(args, dataset, config, device)
+    time_alternating(paths, args.steps, device, compile_)
 
     # On CPU with dropout the fast path computes attention explicitly (attnlab/dropout.py).
     attention = ("one-baddbmm attention, numpy dropout masks" if device.type == "cpu" and config.dropout

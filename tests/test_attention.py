@@ -16,7 +16,8 @@ import torch
 from attnlab.attention import REGISTRY, VanillaAttention, merge_query_key, straight_through_argmax
 from attnlab.checkpoint import load_model, save_checkpoint
 from attnlab.config import ModelConfig
-from attnlab.model import GPT, sinusoidal_table
+from attnlab.model import GPT
+from attnlab.positions import sinusoidal_table
 from attnlab.vocab import Vocab
 
 VOCAB = Vocab.from_text("abcdefghi")  # 11 ids: PAD, MASK and 9 letters
@@ -109,8 +110,9 @@ def test_causality(name, fast):
     t = 5
     changed = idx.clone()
     changed[:, t:] = (changed[:, t:] - 2 + 1) % (len(VOCAB) - 2) + 2  # different future tokens
-    a, _ = model.run(idx, fast=fast)
-    b, _ = model.run(changed, fast=fast)
+    model.set_fast(fast)
+    a, _ = model.run(idx)
+    b, _ = model.run(changed)
     torch.testing.assert_close(a[:, :t], b[:, :t], rtol=0, atol=1e-6)
     assert not torch.allclose(a[:, t:], b[:, t:])  # the change is visible from position t on
 

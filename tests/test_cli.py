@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import re
 import subprocess
@@ -53,8 +54,8 @@ def test_every_option_has_help_with_its_default(command):
     sub = next(a for a in parser._actions if a.dest == "command").choices[command]
     formatter = sub._get_formatter()
     for action in sub._actions:
-        if action.dest == "help":
-            continue
+        if action.dest == "help" or action.help == argparse.SUPPRESS:
+            continue  # a deprecated old name (tests/test_structure.py)
         assert action.help, f"{command} {action.option_strings or action.dest} has no help"
         if not action.option_strings and action.required:
             continue  # a required positional has no default
@@ -80,15 +81,26 @@ def test_training_flags_show_preset_defaults():
 
 def test_baseline_command_prints_five_percent(capsys):
     assert cli.main(["baseline", "--train-file", str(DATA / "birth_places_train.tsv"),
-                     "--file", str(DATA / "birth_dev.tsv")]) == 0
+                     "--eval-file", str(DATA / "birth_dev.tsv")]) == 0
     out = capsys.readouterr().out
-    assert '"London"' in out and "25/500 (5.0%)" in out
+    # the 95% Wilson interval of 25/500, by hand in test_evaluate.py: [0.034094, 0.072768]
+    assert '"London"' in out and "25/500 (5.0%) [95% CI 3.4-7.3%]" in out
+
+
+def test_baseline_prints_the_wilson_interval_of_its_count(tmp_path, capsys):
+    train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
+    train.write_text("Where was A born?\tLima\nWhere was B born?\tLima\n")
+    dev.write_text("Where was C born?\tLima\nWhere was D born?\tOslo\n")
+    assert cli.main(["baseline", "--train-file", str(train), "--eval-file", str(dev)]) == 0
+    # 1/2, z = 1.96: centre = (0.5 + 3.8415/4) / (1 + 3.8415/2) = 0.5,
+    # half = 1.96 * sqrt(0.25/2 + 3.8415/16) / 2.92073 = 0.40553 -> [0.0945, 0.9055]
+    assert capsys.readouterr().out.rstrip().endswith(f"{dev}: 1/2 (50.0%) [95% CI 9.5-90.5%]")
 
 
 def test_malformed_input_is_a_one_line_error_naming_file_and_line(tmp_path, capsys):
     bad = tmp_path / "bad.tsv"
     bad.write_text("Where was A born?\tParis\nWhere was B born?\tLima\tPeru\n")
-    assert cli.main(["baseline", "--train-file", str(DATA / "birth_places_train.tsv"), "--file", str(bad)]) == 2
+    assert cli.main(["baseline", "--train-file", str(DATA / "birth_places_train.tsv"), "--eval-file", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and f"{bad}:2:" in err
 

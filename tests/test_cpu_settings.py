@@ -94,17 +94,18 @@ def test_denormals_flushed_on_every_thread_when_set_first() -> None:
     assert supported == "True" and flushed == "True"
 
 
-def test_the_program_applies_the_settings_and_no_fast_does_not(tmp_path) -> None:
-    """`attnlab ...` (cli.entry) applies them before any work; the library's main() does not,
-    nor does a training command given --no-fast (the course's plain code)."""
+def test_the_program_applies_the_settings_and_no_cpu_settings_does_not(tmp_path) -> None:
+    """`attnlab ...` (cli.entry) applies them before any work, --no-fast included (the model's
+    path is no process setting); the library's main() does not, nor does --no-cpu-settings."""
     runs = {
         "entry": "from attnlab.cli import entry as run; sys.argv = ['attnlab', 'variants']; run()",
         "main": "from attnlab.cli import main; main(['variants'])",
-        "pretrain": (f"from attnlab.cli import entry as run; sys.argv = ['attnlab', 'pretrain', "
-                     f"'--preset', 'tiny', '--corpus', 'missing.txt', '--run-dir', {str(tmp_path)!r}]; run()"),
         "no-fast": (f"from attnlab.cli import entry as run; sys.argv = ['attnlab', 'pretrain', "
-                    f"'--preset', 'tiny', '--corpus', 'missing.txt', '--no-fast', '--run-dir', "
+                    f"'--preset', 'tiny', '--corpus', 'missing.txt', '--no-fast', '--out-dir', "
                     f"{str(tmp_path)!r}]; run()"),
+        "no-cpu-settings": (f"from attnlab.cli import entry as run; sys.argv = ['attnlab', 'pretrain', "
+                            f"'--preset', 'tiny', '--corpus', 'missing.txt', '--no-cpu-settings', "
+                            f"'--out-dir', {str(tmp_path)!r}]; run()"),
     }
     seen = {}
     for name, call in runs.items():
@@ -114,4 +115,4 @@ def test_the_program_applies_the_settings_and_no_fast_does_not(tmp_path) -> None
             print(flushed_everywhere())
         """)
         seen[name] = python(code).split()[-1]
-    assert seen == {"entry": "True", "main": "False", "pretrain": "True", "no-fast": "False"}
+    assert seen == {"entry": "True", "main": "False", "no-fast": "True", "no-cpu-settings": "False"}

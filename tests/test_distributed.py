@@ -77,8 +77,8 @@ def _worker(d: Path) -> None:
              resume=True, log=quiet)
     pretrain(noisy, TrainConfig(**RESUME), corpus=d / "wiki.txt", run_dir=d / "straight", log=quiet)
     # The CLI's evaluate command under torchrun (it finds the group set up and tears it down).
-    cli.main(["evaluate", str(d / "exact"), "--file", str(d / "dev.tsv"), "--device", "cpu",
-              "--batch-size", str(EVAL_BATCH), "--out", str(d / "pred-2proc.txt")])
+    cli.main(["evaluate", str(d / "exact"), "--eval-file", str(d / "dev.tsv"), "--device", "cpu",
+              "--batch-size", str(EVAL_BATCH), "--predictions", str(d / "pred-2proc.txt")])
     print("WORKER " + json.dumps({"rank": env.rank, "world": env.world_size, "written": written}),
           flush=True)
 

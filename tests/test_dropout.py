@@ -105,7 +105,7 @@ def test_plain_path_is_torch_dropout() -> None:
     torch.manual_seed(3)
     assert torch.equal(dropout(x, P, True, fast=False), expected)
     torch.manual_seed(3)
-    assert torch.equal(Dropout(P).train()(x, False), expected)
+    assert torch.equal(Dropout(P).train().set_fast(False)(x), expected)
 
 
 def test_keep_scale_matches_dtype_and_shape() -> None:
@@ -130,7 +130,7 @@ def test_attention_with_dropout_has_the_eval_output_as_expectation(fast: bool) -
     positions = torch.arange(9)[None]
     with torch.no_grad():
         expected, _ = layer.eval()(x[:1], positions)
-        samples, _ = layer.train()(x, positions, fast=fast)
+        samples, _ = layer.train().set_fast(fast)(x, positions)
     mean, se = samples.mean(0), samples.std(0) / math.sqrt(len(samples))
     assert float(((mean - expected[0]).abs() - 6 * se).max()) < 1e-6
     assert float(samples.std(0).mean()) > 0.01  # the masks did vary
@@ -154,7 +154,7 @@ def test_fast_cpu_training_uses_the_cheap_masks(monkeypatch) -> None:
     idx = torch.randint(1, 30, (3, 12))
     model(idx)
     assert calls == []
-    model.fast = False
+    model.set_fast(False)
     model(idx)
     assert len(calls) == 1 + 2 * 3  # embedding + per layer: attention, residual, MLP
 

@@ -11,6 +11,8 @@ import torch
 
 from attnlab import explore
 from attnlab.explore import ExploreError, ExploreOptions
+from attnlab.explore.base import _generator as generator
+from attnlab.explore.heads import _dot_samples
 
 DEFAULT = ExploreOptions()
 
@@ -121,7 +123,7 @@ def test_project(results) -> None:
 
 def test_key_distribution() -> None:
     o = ExploreOptions(samples=20000, dim=16, n=4)
-    mu, keys = explore.sample_keys(o, explore._generator(5), o.samples)
+    mu, keys = explore.sample_keys(o, generator(5), o.samples)
     assert torch.allclose(mu @ mu.T, torch.eye(o.n, dtype=mu.dtype), atol=1e-12)
     assert torch.allclose(keys.mean(0), mu, atol=0.03)
     # k_a has variance alpha + 1/2 along mu_a and alpha across it; other keys alpha everywhere.
@@ -143,7 +145,7 @@ def test_single_vs_multi_head(results) -> None:
     assert multi["near_half"] > 0.7 > 0.2 > single["near_half"]
     # The weight on v_a read off the output equals the softmax weight of k_a computed here.
     o = DEFAULT
-    mu, keys = explore.sample_keys(o, explore._generator(o.seed), o.samples)
+    mu, keys = explore.sample_keys(o, generator(o.seed), o.samples)
     w = torch.softmax(keys @ (o.beta * (mu[0] + mu[1])), dim=-1)[:, 0]
     assert torch.allclose(r.data["w_single"], w, atol=1e-12)
     w1 = torch.softmax(keys @ (o.beta * mu[0]), dim=-1)[:, 0]
@@ -167,7 +169,7 @@ def test_single_vs_multi_head_plot(tmp_path) -> None:
 
 def test_routing_vectors() -> None:
     beta = 3.0
-    s = explore.routing_setup(8, beta, explore._generator(0))
+    s = explore.routing_setup(8, beta, generator(0))
     ua, ub, uc, ud, x = s["ua"], s["ub"], s["uc"], s["ud"], s["x"]
     u = torch.stack([ua, ub, uc, ud])
     assert torch.allclose(u @ u.T, beta**2 * torch.eye(4, dtype=u.dtype), atol=1e-10)
@@ -207,8 +209,8 @@ def test_temperature(results) -> None:
 
 def test_temperature_detects_wrong_scaling() -> None:
     # If the dot products had variance d^2 / 4 (say, a 1/2 missing somewhere), the check must fail.
-    gen = explore._generator(0)
-    dots = explore._dot_samples(64, 2000, gen) * math.sqrt(64) / 2
+    gen = generator(0)
+    dots = _dot_samples(64, 2000, gen) * math.sqrt(64) / 2
     assert abs(dots.var().item() / 64 - 1) > explore.temperature_tolerance(64, 2000)
 
 
@@ -311,6 +313,12 @@ def test_positions_needs_even_dim() -> None:
         explore.TOPICS["positions"](ExploreOptions(dim=7))
 
 
+def test_each_topic_registers_what_it_needs() -> None:
+    assert set(explore.NEEDS) == set(explore.TOPICS) and all(explore.NEEDS.values())
+    assert explore.validate(["routing"], ExploreOptions(dim=3)) == [
+        "routing: needs --dim >= 4 (four orthogonal directions u_a..u_d), got 3"]
+
+
 # ----------------------------------------------------------------------------------------- CLI
 
 
@@ -350,11 +358,17 @@ def test_main_reports_failures(capsys) -> None:
 
 
 def test_main_rejects_meaningless_options(capsys) -> None:
-    assert explore.main(_parser().parse_args(["average", "--n", "2"])) == 2
+    from attnlab import cli
+
+    assert cli.main(["explore", "average", "--n", "2"]) == 2
     captured = capsys.readouterr()
-    assert "average: needs --n >= 3" in captured.err and captured.out == ""
-    # Validation happens before anything runs: "all" with n = 2 prints no topic at all.
-    assert explore.main(_parser().parse_args(["--n", "2"])) == 2
-    assert "== copy ==" not in capsys.readouterr().out
+    assert "attnlab explore: error: average: needs --n >= 3" in captured.err and captured.out == ""
+    # Validation happens before anything runs: "all" with n = 2 prints no topic at all, and
+    # each unmet need is its own error line.
+    assert cli.main(["explore", "--n", "2", "--dim", "3"]) == 2
+    captured = capsys.readouterr()
+    assert "== copy ==" not in captured.out
+    assert all(line.startswith("attnlab explore: error: ") for line in captured.err.strip().splitlines())
+    assert len(captured.err.strip().splitlines()) > 1
     assert explore.validate(["copy", "routing"], ExploreOptions(dim=2, n=2)) == [
         "routing: needs --dim >= 4 (four orthogonal directions u_a..u_d), got 2"]

@@ -1,7 +1,7 @@
 """The speed paths compute what the plain paths compute (issue 4 "Speed").
 
-- fused ``scaled_dot_product_attention`` (``fast=True``) against the explicit
-  ``softmax(q k^T * scale + bias + mask) v`` (``fast=False``), for every registered variant;
+- fused ``scaled_dot_product_attention`` (``set_fast(True)``) against the explicit
+  ``softmax(q k^T * scale + bias + mask) v`` (``set_fast(False)``), for every registered variant;
 - length-bucketed, trimmed micro-batches against the full padded batch (loss and gradients);
 - the device-dependent switches (bf16 autocast, fused AdamW, seeded generators) on CPU.
 
@@ -18,6 +18,7 @@ import dataclasses
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from attnlab.attention import REGISTRY, build_attention
 from attnlab.batching import CorruptionBatches, QABatches, length_buckets
@@ -78,8 +79,8 @@ def test_fused_attention_matches_explicit(variant: str, causal: bool, masked: bo
     positions = torch.arange(T)[None]
     allowed = random_allowed(B, T, T, seed=3) if masked else None
 
-    fast, _ = layer(x, positions, allowed=allowed, fast=True)
-    plain, weights = layer(x, positions, allowed=allowed, fast=False, need_weights=True)
+    fast, _ = layer.set_fast(True)(x, positions, allowed=allowed)
+    plain, weights = layer.set_fast(False)(x, positions, allowed=allowed, need_weights=True)
     torch.testing.assert_close(fast, plain, atol=ATOL, rtol=RTOL)
 
     # The explicit path is the reference: its weights must respect the mask it was given.
@@ -109,7 +110,7 @@ def test_one_product_scores_match_explicit(variant: str, causal: bool) -> None:
     randomise(layer, seed=11)
     x = torch.randn(3, 10, 16, generator=torch.Generator().manual_seed(12), requires_grad=True)
     positions = torch.arange(10)[None]
-    outs = {fast: layer(x, positions, fast=fast, need_weights=True) for fast in (True, False)}
+    outs = {fast: layer.set_fast(fast)(x, positions, need_weights=True) for fast in (True, False)}
     for a, b in zip(outs[True], outs[False]):
         torch.testing.assert_close(a, b, atol=ATOL, rtol=RTOL)
     grads = {fast: torch.autograd.grad(outs[fast][0].square().sum(), [x, *layer.parameters()],
@@ -138,10 +139,11 @@ def test_fused_attention_matches_explicit_with_cache(variant: str) -> None:
         from attnlab.attention import KVCache
 
         cache = KVCache()
+        layer.set_fast(fast)
         first = random_allowed(B, P, P, seed=6)
-        layer(x0, pos0, allowed=first, cache=cache, key_positions=pos0, fast=fast)
+        layer(x0, pos0, allowed=first, cache=cache, key_positions=pos0)
         allowed = random_allowed(B, T, P + T, seed=7)
-        outs[fast], _ = layer(x1, pos1, allowed=allowed, cache=cache, key_positions=keys, fast=fast)
+        outs[fast], _ = layer(x1, pos1, allowed=allowed, cache=cache, key_positions=keys)
     torch.testing.assert_close(outs[True], outs[False], atol=ATOL, rtol=RTOL)
 
 
@@ -161,7 +163,7 @@ def test_model_fast_matches_plain(variant: str, causal: bool) -> None:
     logits = {}
     for fast in (True, False):
         model.zero_grad(set_to_none=True)
-        out, _ = model.run(idx, fast=fast)
+        out, _ = model.set_fast(fast).run(idx)
         lm_loss(out, targets).backward()
         logits[fast] = out.detach()
         grads[fast] = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -325,3 +327,24 @@ def test_seeded_batches_depend_only_on_seed_step_rank() -> None:
             assert torch.equal(xa, xb)
     assert not torch.equal(a.batch(0)[0], a.batch(1)[0])
     assert not torch.equal(a.batch(0, rank=0)[0], a.batch(0, rank=1)[0])
+
+
+def test_every_caller_follows_the_models_path(monkeypatch) -> None:
+    """``set_fast`` is model state: generation and attention maps take the fused kernel only
+    when the model is on the fast path (the maps need weights, so they never do)."""
+    from attnlab.attention_maps import attention_weights
+    from attnlab.generate import generate
+
+    calls = []
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr("attnlab.attention.base.F.scaled_dot_product_attention",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    torch.manual_seed(0)
+    model = GPT(tiny("vanilla", True)).eval()
+    fast = generate(model, [[3, 4, 5], [6]], 4)
+    assert calls
+    calls.clear()
+    plain = generate(model.set_fast(False), [[3, 4, 5], [6]], 4)
+    assert calls == [] and plain.tokens == fast.tokens
+    attention_weights(model, [[3, 4, 5]])
+    assert calls == [] and model.fast is False and all(not b.attn.fast for b in model.blocks)

@@ -17,7 +17,7 @@ from attnlab.config import ModelConfig
 from attnlab.generate import filter_logits
 from attnlab.loops import Loop, LoopReport, find_loop
 from attnlab.model import GPT
-from attnlab.sample import continue_texts
+from attnlab.generate import continue_texts
 from attnlab.vocab import Vocab
 
 VOCAB = Vocab.from_text("abcdefgh ?\n")

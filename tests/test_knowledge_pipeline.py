@@ -10,6 +10,8 @@ import pytest
 
 from attnlab import cli
 from attnlab.config import get_preset
+from attnlab.data import read_qa
+from attnlab.evaluate import wilson_interval
 
 RECALL = ["--preset", "tiny", "--objective", "lm", "--qa-format", "recall", "--recall-chars", "40",
           "--device", "cpu"]
@@ -18,7 +20,7 @@ RECALL = ["--preset", "tiny", "--objective", "lm", "--qa-format", "recall", "--r
 def _pretrain(tiny_data, run_dir, *extra: str) -> int:
     return cli.main(["pretrain", *RECALL, "--corpus", str(tiny_data["corpus"]),
                      "--mix-qa", str(tiny_data["train"]), "--held-out", "--eval-file", str(tiny_data["dev"]),
-                     "--run-dir", str(run_dir), *extra])
+                     "--out-dir", str(run_dir), *extra])
 
 
 def test_lm_pretraining_with_recall_mixing_logs_learning_curves_and_answers(tiny_data, tmp_path, capsys):
@@ -39,20 +41,24 @@ def test_lm_pretraining_with_recall_mixing_logs_learning_curves_and_answers(tiny
 
     ft = tmp_path / "ft"
     assert cli.main(["finetune", "--preset", "tiny", "--init", str(run), "--corpus", str(tiny_data["corpus"]),
-                     "--train-file", str(tiny_data["train"]), "--eval-file", "", "--run-dir", str(ft),
+                     "--train-file", str(tiny_data["train"]), "--eval-file", "", "--out-dir", str(ft),
                      "--device", "cpu"]) == 0
     capsys.readouterr()
-    assert cli.main(["evaluate", str(ft), "--file", str(tiny_data["dev"]), "--stored",
+    assert cli.main(["evaluate", str(ft), "--eval-file", str(tiny_data["dev"]), "--stored",
                      "--corpus", str(tiny_data["corpus"]), "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "extracted (answered correctly)" in out and "of the 12 people whose place the line states" in out
     predictions = (ft / "predictions-dev.txt").read_text().splitlines()
     assert len(predictions) == 12
+    correct = sum(p == e.answer for p, e in zip(predictions, read_qa(tiny_data["dev"])))
+    low, high = wilson_interval(correct, 12)  # its value on known counts: test_evaluate.py
+    printed = f"{correct}/12 ({100 * correct / 12:.1f}%) [95% CI {100 * low:.1f}-{100 * high:.1f}%]"
+    assert f"{tiny_data['dev']}: {printed} correct;" in out and f"extracted (answered correctly) {printed};" in out
 
 
 def test_mixing_people_asked_in_dev_is_a_one_line_error(tiny_data, tmp_path, capsys):
     code = cli.main(["pretrain", *RECALL, "--corpus", str(tiny_data["corpus"]), "--mix-qa", str(tiny_data["train"]),
-                     "--held-out", str(tiny_data["dev"]), "--mix-ratio", "1", "--run-dir", str(tmp_path / "r")])
+                     "--held-out", str(tiny_data["dev"]), "--mix-ratio", "1", "--out-dir", str(tmp_path / "r")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err
     assert f"{tiny_data['train']}:1: 'Where was Ada Brook born?' is also asked in {tiny_data['dev']} line 1" in err
@@ -61,7 +67,7 @@ def test_mixing_people_asked_in_dev_is_a_one_line_error(tiny_data, tmp_path, cap
 
 def test_mix_ratio_needs_the_lm_objective(tiny_data, tmp_path, capsys):
     code = cli.main(["pretrain", "--preset", "tiny", "--objective", "span", "--mix-ratio", "1",
-                     "--corpus", str(tiny_data["corpus"]), "--run-dir", str(tmp_path / "r"), "--device", "cpu"])
+                     "--corpus", str(tiny_data["corpus"]), "--out-dir", str(tmp_path / "r"), "--device", "cpu"])
     assert code == 2 and "mix_ratio needs the lm objective" in capsys.readouterr().err
 
 
@@ -88,14 +94,14 @@ def test_a_shipped_model_is_used_as_a_run_directory_and_never_written_into(tiny_
     assert ckpt.optimizer_state is None and ckpt.rng_state is None  # weights only
     digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in shipped.iterdir()}
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["evaluate", str(shipped), "--file", str(tiny_data["dev"]), "--device", "cpu"]) == 0
+    assert cli.main(["evaluate", str(shipped), "--eval-file", str(tiny_data["dev"]), "--device", "cpu"]) == 0
     assert (tmp_path / "runs" / "tiny" / "predictions-dev.txt").is_file()
     capsys.readouterr()
     assert cli.main(["ask", str(shipped), "Where was Ada Brook born?", "--evidence", str(tiny_data["corpus"]),
                      "--device", "cpu"]) == 0
     assert "\trecalled: 'Ada Brook." in capsys.readouterr().out  # the recall starts from the name
     assert cli.main(["finetune", "--preset", "tiny", "--init", str(shipped), "--corpus", str(tiny_data["corpus"]),
-                     "--train-file", str(tiny_data["train"]), "--eval-file", "", "--run-dir", "runs/ft",
+                     "--train-file", str(tiny_data["train"]), "--eval-file", "", "--out-dir", "runs/ft",
                      "--device", "cpu"]) == 0
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in shipped.iterdir()} == digest
     with pytest.raises(FileExistsError, match="already shipped"):
@@ -106,11 +112,11 @@ def test_demo_scores_every_row_extracted_and_stored_with_intervals(tmp_path, mon
     from tests.conftest import REPO
 
     monkeypatch.chdir(REPO)  # the demo reads data/ as the README's commands do
-    from attnlab.pipeline import demo
+    from attnlab.experiments import demo
 
     out = tmp_path / "demo"
     pre = tmp_path / "shipped-from"
-    assert cli.main(["pretrain", "--preset", "tiny", "--run-dir", str(pre), "--max-steps", "3", "--device", "cpu"]) == 0
+    assert cli.main(["pretrain", "--preset", "tiny", "--out-dir", str(pre), "--max-steps", "3", "--device", "cpu"]) == 0
     from attnlab.shipped import ship
 
     shipped = ship(pre, tmp_path / "models" / "m", {"command": "test"})

@@ -10,11 +10,13 @@ import pytest
 import torch
 from PIL import Image
 
-from attnlab import cli, maps
+from attnlab import attention_maps as maps
+from attnlab import cli
 from attnlab.attention import REGISTRY
 from attnlab.checkpoint import save_checkpoint
 from attnlab.config import ModelConfig
-from attnlab.maps import attention_weights, plot_layer, read_texts, statistics_over
+from attnlab.attention_maps import attention_weights, plot_layer, statistics_over
+from attnlab.data import read_texts
 from attnlab.model import GPT
 from attnlab.vocab import Vocab
 
@@ -108,9 +110,32 @@ def test_attention_command_writes_maps_and_tables(tmp_path, monkeypatch, capsys)
     over = tmp_path / "dev.tsv"
     over.write_text("abc\tx\nhh ga\ty\n")
     out = tmp_path / "maps"
-    assert cli.main(["attention", str(ckpt), "ab cd", "--out", str(out), "--over", str(over)]) == 0
+    assert cli.main(["attention", str(ckpt), "ab cd", "--out-dir", str(out), "--over", str(over)]) == 0
     printed = capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == ["layer0.png", "layer1.png"]
     assert printed.count("| 1 | 2 |") == 2  # layer 1 head 2 in both tables
     assert "averaged over 2 texts" in printed
     assert cli.main(["attention", str(ckpt)]) == 2  # neither TEXT nor --over
+
+
+def test_maps_have_a_colour_bar_and_long_texts_stay_legible():
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(0)
+    for T, heads in [(8, 3), (120, 8)]:
+        weights = rng.dirichlet(np.ones(T), size=(heads, T))
+        chars = [chr(ord("a") + i % 26) for i in range(T)]
+        fig, drawn = maps.layer_figure(weights, chars, "t")
+        panels = [ax for ax in fig.axes if ax.get_title().startswith("head")]
+        bars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+        assert len(panels) == len(drawn) == heads and len(bars) == 1
+        assert bars[0].get_ylabel() == "attention probability"
+        width, height = fig.get_size_inches() * maps.DPI
+        assert width <= 4 * maps.PANEL_MAX_INCHES * maps.DPI + 100 and height <= 2 * maps.PANEL_MAX_INCHES * maps.DPI
+        xlabels = [t.get_text() for t in panels[0].get_xticklabels()]
+        if T <= maps.MAX_LABELS:  # every character named, in order
+            assert xlabels == chars
+        else:  # every k-th, with its position, turned upright
+            assert len(xlabels) <= maps.MAX_LABELS and xlabels[:2] == ["a 0", "d 3"]
+            assert all(t.get_rotation() == 90 for t in panels[0].get_xticklabels())
+        plt.close(fig)

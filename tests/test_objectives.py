@@ -9,7 +9,9 @@ from attnlab.attention import REGISTRY
 from attnlab.config import ModelConfig
 from attnlab.data import DataError, QAExample
 from attnlab.knowledge import CorpusIndex
-from attnlab.model import GPT, lm_loss, segment_mask, segment_positions
+from attnlab.attention.masks import segments as segment_mask
+from attnlab.model import GPT, lm_loss
+from attnlab.positions import segment_positions
 from attnlab.objectives import (
     Sequence, corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people,
 )

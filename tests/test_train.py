@@ -143,8 +143,25 @@ def test_finetune_keeps_the_pretrained_config_unless_told(tiny_data, tmp_path, t
     _pretrain(tiny_data, tmp_path, "pre", dataclasses.replace(tiny_config, dropout=0.0), max_steps=1)
     base = ["finetune", "--preset", "tiny", "--init", str(tmp_path / "pre"), "--train-file",
             str(tiny_data["train"]), "--eval-file", "", "--max-steps", "1", "--device", "cpu"]
-    assert cli.main(base + ["--run-dir", str(tmp_path / "a")]) == 0
+    assert cli.main(base + ["--out-dir", str(tmp_path / "a")]) == 0
     assert load_checkpoint(tmp_path / "a").model_config.dropout == 0.0  # not the preset's default
-    assert cli.main(base + ["--run-dir", str(tmp_path / "b"), "--dropout", "0.2"]) == 0
+    assert cli.main(base + ["--out-dir", str(tmp_path / "b"), "--dropout", "0.2"]) == 0
     assert load_checkpoint(tmp_path / "b").model_config.dropout == 0.2
-    assert cli.main(base + ["--run-dir", str(tmp_path / "c"), "--n-embd", "64"]) == 2  # shape: refused
+    assert cli.main(base + ["--out-dir", str(tmp_path / "c"), "--n-embd", "64"]) == 2  # shape: refused
+
+
+def test_each_variant_declares_its_undecayed_parameters(tiny_config):
+    """A variant names its own no-decay parameters (Attention.no_decay); the optimiser honours
+    them without the model knowing any variant by name."""
+    from attnlab.attention import REGISTRY
+    from attnlab.model import GPT
+
+    for name, cls in REGISTRY.items():
+        model = GPT(dataclasses.replace(tiny_config, attention=name))
+        opt = make_optimizer(model, TrainConfig(), torch.device("cpu"))
+        names = {id(p): n for n, p in model.named_parameters()}
+        plain = {names[id(p)] for p in opt.param_groups[1]["params"]}
+        layer_params = dict(model.blocks[0].attn.named_parameters())
+        assert all(p in layer_params for p in cls.no_decay), name
+        assert {f"blocks.{i}.attn.{p}" for i in range(tiny_config.n_layer) for p in cls.no_decay} <= plain
+    assert REGISTRY["relative"].no_decay == ("relative_bias",)

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from attnlab import variants
+from attnlab.cli import experiments as experiment_commands
 from attnlab.attention import REGISTRY
 from attnlab.config import ModelConfig
 
@@ -27,7 +28,7 @@ def run_cli(argv: list[str]) -> int:
         p.set_defaults(func=fn)
         return p
 
-    variants.register(command)
+    experiment_commands.register(command)
     args = parser.parse_args(argv)
     return args.func(args)
 
@@ -63,13 +64,19 @@ def test_variant_table_has_every_variant_with_its_counts(tmp_path, capsys):
         assert r.parameters - r.attention_parameters == embeddings_and_rest
 
 
-def test_compare_trains_every_chosen_variant_and_writes_its_report(tmp_path, capsys):
+def test_compare_trains_every_chosen_variant_and_writes_its_report(tmp_path, capsys, monkeypatch):
+    from attnlab import experiments
+
+    titles = []
+    drawn = experiments.dev_accuracy_figure
+    monkeypatch.setattr(experiments, "dev_accuracy_figure",
+                        lambda rows, title: titles.append(title) or drawn(rows, title))
     paths = write_data(tmp_path)
     out = tmp_path / "compare"
     code = run_cli(["compare", "--preset", "tiny", "--variants", "vanilla,rotary", "--max-steps", "1",
                     "--n-layer", "1", "--n-embd", "16", "--block-size", "48", "--batch-size", "4",
                     "--corpus", str(paths["corpus"]), "--train-file", str(paths["train"]),
-                    "--dev-file", str(paths["dev"]), "--out", str(out), "--device", "cpu"])
+                    "--eval-file", str(paths["dev"]), "--out-dir", str(out), "--device", "cpu"])
     assert code == 0
     results = json.loads((out / "results.json").read_text())
     assert [r["model"] for r in results] == ['baseline ("London")', "vanilla, no pretraining", "vanilla", "rotary"]
@@ -89,13 +96,14 @@ def test_compare_trains_every_chosen_variant_and_writes_its_report(tmp_path, cap
     assert table.count("\n") == 2 + len(results)
     png = (out / "dev_accuracy.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
+    assert titles == [f"dev accuracy on {paths['dev'].name}, preset tiny"]
     assert str(out / "results.md") in capsys.readouterr().out
 
     # --reuse gathers finished runs instead of retraining them (checkpoints stay untouched)
     stamp = (out / "rotary" / "finetune" / "checkpoint.safetensors").stat().st_mtime_ns
     code = run_cli(["compare", "--preset", "tiny", "--variants", "vanilla,rotary", "--reuse",
                     "--corpus", str(paths["corpus"]), "--train-file", str(paths["train"]),
-                    "--dev-file", str(paths["dev"]), "--out", str(out), "--device", "cpu"])
+                    "--eval-file", str(paths["dev"]), "--out-dir", str(out), "--device", "cpu"])
     assert code == 0 and json.loads((out / "results.json").read_text()) == results
     assert (out / "rotary" / "finetune" / "checkpoint.safetensors").stat().st_mtime_ns == stamp
     assert capsys.readouterr().out.count("reusing the finished run") == 3
@@ -105,10 +113,34 @@ def test_compare_rejects_unknown_variants(tmp_path):
     paths = write_data(tmp_path)
     try:
         run_cli(["compare", "--preset", "tiny", "--variants", "vanilla,nope", "--corpus", str(paths["corpus"]),
-                 "--train-file", str(paths["train"]), "--dev-file", str(paths["dev"]), "--out", str(tmp_path / "c")])
+                 "--train-file", str(paths["train"]), "--eval-file", str(paths["dev"]), "--out-dir", str(tmp_path / "c")])
     except ValueError as e:
         assert "nope" in str(e) and "vanilla" in str(e)
     else:
         raise AssertionError("an unknown variant must be refused")
     assert not (tmp_path / "c" / "vanilla").exists()  # refused before any training
     torch.manual_seed(0)  # keep later tests independent of this one's RNG use
+
+
+def test_the_compare_chart_names_the_preset_and_shows_counts_and_intervals():
+    import matplotlib.pyplot as plt
+    import pytest
+    from matplotlib.container import ErrorbarContainer
+
+    from attnlab.evaluate import Score, wilson_interval
+    from attnlab.experiments import Row, dev_accuracy_figure
+
+    rows = [Row('baseline ("London")', "baseline", Score(25, 500)),
+            Row("vanilla", "variant", Score(5, 500), parameters=1000, pretrain_loss=1.5),
+            Row("rotary", "variant", Score(13, 500), parameters=1000, pretrain_loss=1.4)]
+    fig = dev_accuracy_figure(rows, "dev accuracy on birth_dev.tsv, preset quick")
+    (ax,) = fig.axes
+    assert "preset quick" in ax.get_title() and ax.get_xlim()[1] <= 100
+    texts = [t.get_text().strip() for t in ax.texts]
+    assert texts == ["25/500 (5.0%) [95% CI 3.4-7.3%]", "5/500 (1.0%) [95% CI 0.4-2.3%]",
+                     "13/500 (2.6%) [95% CI 1.5-4.4%]"]
+    (errorbars,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    (bars,) = errorbars.lines[2]
+    for segment, k in zip(bars.get_segments(), (25, 5, 13)):
+        assert segment[:, 0].tolist() == pytest.approx([100 * b for b in wilson_interval(k, 500)])
+    plt.close(fig)

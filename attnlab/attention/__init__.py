@@ -7,6 +7,7 @@ scores with hard argmax weights (see argmax.py), used to probe a trained checkpo
 from __future__ import annotations
 
 from ..config import ModelConfig
+from . import masks
 from .argmax import HARD_SUFFIX, ArgmaxAttention, hard_variant, straight_through_argmax
 from .base import Attention, DotProductAttention, KVCache
 from .merged_qk import MergedQKAttention, merge_query_key
@@ -28,9 +29,14 @@ REGISTRY: dict[str, type[Attention]] = {
 }
 
 
+def base_name(name: str) -> str:
+    """The variant whose scores ``name`` uses: ``rotary`` for ``rotary+argmax``."""
+    return name[: -len(HARD_SUFFIX)] if name.endswith(HARD_SUFFIX) else name
+
+
 def attention_class(name: str) -> type[Attention]:
     """The class for a registry name or ``NAME+argmax``; one clear error otherwise."""
-    base = name[: -len(HARD_SUFFIX)] if name.endswith(HARD_SUFFIX) else name
+    base = base_name(name)
     try:
         cls = REGISTRY[base]
     except KeyError:
@@ -51,14 +57,14 @@ def attention_override(stored: str, requested: str) -> str:
     checkpoint becomes ``rotary+argmax`` rather than silently losing its rotation."""
     if requested != ArgmaxAttention.name:
         return requested
-    base = stored[: -len(HARD_SUFFIX)] if stored.endswith(HARD_SUFFIX) else stored
+    base = base_name(stored)
     if base in (ArgmaxAttention.name, "vanilla"):
         return ArgmaxAttention.name
     return base + HARD_SUFFIX
 
 
 __all__ = [
-    "REGISTRY", "Attention", "DotProductAttention", "KVCache", "build_attention",
+    "REGISTRY", "Attention", "masks", "base_name", "DotProductAttention", "KVCache", "build_attention",
     "attention_class", "attention_override", "hard_variant", "straight_through_argmax",
     "merge_query_key", "VanillaAttention", "SynthesizerAttention", "RelativeAttention",
     "RotaryAttention", "MergedQKAttention", "ArgmaxAttention",

@@ -20,6 +20,8 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..dropout import Dropout
+from ..fastpath import FastPath
+from . import masks
 
 
 @dataclass
@@ -29,8 +31,8 @@ class KVCache:
     k: Tensor | None = None  # (B, h, S, e)
     v: Tensor | None = None  # (B, h, S, dh)
     # Preallocated storage, grown by doubling, that k and v are views of: appending a step
-    # writes only the new positions instead of copying the whole cache (torch.cat), which
-    # was a fifth of batched decoding time on CPU (benchmarks/eval_speed.py).
+    # writes only the new positions instead of copying the whole cache (torch.cat per step
+    # copies every earlier position again: quadratic in the decoded length).
     _kbuf: Tensor | None = field(default=None, repr=False)
     _vbuf: Tensor | None = field(default=None, repr=False)
 
@@ -61,11 +63,12 @@ class KVCache:
         return 0 if self.k is None else self.k.shape[2]
 
 
-class Attention(nn.Module):
-    """Multi-head attention with the parts that vary left to subclasses."""
+class Attention(FastPath, nn.Module):
+    """Multi-head attention with the parts that vary left to subclasses; ``self.fast`` (set with
+    ``set_fast``, attnlab/fastpath.py) picks the fused or the explicit path."""
 
     name: ClassVar[str] = ""
-    summary: ClassVar[str] = ""  # one line: what the variant computes
+    summary: ClassVar[str] = ""  # one line: what the variant computes (`attnlab variants`)
     expresses: ClassVar[str] = ""  # what it can and cannot express (for `attnlab variants`)
     score_cost: ClassVar[str] = "O(T^2 d)"  # cost of the score computation in sequence length T
     # The fused kernel computes softmax(q k^T * scale + bias) v; variants that normalise
@@ -74,6 +77,9 @@ class Attention(nn.Module):
     # Whether the scores depend on content only (no position enters the layer), so that with
     # --positions none and --no-causal the whole network is permutation-equivariant.
     permutation_equivariant: ClassVar[bool] = True
+    # This variant's parameters (names within the layer) exempt from weight decay, besides
+    # biases and other vectors (the optimiser never decays those): GPT.no_weight_decay.
+    no_decay: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -98,7 +104,7 @@ class Attention(nn.Module):
         """Scores (masked with -inf) to attention weights along the last dimension."""
         return torch.softmax(scores, dim=-1)
 
-    def projections(self, x: Tensor, positions: Tensor, fast: bool) -> tuple[Tensor, Tensor, Tensor, float]:
+    def projections(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor, float]:
         """(q, k, v (B,h,T,dh), scale); a variant may compute them together on the fast path."""
         q, k, scale = self.queries_keys(x, positions)
         return q, k, self.split_heads(self.value(x)), scale
@@ -117,7 +123,6 @@ class Attention(nn.Module):
         cache: KVCache | None = None,
         key_positions: Tensor | None = None,
         need_weights: bool = False,
-        fast: bool = True,
     ) -> tuple[Tensor, Tensor | None]:
         """x (B,T,C), positions (B,T) or (1,T).
 
@@ -127,7 +132,7 @@ class Attention(nn.Module):
         Returns the output (B,T,C) and, if asked, the attention weights (B,h,T,S).
         """
         B, T, C = x.shape
-        q, k, v, scale = self.projections(x, positions, fast)
+        q, k, v, scale = self.projections(x, positions)
         if k.shape[0] != B or k.shape[1] != self.n_head:
             k = k.expand(B, self.n_head, -1, -1)
         if cache is not None:
@@ -143,35 +148,33 @@ class Attention(nn.Module):
         # The fused kernel drops attention weights with torch's own per-element mask; on CPU
         # that mask costs more than the kernel saves, so training with dropout there takes the
         # explicit path with the cheap mask (attnlab.dropout).
-        fused = fast and self.fusable and not need_weights and not (p_drop and x.device.type == "cpu")
+        fused = self.fast and self.fusable and not need_weights and not (p_drop and x.device.type == "cpu")
 
         if fused:
             mask = allowed
             if bias is not None:
-                mask = bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
-                if causal:
-                    mask = mask.masked_fill(_causal(T, S, x.device).logical_not(), float("-inf"))
-                    causal = False
+                mask = masks.with_bias(bias, allowed, causal, T, S)
+                causal = False
             y = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=causal, scale=scale
             )
             weights = None
         else:
-            weights = self.normalize(self._scores(q, k, scale, bias, allowed, causal, fast))
-            y = self.attn_drop(weights, fast) @ v
+            weights = self.normalize(self._scores(q, k, scale, bias, allowed, causal))
+            y = self.attn_drop(weights) @ v
         y = y.transpose(1, 2).reshape(B, T, C)
-        return self.resid_drop(self.proj(y), fast), weights
+        return self.resid_drop(self.proj(y)), weights
 
     def _scores(self, q: Tensor, k: Tensor, scale: float, bias: Tensor | None, allowed: Tensor | None,
-                causal: bool, fast: bool) -> Tensor:
+                causal: bool) -> Tensor:
         """q k^T * scale + bias, masked with -inf where a key is not visible: (B, h, T, S);
         k has q's batch and head dimensions (forward expands it)."""
         B, h, T, _ = q.shape
         S = k.shape[2]
-        if fast and bias is None and allowed is None:
+        if self.fast and bias is None and allowed is None:
             # The plain case in one product: baddbmm adds the (T, S) 0/-inf causal mask while it
             # scales q k^T, sparing two passes over the scores forward and backward.
-            add = _causal_bias(T, S, q.device, q.dtype) if causal else q.new_zeros(())
+            add = masks.causal_bias(T, S, q.device, q.dtype) if causal else q.new_zeros(())
             return torch.baddbmm(
                 add, q.reshape(B * h, T, -1), k.reshape(B * h, S, -1).transpose(1, 2), alpha=scale,
             ).view(B, h, T, S)
@@ -179,21 +182,11 @@ class Attention(nn.Module):
         if bias is not None:
             scores = scores + bias
         if allowed is None and causal:
-            allowed = _causal(T, S, q.device)
+            allowed = masks.causal(T, S, q.device)
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
         return scores
 
-
-def _causal(T: int, S: int, device: torch.device) -> Tensor:
-    """(T, S) bool: query t (the last T of S positions) may see keys up to its own position."""
-    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
-
-
-def _causal_bias(T: int, S: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """(T, S): 0 where ``_causal`` allows, -inf elsewhere."""
-    return torch.zeros(T, S, device=device, dtype=dtype).masked_fill_(
-        ~_causal(T, S, device), float("-inf"))
 
 
 class DotProductAttention(Attention):
@@ -212,9 +205,9 @@ class DotProductAttention(Attention):
         q, k = self.with_positions(self.split_heads(self.query(x)), self.split_heads(self.key(x)), positions)
         return q, k, 1.0 / math.sqrt(self.head_dim)
 
-    def projections(self, x: Tensor, positions: Tensor, fast: bool) -> tuple[Tensor, Tensor, Tensor, float]:
-        if not fast:
-            return super().projections(x, positions, fast)
+    def projections(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor, float]:
+        if not self.fast:
+            return super().projections(x, positions)
         # One product against the stacked query, key and value weights instead of three: fewer,
         # larger matrix products (about 5% of a spec-model CPU training step in an A/B run).
         weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])

@@ -21,6 +21,7 @@ class RelativeAttention(DotProductAttention):
                  "'the previous token'); shift-invariant; offsets beyond k share a bias")
     score_cost = "O(T^2 d) (+ O(T^2 h) bias lookup)"
     permutation_equivariant = False  # pi[i-j] depends on where the rows are
+    no_decay = ("relative_bias",)  # a table of scores, like the position tables: never decayed
 
     def __init__(self, config: ModelConfig):
         super().__init__(config)

@@ -13,7 +13,12 @@ from .base import DotProductAttention
 
 
 def rotation_tables(n_positions: int, e: int, base: float = 10_000.0) -> tuple[Tensor, Tensor]:
-    """cos and sin of the angle t * base^(-2i/e) for every position t and pair i: (n, e/2) each."""
+    """cos and sin of the angle t * base^(-2i/e) for every position t and pair i: (n, e/2) each.
+
+    The angles of positions.sinusoidal_table, kept apart as cos and sin (rotate needs them
+    separately, not interleaved into one table) and computed as base ** (-2i/e), which rounds
+    differently in float32 from that table's exp form (4 of the 8 frequencies differ in the
+    last bit at e = 16): sharing it would change a rotary model's numbers."""
     freqs = base ** (-torch.arange(0, e, 2, dtype=torch.float32) / e)  # (e/2,)
     angles = torch.arange(n_positions, dtype=torch.float32)[:, None] * freqs
     return angles.cos(), angles.sin()
@@ -30,8 +35,11 @@ def rotate(t: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 class RotaryAttention(DotProductAttention):
     name = "rotary"
     summary = "softmax(R_i q_i . R_j k_j / sqrt(d/h)), R_t a rotation by angle t * theta"
-    expresses = ("content lookup whose match is modulated by the offset i-j, with no position "
-                 "parameters; no absolute-position preference of its own")
+    # The rotation has no parameters, but the model still adds its --positions table (learned
+    # by default); `--positions none` gives the course's RoPE model (issue 16 leaves the default).
+    expresses = ("content lookup whose match is modulated by the offset i-j; the rotation adds no "
+                 "parameters and no absolute-position preference (the model's --positions table "
+                 "still does unless --positions none)")
     score_cost = "O(T^2 d) (+ O(T d) rotation)"
     permutation_equivariant = False  # queries and keys are rotated by their positions
 

@@ -1,54 +1,19 @@
-"""`attnlab generate`: continue prompts with a trained model (greedy, temperature, top-k,
-top-p), report where a continuation falls into a loop, and with ``--loops FILE`` measure how
-often greedy continuations of many prompts loop (SPEC section 7).
-
-Two temperatures are at play: the model's output-softmax temperature beta (ModelConfig
-``logit_scale``, fixed with the model: logits * beta) and the sampling temperature tau chosen
-here (logits / tau when sampling; tau = 0 is greedy argmax).
-"""
+"""Probing commands: `generate` continuations (and loops), `attention` maps, `explore` the
+mathematics of attention."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-import torch
-from tqdm.auto import tqdm
-
-from .generate import generate
-from .loops import LoopReport, find_loop
-from .model import GPT
-from .vocab import Vocab
-
-_SHOWN = {"\n": "↵", "\t": "⇥"}
-
-
-def continue_texts(model: GPT, vocab: Vocab, prompts: list[str], *, max_new: int,
-                   temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-                   batch_size: int = 64, stop: str | None = None, progress: bool = False,
-                   source: str = "<prompt>") -> list[str]:
-    """The continuation (new characters only) of every prompt; batches share one seeded
-    generator, so the same seed and batch size give the same samples."""
-    device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(seed)
-    stop_id = None if stop is None else vocab.encode(stop, source="--stop")[0]
-    encoded = [vocab.encode(p, source=source, line=i + 1) for i, p in enumerate(prompts)]
-    out: list[str] = []
-    starts = range(0, len(encoded), batch_size)
-    for s in tqdm(starts, desc="generate", disable=not progress):
-        gen = generate(model, encoded[s : s + batch_size], max_new, temperature=temperature,
-                       top_k=top_k, top_p=top_p, stop_token=stop_id, generator=generator)
-        out.extend(vocab.decode(t) for t in gen.tokens)
-    return out
-
-
-def shown(text: str) -> str:
-    return "".join(_SHOWN.get(c, c) for c in text)
+from .. import explore
+from ..data import read_texts
+from ..vocab import MASK_CHAR, visible
+from . import flags
 
 
 def _prompts_from_file(path: str, prompt_chars: int, limit: int) -> list[str]:
-    from .maps import read_texts
-
     texts = read_texts(path)
     if not texts:
         raise ValueError(f"{path}: no prompts")
@@ -56,8 +21,10 @@ def _prompts_from_file(path: str, prompt_chars: int, limit: int) -> list[str]:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .checkpoint import load_model
-    from .train import resolve_device
+    from ..checkpoint import load_model
+    from ..devices import resolve_device
+    from ..generate import continue_texts
+    from ..loops import LoopReport, find_loop
 
     if args.temperature < 0 or not 0 < args.top_p <= 1 or args.top_k < 0 or args.max_new < 1:
         raise ValueError("need --temperature >= 0, 0 < --top-p <= 1, --top-k >= 0 and --max-new >= 1")
@@ -77,7 +44,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             loop = find_loop(c, **loop_options)
             report.add(loop)
             if loop is not None and len(examples) < args.show:
-                examples.append(f"  {shown(p)!s} | {shown(c)}\n    {loop.describe(c)}")
+                examples.append(f"  {visible(p)!s} | {visible(c)}\n    {loop.describe(c)}")
         print(report.summary())
         if examples:
             print("examples:\n" + "\n".join(examples))
@@ -95,8 +62,45 @@ def cmd_generate(args: argparse.Namespace) -> int:
                            batch_size=args.batch_size, stop=args.stop, progress=len(prompts) > args.batch_size)
     for i, (p, c) in enumerate(zip(prompts, texts), 1):
         loop = find_loop(c, **loop_options)
-        print(f"[{i}] {shown(p)} | {shown(c)}")
+        print(f"[{i}] {visible(p)} | {visible(c)}")
         print(f"    {loop.describe(c) if loop else 'no loop'}")
+    return 0
+
+
+def cmd_attention(args: argparse.Namespace) -> int:
+    from ..attention_maps import attention_weights, labels, plot_layer, statistics_over, statistics_table
+    from ..checkpoint import load_model
+    from ..devices import resolve_device
+    from ..shaping import head_statistics
+
+    overrides = {"attention": args.attention} if args.attention else {}
+    model, vocab, _ = load_model(args.checkpoint, device=str(resolve_device(args.device)), **overrides)
+    suffix = MASK_CHAR if args.sentinel else ""
+    config = model.config
+    print(f"attention maps of {args.checkpoint} ({config.attention}, {config.n_layer} layers x "
+          f"{config.n_head} heads)")
+    if args.text is not None:
+        text = args.text + suffix
+        ids = vocab.encode(text, source="<argument>")
+        weights, _ = attention_weights(model, [ids])
+        out = Path(args.out_dir)
+        chars = labels(vocab, ids)
+        for l, w in enumerate(weights):
+            path = out / f"layer{l}.png"
+            plot_layer(w[0].cpu().numpy(), chars, path, title=f"layer {l}: {text!r}")
+        ent, dist = head_statistics(weights)
+        print(f"\n{text!r} ({len(ids)} characters):")
+        print(statistics_table(ent[0].cpu().numpy(), dist[0].cpu().numpy()))
+        print(f"\nheatmaps written to {out}/layer0.png .. layer{len(weights) - 1}.png")
+    if args.over:
+        texts = [t + suffix for t in read_texts(args.over)][: args.limit or None]
+        if not texts:
+            raise ValueError(f"{args.over}: no texts")
+        ent, dist, n = statistics_over(model, vocab, texts, source=str(args.over))
+        print(f"\nper-head statistics averaged over {n} texts of {args.over}:")
+        print(statistics_table(ent, dist))
+    if args.text is None and not args.over:
+        raise ValueError("give a TEXT to draw, --over FILE to average statistics, or both")
     return 0
 
 
@@ -123,4 +127,21 @@ def register(command) -> None:
     p.add_argument("--min-repeats", type=float, default=3.0,
                    help="a loop's periodic tail holds at least this many periods")
     p.add_argument("--min-length", type=int, default=12, help="and at least this many characters")
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    flags.device(p)
+
+    p = command("attention", "attention heatmaps (PNG per layer) and per-head entropy and distance",
+                cmd_attention)
+    p.add_argument("checkpoint", help="checkpoint file or run directory")
+    p.add_argument("text", nargs="?", default=None, help="text to draw (default: none, only --over)")
+    flags.out_dir(p, "runs/attention", "directory for layerN.png", old=("--out",))
+    p.add_argument("--over", default=None, help="file of texts, one per line (TSV: question column), "
+                   "to average the per-head statistics over (default: none)")
+    p.add_argument("--limit", type=int, default=0, help="use at most this many texts of --over (0 = all)")
+    p.add_argument("--sentinel", action="store_true",
+                   help=f"append the QA sentinel {MASK_CHAR} to every text, as evaluation does")
+    flags.attention_view(p)
+    flags.device(p)
+
+    p = command("explore", "the mathematics of attention, checked numerically (claim, numbers, verdict)",
+                explore.main)
+    explore.add_arguments(p)

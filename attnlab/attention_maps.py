@@ -1,4 +1,4 @@
-"""`attnlab attention`: attention heatmaps and per-head statistics.
+"""Attention heatmaps and per-head statistics (the library of `attnlab attention`).
 
 For one text: a PNG per layer (one panel per head, queries down, keys across, the characters on
 both axes) and a table of each head's mean entropy and mean attention distance. With ``--over
@@ -9,7 +9,6 @@ attention shows its one-hot choices.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +16,10 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .model import GPT
+from .attention import masks
+from .model import GPT, evaluating
 from .shaping import head_statistics
-from .vocab import MASK_CHAR, PAD_ID, Vocab
-
-_SHOWN = {" ": "␣", "\n": "↵", "\t": "⇥"}
-
+from .vocab import PAD_ID, Vocab, visible
 
 # ---- weights ---------------------------------------------------------------------------------
 @torch.no_grad()
@@ -40,28 +37,41 @@ def attention_weights(model: GPT, rows: list[list[int]]) -> tuple[list[Tensor], 
     for b, r in enumerate(rows):
         idx[b, : len(r)] = torch.tensor(r, device=device)
         valid[b, : len(r)] = True
-    allowed = valid[:, None, None, :].expand(-1, 1, T, T)  # (B, 1, T, T)
-    if model.config.causal:
-        allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=device).tril()
-    allowed = allowed | torch.eye(T, dtype=torch.bool, device=device)
-    was_training = model.training
-    model.eval()
-    try:
+    allowed = masks.padded(valid, is_causal=model.config.causal)  # (B, 1, T, T)
+    with evaluating(model):
         _, weights = model.run(idx, allowed=allowed, need_weights=True)
-    finally:
-        model.train(was_training)
     return [w.float() for w in weights], valid
 
 
 def labels(vocab: Vocab, ids: list[int]) -> list[str]:
     """Axis labels: the characters, with whitespace made visible."""
-    return [_SHOWN.get(c, c) for c in vocab.decode(ids)]
+    return [visible(c, spaces=True) for c in vocab.decode(ids)]
 
 
 # ---- drawing -----------------------------------------------------------------------------------
+# Long texts: a panel grows with the text up to PANEL_MAX_INCHES, and at most MAX_LABELS
+# characters are named per axis (every k-th, with its position), so a 120-character map of
+# 8 heads is about 2100 x 1000 pixels with readable labels instead of 6640 x 3320.
+PANEL_MAX_INCHES = 5.0
+MAX_LABELS = 40
+DPI = 100
+
+
 def plot_layer(weights: np.ndarray, chars: list[str], path: str | Path, title: str = "") -> list[np.ndarray]:
     """Draw one layer's heads (h, T, T) as a grid of heatmaps into a PNG; return the matrices
     as read back from the drawn images (so a test can compare what is on the page)."""
+    import matplotlib.pyplot as plt
+
+    fig, drawn = layer_figure(weights, chars, title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return drawn
+
+
+def layer_figure(weights: np.ndarray, chars: list[str], title: str = ""):
+    """The figure of one layer's heads with a shared colour bar; returns (figure, drawn)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -70,10 +80,12 @@ def plot_layer(weights: np.ndarray, chars: list[str], path: str | Path, title: s
     h, T, _ = weights.shape
     cols = min(h, 4)
     rows = (h + cols - 1) // cols
-    size = max(3.0, 0.13 * T + 1.0)
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * size, rows * size), squeeze=False)
-    drawn = []
-    fontsize = max(3, min(8, 400 // max(T, 1)))
+    size = min(PANEL_MAX_INCHES, max(3.0, 0.13 * T + 1.0))
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * size + 1.0, rows * size), squeeze=False,
+                             layout="constrained")
+    ticks, tick_labels = axis_labels(chars)
+    fontsize = max(4, min(8, int(0.8 * 72 * size / max(len(ticks), 1))))
+    drawn, image = [], None
     for k in range(rows * cols):
         ax = axes[k // cols][k % cols]
         if k >= h:
@@ -82,18 +94,24 @@ def plot_layer(weights: np.ndarray, chars: list[str], path: str | Path, title: s
         image = ax.imshow(weights[k], vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest")
         drawn.append(np.asarray(image.get_array(), dtype=np.float64))
         ax.set_title(f"head {k}", fontsize=9)
-        ax.set_xticks(range(T), chars, fontsize=fontsize)
-        ax.set_yticks(range(T), chars, fontsize=fontsize)
+        ax.set_xticks(ticks, tick_labels, fontsize=fontsize, rotation=90 if len(ticks) < T else 0)
+        ax.set_yticks(ticks, tick_labels, fontsize=fontsize)
         ax.set_xlabel("key", fontsize=8)
         ax.set_ylabel("query", fontsize=8)
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention probability")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return drawn
+    return fig, drawn
+
+
+def axis_labels(chars: list[str]) -> tuple[list[int], list[str]]:
+    """Tick positions and labels: every character, or for long texts every k-th character
+    with its position (at most MAX_LABELS)."""
+    step = -(-len(chars) // MAX_LABELS)
+    if step == 1:
+        return list(range(len(chars))), list(chars)
+    ticks = list(range(0, len(chars), step))
+    return ticks, [f"{chars[i]} {i}" for i in ticks]
 
 
 def statistics_table(entropy: np.ndarray, distance: np.ndarray) -> str:
@@ -104,13 +122,6 @@ def statistics_table(entropy: np.ndarray, distance: np.ndarray) -> str:
         for k in range(h):
             lines.append(f"| {l} | {k} | {entropy[l, k]:.3f} | {distance[l, k]:.2f} |")
     return "\n".join(lines)
-
-
-def read_texts(path: str | Path) -> list[str]:
-    """Non-blank lines of a file; for a question<TAB>place file, the question column."""
-    from .data import read_text
-
-    return [ln.split("\t")[0].strip() for ln in read_text(path).split("\n") if ln.strip()]
 
 
 def statistics_over(model: GPT, vocab: Vocab, texts: list[str], *, batch_size: int = 64,
@@ -128,56 +139,3 @@ def statistics_over(model: GPT, vocab: Vocab, texts: list[str], *, batch_size: i
         dist_sum = dist.sum(0) if dist_sum is None else dist_sum + dist.sum(0)
     n = len(rows)
     return (ent_sum / n).cpu().numpy(), (dist_sum / n).cpu().numpy(), n
-
-
-# ---- command -----------------------------------------------------------------------------------
-def cmd_attention(args: argparse.Namespace) -> int:
-    from .checkpoint import load_model
-    from .train import resolve_device
-
-    overrides = {"attention": args.attention} if args.attention else {}
-    model, vocab, _ = load_model(args.checkpoint, device=str(resolve_device(args.device)), **overrides)
-    suffix = MASK_CHAR if args.sentinel else ""
-    config = model.config
-    print(f"attention maps of {args.checkpoint} ({config.attention}, {config.n_layer} layers x "
-          f"{config.n_head} heads)")
-    if args.text is not None:
-        text = args.text + suffix
-        ids = vocab.encode(text, source="<argument>")
-        weights, _ = attention_weights(model, [ids])
-        out = Path(args.out)
-        chars = labels(vocab, ids)
-        for l, w in enumerate(weights):
-            path = out / f"layer{l}.png"
-            plot_layer(w[0].cpu().numpy(), chars, path, title=f"layer {l}: {text!r}")
-        ent, dist = head_statistics(weights)
-        print(f"\n{text!r} ({len(ids)} characters):")
-        print(statistics_table(ent[0].cpu().numpy(), dist[0].cpu().numpy()))
-        print(f"\nheatmaps written to {out}/layer0.png .. layer{len(weights) - 1}.png")
-    if args.over:
-        texts = [t + suffix for t in read_texts(args.over)][: args.limit or None]
-        if not texts:
-            raise ValueError(f"{args.over}: no texts")
-        ent, dist, n = statistics_over(model, vocab, texts, source=str(args.over))
-        print(f"\nper-head statistics averaged over {n} texts of {args.over}:")
-        print(statistics_table(ent, dist))
-    if args.text is None and not args.over:
-        raise ValueError("give a TEXT to draw, --over FILE to average statistics, or both")
-    return 0
-
-
-def register(command) -> None:
-    p = command("attention", "attention heatmaps (PNG per layer) and per-head entropy and distance",
-                cmd_attention)
-    p.add_argument("checkpoint", help="checkpoint file or run directory")
-    p.add_argument("text", nargs="?", default=None, help="text to draw (default: none, only --over)")
-    p.add_argument("--out", default="runs/attention", help="directory for layerN.png")
-    p.add_argument("--over", default=None, help="file of texts, one per line (TSV: question column), "
-                   "to average the per-head statistics over (default: none)")
-    p.add_argument("--limit", type=int, default=0, help="use at most this many texts of --over (0 = all)")
-    p.add_argument("--sentinel", action="store_true",
-                   help=f"append the QA sentinel {MASK_CHAR} to every text, as evaluation does")
-    p.add_argument("--attention", default=None, help="view the weights as another variant of the "
-                   "same parameters, e.g. argmax (default: the checkpoint's)")
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
-

@@ -1,0 +1,56 @@
+"""Answering typed questions (`attnlab ask`, attnlab/cli/answering.py): one line per answer
+with its confidence, and questions read one per line from a stream, each answered as soon as
+it is read and the answer flushed, so the command works interactively and as a process at the
+other end of a pipe."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from .api import LoadedModel
+from .data import DataError, read_text
+from .evaluate import MAX_NEW_CHARS, Answer
+from .evidence import CorpusIndex
+from .vocab import VocabError
+
+
+NO_QUESTIONS = "no questions: pass them as arguments or one per line on stdin"
+
+
+def answer_lines(model: LoadedModel, lines: TextIO, out: TextIO, index: CorpusIndex | None = None,
+                 source: str = "<stdin>") -> int:
+    """Answer each non-blank line as it is read, until end of input. A bad line is reported on
+    stderr as ``source:line: problem`` and the rest are still answered; exit code 2 then. No
+    question at all is a ValueError (the command line's one-line error)."""
+    answered = failed = 0
+    for number, line in enumerate(iter(lines.readline, ""), 1):  # readline: no read-ahead
+        if not line.strip():
+            continue
+        try:
+            (answer,) = model.ask([line], source=source, first_line=number)
+        except (DataError, VocabError) as e:
+            print(f"attnlab ask: error: {e}", file=sys.stderr, flush=True)
+            failed += 1
+            continue
+        print(describe(answer, index), file=out, flush=True)
+        answered += 1
+    if not answered and not failed:
+        raise ValueError(NO_QUESTIONS)
+    return 2 if failed else 0
+
+
+def describe(answer: Answer, index: CorpusIndex | None = None) -> str:
+    """One tab-separated line: question, answer, confidence, [evidence verdict], [recalled]."""
+    note = "" if answer.complete else f" (unfinished: no closing mark within {MAX_NEW_CHARS} characters)"
+    line = f"{answer.question}\t{answer.answer}\tconfidence {answer.confidence:.2f}{note}"
+    if index is not None:
+        line += f"\t{index.find(answer.question, answer.answer).verdict}"
+    if answer.recalled is not None:  # recall format: what the model wrote of the person first
+        line += f"\trecalled: {answer.recalled!r}"
+    return line
+
+
+def evidence_index(corpus: str | None) -> CorpusIndex | None:
+    """The corpus in which each answer is looked up (None: --evidence '')."""
+    return CorpusIndex(read_text(corpus).split("\n")) if corpus else None

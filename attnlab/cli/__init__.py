@@ -1,0 +1,84 @@
+"""`attnlab <command>`: one parser assembled from the command modules, one error handler.
+
+Commands are grouped by job, a module each: training.py (pretrain, finetune), answering.py
+(evaluate, ask, baseline), experiments.py (demo, compare, variants, plot), probing.py (generate,
+attention, explore). Each module has ``register(command)``, where ``command(name, help, fn)``
+returns the argparse parser of a new subcommand that runs ``fn(args)``; a new command module
+joins the program with one line in ``COMMANDS``. Flags that several commands share are
+defined once, in flags.py. The commands are thin layers over the library (pipeline.py,
+experiments.py, ...), which never imports this package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+from .. import __version__
+from . import answering, experiments, flags, probing, training
+from .flags import model_config_from, train_config_from  # noqa: F401  (the library-facing helpers)
+
+# The registration hooks, in the order the commands are listed in `attnlab --help`.
+COMMANDS: list[Callable] = [training.register, answering.register, experiments.register, probing.register]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="attnlab", formatter_class=flags.Formatter,
+        description="Pretrain, finetune and probe small character-level transformers on the "
+                    "birth-place knowledge-access task.",
+        epilog="Run `attnlab COMMAND --help` for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, fn: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help, formatter_class=flags.Formatter)
+        p.set_defaults(func=fn)
+        flags.cpu_settings(p)
+        flags.data_dir(p)
+        return p
+
+    for register in COMMANDS:
+        register(command)
+    return parser
+
+
+def main(argv: list[str] | None = None, *, process_settings: bool = False) -> int:
+    """Run one subcommand. ``process_settings``: first apply the process-wide CPU settings
+    (attnlab/cpu_settings.py) unless the command is given --no-cpu-settings; the program does,
+    library calls (tests) do not."""
+    parser = build_parser()
+    args = flags.with_config_file(parser, argv, parser.parse_args(argv))  # --config FILE as defaults
+    flags.resolve_data_paths(args)  # data/NAME from any directory, or --data-dir
+    if process_settings and args.cpu_settings:
+        from .. import cpu_settings
+
+        cpu_settings.apply()
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The one error handler: bad input is a one-line error per problem and exit code 2."""
+    from ..checkpoint import CheckpointError
+    from ..data import DataError
+    from ..vocab import VocabError
+
+    try:
+        return args.func(args) or 0
+    except (DataError, VocabError, CheckpointError, FileNotFoundError, ValueError) as e:
+        for message in getattr(e, "messages", None) or [str(e)]:
+            print(f"attnlab {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def entry() -> int:
+    """The `attnlab` program (console script, ``python -m attnlab``, torchrun)."""
+    return main(process_settings=True)
+
+
+if __name__ == "__main__":
+    sys.exit(entry())

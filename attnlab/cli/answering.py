@@ -1,0 +1,80 @@
+"""Answering commands: `evaluate` a question file, `ask` typed questions, score the `baseline`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..config import DEFAULT_CORPUS
+from . import flags
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .. import distributed
+    from ..pipeline import evaluate_file
+
+    overrides = {"attention": args.attention} if args.attention else {}
+    with distributed.session(args.device) as (_env, device):  # under torchrun each rank decodes a share
+        evaluate_file(args.checkpoint, args.eval_file, out=args.predictions, device=device,
+                      batch_size=args.batch_size, overrides=overrides,
+                      stored_corpus=args.corpus if args.stored else None)
+    return 0
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    from ..api import load
+    from ..asking import answer_lines, describe, evidence_index
+
+    model = load(args.checkpoint, device=args.device)
+    index = evidence_index(args.evidence)
+    if args.questions:
+        for answer in model.ask(args.questions, source="<argument>"):
+            print(describe(answer, index))
+        return 0
+    if sys.stdin.isatty():
+        print("one question per line (Ctrl-D to end)", file=sys.stderr)
+    return answer_lines(model, sys.stdin, sys.stdout, index)  # each line answered as it is read
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    from ..pipeline import baseline
+
+    place, result = baseline(args.train_file, args.eval_file)
+    if result is None:
+        print(f'most frequent place in {args.train_file}: "{place}"; {args.eval_file} has no labels, '
+              "so no accuracy can be computed")
+    else:
+        print(f'most frequent place in {args.train_file}: "{place}"; always answering it on '
+              f"{args.eval_file}: {result.with_interval()}")
+    return 0
+
+
+def register(command) -> None:
+    p = command("evaluate", "answer a question file greedily; score it if it has labels", cmd_evaluate)
+    p.add_argument("checkpoint", help="checkpoint file or run directory")
+    flags.eval_file(p, "questions, with or without <TAB>place labels", old=("--file",))
+    p.add_argument("--predictions", default=None, metavar="FILE",
+                   help="predictions file (default: RUN_DIR/predictions-FILESTEM.txt)")
+    p.add_argument("--out", dest="predictions", action=flags.Deprecated, new="--predictions",
+                   help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+    flags.attention_view(p)
+    p.add_argument("--batch-size", type=int, default=256, help="questions decoded together")
+    flags.device(p)
+    p.add_argument("--stored", action="store_true",
+                   help="also report stored facts: for people whose place is written in their corpus "
+                        "line, does greedy completion of the line up to the place reproduce it "
+                        "(default: answers only)")
+    flags.corpus(p, "corpus for --stored")
+
+    p = command("ask", "answer questions typed as arguments or on stdin (each line as soon as it is read), "
+                "with a confidence", cmd_ask)
+    p.add_argument("checkpoint", help="checkpoint file or run directory")
+    p.add_argument("questions", nargs="*", help='questions such as "Where was Ada Lovelace born?" (default: read stdin)')
+    p.add_argument("--evidence", default=DEFAULT_CORPUS.as_written, metavar="CORPUS",
+                   help="corpus in which to check whether each answer is stated about the person "
+                        f"('' to skip) (default: {DEFAULT_CORPUS.as_written})")
+    flags.device(p)
+
+    p = command("baseline", "score the training file's most frequent place on a labelled file", cmd_baseline)
+    flags.train_file(p, "file whose most frequent place is the answer")
+    flags.eval_file(p, "file to score", old=("--file",))

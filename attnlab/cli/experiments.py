@@ -1,0 +1,95 @@
+"""Experiment commands: the `demo`, `compare` the attention variants, the `variants` table,
+`plot` the training curves of runs."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from ..attention import REGISTRY
+from . import flags
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from ..experiments import demo
+
+    demo(args.preset, out=args.out_dir, attention=args.attention, device=args.device, shipped=args.shipped or None)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ..experiments import compare
+
+    if args.attention is not None:
+        raise ValueError("compare trains several variants: choose them with --variants, not --attention")
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()] if args.variants else None
+    compare(flags.model_config_from(args), flags.train_config_from(args, "pretrain"),
+            flags.train_config_from(args, "finetune"), flags.train_config_from(args, "finetune_scratch"),
+            variants=variants, corpus=args.corpus, train_file=args.train_file, dev_file=args.eval_file,
+            out=args.out_dir, device=args.device, scratch=args.scratch, reuse=args.reuse,
+            preset=args.preset)
+    return 0
+
+
+def cmd_variants(args: argparse.Namespace) -> int:
+    from ..data import read_text
+    from ..variants import format_variant_table, variant_table
+    from ..vocab import Vocab
+
+    config = flags.model_config_from(args)
+    config = dataclasses.replace(config, vocab_size=len(Vocab.from_text(read_text(args.corpus))))
+    print(f"attention variants for preset {args.preset!r}: {config.n_layer} layers, {config.n_head} "
+          f"heads, width d={config.n_embd}, block T={config.block_size}, vocabulary "
+          f"{config.vocab_size} (from {args.corpus}), positions {config.positions}/{config.position_mode}"
+          f"{', rel_clip ' + str(config.rel_clip) if config.rel_clip else ''}")
+    print(format_variant_table(variant_table(config)))
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from ..plots import plot_runs
+
+    image = plot_runs(args.runs, args.image)
+    print(f"training curves of {len(args.runs)} run(s) written to {image}")
+    return 0
+
+
+def register(command) -> None:
+    p = command("demo", "the main job: baseline, no pretraining, a recipe trained now and the shipped "
+                "model, scored on dev (extracted and stored)", cmd_demo)
+    flags.preset(p, "demo", "recipe trained from scratch (demo: the cpu recipe cut to fit 15 minutes on 2 cores)")
+    p.add_argument("--shipped", default="models/cpu", help="shipped model scored beside it ('' to skip)")
+    flags.out_dir(p, "runs/demo", "output directory", old=("--out",))
+    p.add_argument("--attention", default="vanilla", help="attention variant to demonstrate")
+    flags.device(p)
+
+    p = command("compare", "every attention variant through pretrain -> finetune -> dev evaluation, "
+                "same preset, seed and data; a markdown table and a bar chart", cmd_compare)
+    flags.preset(p)
+    p.add_argument("--variants", default=None,
+                   help=f"comma-separated variants to train (default: all: {','.join(REGISTRY)})")
+    flags.out_dir(p, "runs/compare", "output directory", old=("--out",))
+    flags.corpus(p, "pretraining corpus (also defines the vocabulary)")
+    flags.train_file(p, "question<TAB>place finetuning file")
+    flags.eval_file(p, "labelled file every model is scored on", old=("--dev-file",))
+    p.add_argument("--scratch", action=argparse.BooleanOptionalAction, default=True,
+                   help="also finetune vanilla without pretraining as a reference row")
+    p.add_argument("--reuse", action="store_true",
+                   help="reuse runs already finished in --out-dir (their row.json) instead of retraining "
+                        "(default: retrain everything)")
+    flags.model_flags(p)
+    flags.train_flags(p, ("pretrain", "finetune", "finetune_scratch"))
+
+    p = command("variants", "table of the attention variants: parameters, score cost, what each "
+                "can and cannot express", cmd_variants)
+    flags.preset(p)
+    flags.corpus(p, "corpus that defines the vocabulary size")
+    flags.model_flags(p)
+
+    p = command("plot", "training curves (loss, learning rate, tokens/s, dev accuracy where logged) "
+                "of one or several runs on shared axes", cmd_plot)
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directory (or its metrics.jsonl)")
+    p.add_argument("--image", default="runs/curves.png", metavar="FILE",
+                   help="image file to write (PNG, or any format matplotlib knows by the suffix)")
+    p.add_argument("--out", dest="image", action=flags.Deprecated, new="--image",
+                   help=argparse.SUPPRESS, default=argparse.SUPPRESS)

@@ -1,0 +1,223 @@
+"""Flags that several commands share, each defined once, and the model and training flags
+generated from the config dataclasses (one ``--dashed-name`` per field; their defaults come from
+the chosen ``--preset`` and stage, and every help line says what that default is).
+
+One name per idea: the labelled evaluation file is ``--eval-file`` and the output directory
+``--out-dir`` in every command; the older names (``--file``, ``--dev-file``, ``--run-dir``,
+``--out``) still work and say on stderr that they are deprecated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import Any
+
+from .. import datafiles
+from ..config import (DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, PRESETS, ModelConfig,
+                      TrainConfig, cli_fields, get_preset)
+from ..config_file import read_config_file
+from ..data import DataError
+
+
+class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Appends "(default: X)" unless the help text already states its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+class Deprecated(argparse.Action):
+    """An old flag name: stores into the new one's destination and says so on stderr."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kw):
+        self.new = new
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: {option_string} is deprecated; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def _renamed(parser: argparse.ArgumentParser, new: str, old: tuple[str, ...], **kw: Any) -> None:
+    """``new`` with ``kw``; each ``old`` name still accepted (hidden from help, deprecated)."""
+    action = parser.add_argument(new, **kw)
+    for name in old:
+        parser.add_argument(name, dest=action.dest, action=Deprecated, new=new, help=argparse.SUPPRESS,
+                            default=argparse.SUPPRESS, metavar=action.metavar)
+
+
+# ---- shared flags ------------------------------------------------------------------------------
+def device(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (CUDA when there is one)")
+
+
+def preset(parser: argparse.ArgumentParser, default: str = "quick", help: str = "") -> None:
+    parser.add_argument("--preset", default=default, choices=list(PRESETS),
+                        help=help or "named configuration: spec = the course's numbers, quick = CPU-sized, "
+                                     "cpu/demo = the knowledge recipe, tiny = seconds, for tests")
+
+
+def corpus(parser: argparse.ArgumentParser, help: str = "pretraining corpus, one document per line") -> None:
+    parser.add_argument("--corpus", default=DEFAULT_CORPUS.as_written, help=help)
+
+
+def train_file(parser: argparse.ArgumentParser, help: str = "question<TAB>place training file") -> None:
+    parser.add_argument("--train-file", default=DEFAULT_TRAIN.as_written, help=help)
+
+
+def eval_file(parser: argparse.ArgumentParser, help: str, old: tuple[str, ...] = ()) -> None:
+    """The labelled (or, for evaluate, possibly unlabelled) question file a command scores."""
+    _renamed(parser, "--eval-file", old, default=DEFAULT_DEV.as_written, help=help)
+
+
+def out_dir(parser: argparse.ArgumentParser, default: str | None, help: str, old: tuple[str, ...] = ()) -> None:
+    _renamed(parser, "--out-dir", old, default=default, help=help)
+
+
+def resume(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the run directory's checkpoint (default: start afresh)")
+
+
+def mixing(parser: argparse.ArgumentParser) -> None:
+    """What lm pretraining may mix in, and what it never may."""
+    parser.add_argument("--mix-qa", default=DEFAULT_TRAIN.as_written, metavar="FILE",
+                        help="question<TAB>place file mixed into lm pretraining when --mix-ratio > 0; its "
+                             "questions may not be asked in a --held-out file")
+    parser.add_argument("--held-out", nargs="*", default=[DEFAULT_DEV.as_written, DEFAULT_TEST.as_written],
+                        metavar="FILE",
+                        help="evaluation files whose people may never be mixed into training")
+
+
+def attention_view(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--attention", default=None, help="use another variant of the same parameters, "
+                        "e.g. argmax (default: the checkpoint's)")
+
+
+def data_dir(parser: argparse.ArgumentParser) -> None:
+    """Every command: where ``data/NAME`` paths are read (resolve_data_paths, datafiles.py)."""
+    parser.add_argument("--data-dir", default=None, metavar="DIR",
+                        help="directory holding the data files: data/NAME options read DIR/NAME "
+                             f"(or ${datafiles.DATA_DIR_ENV}) (default: ./data if present, else the "
+                             "installed package's data)")
+
+
+def resolve_data_paths(args: argparse.Namespace) -> None:
+    """Resolve, in place, every ``data/...`` and ``models/...`` value of parsed arguments, after
+    applying the command's --data-dir (so the defaults work from any directory)."""
+    datafiles.set_data_dir(getattr(args, "data_dir", None))
+    for name, value in vars(args).items():
+        if isinstance(value, str) and value:
+            setattr(args, name, datafiles.resolved_text(value))
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            setattr(args, name, [datafiles.resolved_text(v) if v else v for v in value])
+
+
+def config_file(parser: argparse.ArgumentParser) -> None:
+    """Training commands: a run's settings as defaults (with_config_file, config_file.py)."""
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help="settings from a run's config.json (or TOML of the same shape); flags "
+                             "given on the command line override them (default: none)")
+
+
+def with_config_file(parser: argparse.ArgumentParser, argv: list[str] | None,
+                     args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` re-parsed with the --config file's settings as the command's defaults
+    (precedence: preset < file < command line). The model table is left out when the command
+    finetunes from --init (the pretrained checkpoint fixes the model). A bad file is a one-line
+    error and exit code 2, as argparse's own errors are."""
+    if not getattr(args, "config", None):
+        return args
+    try:
+        values = read_config_file(args.config)
+    except (DataError, FileNotFoundError) as e:
+        parser.exit(2, f"attnlab {args.command}: error: {e}\n")
+    command = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+    takes = {a.dest for a in command._actions}
+    from_init = "init" in takes and (args.init if args.init is not None else values.get("init"))
+    defaults = {}
+    for key, value in values.items():
+        section, _, name = key.rpartition(".")
+        if name in takes and not (section == "model" and from_init):
+            defaults[name] = value
+    command.set_defaults(**defaults)
+    return parser.parse_args(argv)
+
+
+def cpu_settings(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cpu-settings", action=argparse.BooleanOptionalAction, default=True,
+                        help="apply the process-wide CPU settings first: flush denormals, keep freed "
+                             "memory (attnlab/cpu_settings.py) (default: on)")
+
+
+# ---- flags generated from the config dataclasses ---------------------------------------------
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _preset_default(field: dataclasses.Field, stages: tuple[str, ...]) -> str:
+    """'spec: X, quick: Y' for a field across presets (model fields or training stages)."""
+    parts = []
+    for p in PRESETS.values():
+        if p.name == "tiny":
+            continue
+        if not stages:
+            value = p.model.get(field.name, field.default)
+        else:
+            values = {getattr(getattr(p, s), field.name) for s in stages}
+            value = "/".join(str(v) for v in sorted(values, key=str))
+        parts.append(f"{p.name}: {value}")
+    return "; ".join(parts)
+
+
+def model_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model (defaults from --preset)")
+    for f in cli_fields(ModelConfig):
+        _add_field(group, f, _preset_default(f, ()))
+
+
+def train_flags(parser: argparse.ArgumentParser, stages: tuple[str, ...]) -> None:
+    """The training fields of ``stages``, and --config FILE to take them from a run's
+    config.json; --device is the shared flag (``device``)."""
+    config_file(parser)
+    group = parser.add_argument_group("training (defaults from --preset)")
+    for f in cli_fields(TrainConfig):
+        if f.name == "device" or not set(stages) & set(f.metadata.get("stages", stages)):
+            continue  # a pretraining-only setting (objective, mixing) is no finetuning flag
+        _add_field(group, f, _preset_default(f, stages))
+    device(parser)
+
+
+_SWITCHES = {"compile", "amp"}  # on/off/auto settings that also get a --no-NAME shorthand
+
+
+def _add_field(group, f: dataclasses.Field, default_text: str) -> None:
+    help_text = f"{f.metadata['help']} (default: {default_text})"
+    if f.type in ("bool", bool):
+        group.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
+                           default=None, help=help_text)
+    else:
+        kind = {"int": int, "float": float, "str": str}.get(str(f.type), str)
+        group.add_argument(_flag(f.name), dest=f.name, type=kind, default=None,
+                           metavar=f.name.upper(), help=help_text)
+        if f.name in _SWITCHES:
+            group.add_argument(_flag(f"no_{f.name}"), dest=f.name, action="store_const", const="off",
+                               help=f"shorthand for {_flag(f.name)} off (default: {default_text})")
+
+
+def overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The config fields given on the command line."""
+    return {f.name: getattr(args, f.name) for f in cli_fields(cls) if getattr(args, f.name, None) is not None}
+
+
+def model_config_from(args: argparse.Namespace) -> ModelConfig:
+    return ModelConfig(**{**get_preset(args.preset).model, **overrides(args, ModelConfig)})
+
+
+def train_config_from(args: argparse.Namespace, stage: str) -> TrainConfig:
+    return dataclasses.replace(getattr(get_preset(args.preset), stage), **overrides(args, TrainConfig))

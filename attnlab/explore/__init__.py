@@ -1,0 +1,100 @@
+"""The mathematics of attention, executable: ``attnlab explore``.
+
+Each topic states a claim from the CS224N self-attention notes (and the lecture on
+transformers), measures it numerically with a fixed-seed ``torch.Generator`` and reports the
+numbers together with PASS/FAIL. A topic is a function ``ExploreOptions -> TopicResult`` that
+registers itself with ``@topic(name, *needs)`` (base.py) in a module of its theme: one_head.py
+(copy, average, project), heads.py (single-vs-multi-head, routing, temperature),
+architecture.py (merged-qk, receptive-field, positions). :func:`run_topics` runs a selection;
+:func:`add_arguments` and :func:`main` are what `attnlab explore` (attnlab/cli/probing.py) calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+# Importing a theme registers its topics: this order is the order of the notes (and of `all`).
+from . import one_head, heads, architecture  # noqa: F401,I001
+from .architecture import constructed_picks, dependency_sets, fit_relative_bias, sinusoidal_positions
+from .base import DTYPE, NEEDS, TOPICS, ExploreError, ExploreOptions, TopicResult, requirements
+from .heads import KEY_NOISE, routing_setup, sample_keys, self_attention, temperature_tolerance
+from .one_head import average_weight, average_weight_fast
+
+__all__ = [
+    "ExploreError", "ExploreOptions", "TopicResult", "TOPICS", "NEEDS", "DTYPE", "run_topics", "validate",
+    "add_arguments", "main", "dependency_sets", "constructed_picks", "fit_relative_bias",
+    "sinusoidal_positions", "routing_setup", "sample_keys", "self_attention", "temperature_tolerance",
+    "average_weight", "average_weight_fast", "KEY_NOISE",
+]
+
+def validate(names: list[str] | None, options: ExploreOptions) -> list[str]:
+    """Error messages for options that make one of the selected topics meaningless."""
+    return [e for name in _resolve(names) for e in requirements(name, options)]
+
+
+def _resolve(names: list[str] | None) -> list[str]:
+    if not names or names == ["all"] or "all" in names:
+        return list(TOPICS)
+    unknown = [name for name in names if name not in TOPICS]
+    if unknown:
+        raise ExploreError(f"unknown topic(s) {', '.join(unknown)}; choose from {', '.join(TOPICS)} or all")
+    return list(names)
+
+
+def run_topics(names: list[str] | None, options: ExploreOptions) -> list[TopicResult]:
+    """Run the named topics (all of them for None or "all") in registry order of the names given.
+
+    Raises :class:`ExploreError` (before computing anything) if the options make a selected topic
+    meaningless.
+    """
+    selected = _resolve(names)
+    errors = validate(selected, options)
+    if errors:
+        raise ExploreError(errors)
+    return [TOPICS[name](options) for name in selected]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = ExploreOptions()
+    parser.add_argument(
+        "topic", nargs="?", default="all", choices=[*TOPICS, "all"], metavar="TOPIC",
+        help=f"which claim to check: one of {', '.join(TOPICS)}, or all (default: %(default)s)",
+    )
+    parser.add_argument("--dim", type=int, default=defaults.dim,
+                        help="vector dimension d (model width J for merged-qk) (default: %(default)s)")
+    parser.add_argument("--n", type=int, default=defaults.n,
+                        help="number of keys / sequence positions (default: %(default)s)")
+    parser.add_argument("--beta", type=float, default=defaults.beta,
+                        help="scale b of queries (copy, average, single-vs-multi-head) and norm of the "
+                             "u's in routing (default: %(default)s)")
+    parser.add_argument("--samples", type=int, default=defaults.samples,
+                        help="Monte-Carlo samples for single-vs-multi-head and temperature "
+                             "(default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=defaults.seed,
+                        help="seed for the torch.Generator of every topic (default: %(default)s)")
+    parser.add_argument("--plot", dest="plot_dir", metavar="DIR", default=defaults.plot_dir,
+                        help="write the single-vs-multi-head histogram PNG into DIR (default: %(default)s, "
+                             "no plot)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the chosen topics and print them: 0 if all pass, 1 if any fails."""
+    defaults = ExploreOptions()
+    options = ExploreOptions(
+        dim=getattr(args, "dim", defaults.dim),
+        n=getattr(args, "n", defaults.n),
+        beta=getattr(args, "beta", defaults.beta),
+        samples=getattr(args, "samples", defaults.samples),
+        seed=getattr(args, "seed", defaults.seed),
+        plot_dir=getattr(args, "plot_dir", defaults.plot_dir),
+    )
+    topic = getattr(args, "topic", "all")
+    names = None if topic in (None, "all") else ([topic] if isinstance(topic, str) else list(topic))
+    results = run_topics(names, options)  # ExploreError: the command line's one error handler
+    for result in results:
+        print(result.render())
+        print()
+    passed = sum(r.passed for r in results)
+    failed = len(results) - passed
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1

@@ -1,0 +1,74 @@
+"""The Python API: attnlab.load gives a ready model that answers in one call, as `attnlab ask`
+does; the README's example runs as written."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+
+import pytest
+
+import attnlab
+from attnlab import cli
+from attnlab.data import DataError
+from attnlab.shipped import ship
+from attnlab.vocab import VocabError
+from tests.conftest import REPO
+from tests.tiny_runs import train_tiny
+
+QUESTIONS = ["Where was Ralf Wadephul born?", "Where was Joseph Baggaley born?"]
+
+
+@pytest.fixture(scope="module", params=["recall", "direct"])
+def run(request, tmp_path_factory):
+    return train_tiny(tmp_path_factory.mktemp(request.param) / "run", recall=request.param == "recall")
+
+
+def _readme_api_example() -> str:
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(encoding="utf-8"), re.S)
+    found = [b for b in blocks if "attnlab.load(" in b]
+    assert len(found) == 1, "the README should have one attnlab.load example"
+    return found[0]
+
+
+def test_the_readme_example_runs_against_a_trained_model(run, tmp_path, monkeypatch):
+    ship(run, tmp_path / "models" / "cpu", {"command": "test"})  # where the example looks
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(_readme_api_example(), "README.md", "exec"), {})
+    lines = out.getvalue().splitlines()
+    for question, line in zip(QUESTIONS, lines):
+        assert re.fullmatch(re.escape(question) + r" -> .* \(confidence [01]\.\d\d\)", line)
+    model = attnlab.load(run)
+    assert lines[2] == f"{model.config.qa_format} {model.train_config.learning_rate}"
+
+
+def test_ask_answers_as_the_ask_command_does(run, capsys):
+    model = attnlab.load(run, device="cpu")
+    answers = model.ask(QUESTIONS)
+    assert [a.question for a in answers] == QUESTIONS
+    assert all(0.0 <= a.confidence <= 1.0 for a in answers)
+    assert (answers[0].recalled is not None) == (model.config.qa_format == "recall")
+    capsys.readouterr()
+    assert cli.main(["ask", str(run), *QUESTIONS, "--evidence", "", "--device", "cpu"]) == 0
+    printed = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [(p[0], p[1], p[2].split()[1]) for p in printed] == [
+        (a.question, a.answer, f"{a.confidence:.2f}") for a in answers]
+
+
+def test_a_checkpoint_file_loads_like_its_run_directory(run):
+    from_dir, from_file = attnlab.load(run), attnlab.load(run / "checkpoint.safetensors")
+    assert from_dir.config == from_file.config and from_dir.vocab.to_list() == from_file.vocab.to_list()
+    assert from_dir.ask(QUESTIONS[0]) == from_file.ask([QUESTIONS[0]])
+    assert not from_dir.gpt.training
+
+
+def test_a_bad_question_is_an_error_naming_it(run):
+    model = attnlab.load(run)
+    with pytest.raises(VocabError, match=r"^<ask>:2: character '☃'"):
+        model.ask([QUESTIONS[0], "Where was Ada ☃ born?"])
+    if model.config.qa_format == "recall":  # it needs a person to recall
+        with pytest.raises(DataError, match=r"^<ask>:1: expected a question 'Where was NAME born\?'"):
+            model.ask(["Who is Ada?"])

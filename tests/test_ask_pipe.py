@@ -1,0 +1,73 @@
+"""`attnlab ask` with no question reads stdin line by line and answers each line as soon as it
+is read, through a real pipe, until end of input."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+
+import pytest
+
+import attnlab
+from tests.conftest import DATA, REPO
+from tests.tiny_runs import train_tiny
+
+HANG_GUARD_S = 120  # only so that a broken build fails instead of hanging; not a speed check
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return train_tiny(tmp_path_factory.mktemp("ask") / "run")
+
+
+def _ask_process(run, *extra):
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, "-m", "attnlab", "ask", str(run), "--device", "cpu", *extra],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def _read_line(stream) -> str:
+    ready, _, _ = select.select([stream], [], [], HANG_GUARD_S)
+    assert ready, "no answer while stdin was still open: ask waits for end of input"
+    return stream.readline()
+
+
+def test_each_question_is_answered_before_the_next_is_sent(run):
+    questions = ["Where was Ralf Wadephul born?", "Where was Joseph Baggaley born?"]
+    expected = attnlab.load(run, device="cpu").ask(questions)
+    proc = _ask_process(run, "--evidence", str(DATA / "wiki.txt"))
+    try:
+        for question, answer in zip(questions, expected):
+            proc.stdin.write(question + "\n")
+            proc.stdin.flush()
+            fields = _read_line(proc.stdout).rstrip("\n").split("\t")
+            assert fields[:2] == [question, answer.answer]
+            assert fields[2].startswith(f"confidence {answer.confidence:.2f}")
+            assert ("unfinished" in fields[2]) == (not answer.complete)
+            assert fields[3].startswith(("supported", "not supported", "the corpus does not mention"))
+        proc.stdin.write("\n")  # blank lines are skipped
+        proc.stdin.close()
+        assert proc.wait(HANG_GUARD_S) == 0
+        assert proc.stdout.read() == ""
+    finally:
+        proc.kill()
+
+
+def test_a_bad_line_is_reported_and_the_rest_answered(run):
+    proc = _ask_process(run, "--evidence", "")
+    out, err = proc.communicate("Where was Ralf Wadephul born?\nWho is he?\nWhere was Joseph Baggaley born?\n",
+                                timeout=HANG_GUARD_S)
+    assert proc.returncode == 2
+    assert [line.split("\t")[0] for line in out.splitlines()] == [
+        "Where was Ralf Wadephul born?", "Where was Joseph Baggaley born?"]
+    assert err.strip() == ("attnlab ask: error: <stdin>:2: expected a question 'Where was NAME born?', "
+                           "got 'Who is he?'")
+
+
+def test_no_questions_at_all_is_an_error(run):
+    proc = _ask_process(run, "--evidence", "")
+    _, err = proc.communicate("\n\n", timeout=HANG_GUARD_S)
+    assert proc.returncode == 2 and "no questions" in err

@@ -1,0 +1,135 @@
+"""The package's structure (issue 16): no import cycle in attnlab/, the library never imports
+the command line, and every command shares one name per idea."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from attnlab import cli
+
+PACKAGE = Path(__file__).resolve().parents[1] / "attnlab"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom, modules) -> list[str]:
+    """The attnlab modules a ``from X import a, b`` reads: X.a where that is a module, and X
+    itself where a name is defined in it (``from . import masks`` reads masks only)."""
+    if node.level:
+        base = module.split(".")
+        base = base[: len(base) - node.level + (1 if is_package else 0)]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    submodules = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules]
+    return submodules + ([target] if len(submodules) < len(node.names) else [])
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the attnlab modules it imports (at any depth of its code: function-level
+    imports count too)."""
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        is_package = path.name == "__init__.py"
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = _resolve(module, is_package, node, files)
+            else:
+                continue
+            edges |= {n for n in names if n in files and n != module}
+        graph[module] = edges
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                return stack[stack.index(n):] + [n]
+            if n not in state and (found := visit(n)):
+                return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_the_graph_is_read_from_the_code():
+    graph = import_graph()
+    assert "attnlab.model" in graph["attnlab.train"]  # a module-level import
+    assert "attnlab.cli.flags" in graph["attnlab.cli.training"]  # a relative one
+    assert "attnlab.pipeline" in graph["attnlab.cli.training"]  # a function-level one
+
+
+def test_no_import_cycle_in_attnlab():
+    assert _cycle(import_graph()) is None
+
+
+def test_a_cycle_is_found_when_there_is_one():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_library_module_imports_the_command_line():
+    graph = import_graph()
+    offenders = {m for m, edges in graph.items() if not m.startswith("attnlab.cli")
+                 and m != "attnlab.__main__" and any(e.startswith("attnlab.cli") for e in edges)}
+    assert offenders == set()
+
+
+def _commands():
+    return next(a for a in cli.build_parser()._actions if a.dest == "command").choices
+
+
+SHARED = {"eval_file": "--eval-file", "out_dir": "--out-dir", "device": "--device", "preset": "--preset",
+          "corpus": "--corpus", "train_file": "--train-file"}
+
+
+@pytest.mark.parametrize("dest", sorted(SHARED))
+def test_one_flag_name_per_idea(dest):
+    for name, parser in _commands().items():
+        shown = {s for a in parser._actions if a.dest == dest and a.help != "==SUPPRESS==" for s in a.option_strings}
+        assert shown <= {SHARED[dest]}, f"{name}: {shown}"
+
+
+@pytest.mark.parametrize("argv, dest, old", [
+    (["evaluate", "run", "--file", "x.tsv"], "eval_file", "--file"),
+    (["baseline", "--file", "x.tsv"], "eval_file", "--file"),
+    (["compare", "--dev-file", "x.tsv"], "eval_file", "--dev-file"),
+    (["pretrain", "--run-dir", "x"], "out_dir", "--run-dir"),
+    (["finetune", "--run-dir", "x"], "out_dir", "--run-dir"),
+    (["demo", "--out", "x"], "out_dir", "--out"),
+    (["compare", "--out", "x"], "out_dir", "--out"),
+    (["attention", "run", "--out", "x"], "out_dir", "--out"),
+    (["evaluate", "run", "--out", "x"], "predictions", "--out"),
+])
+def test_old_flag_names_still_work_and_say_they_are_deprecated(argv, dest, old, capsys):
+    args = cli.build_parser().parse_args(argv)
+    assert getattr(args, dest) == argv[-1]
+    assert f"{old} is deprecated" in capsys.readouterr().err
+
+
+def test_new_commands_join_with_their_register_hook(monkeypatch, capsys):
+    def register(command):
+        command("hello", "say hello", lambda args: print("hello") or 0)
+
+    monkeypatch.setattr(cli, "COMMANDS", cli.COMMANDS + [register])
+    assert cli.main(["hello"]) == 0 and capsys.readouterr().out == "hello\n"
