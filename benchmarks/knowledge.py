@@ -153,7 +153,7 @@ def plot_curves(specs: list[str], path: str) -> None:
             ax.plot([x], [100 * r["dev_correct"] / r["dev_total"]], marker="*", ms=14, color=line.get_color(),
                     ls="none", label=f"{label or run}: after finetuning")
     ax.axhline(5.0, color="grey", lw=1, ls=":", label='baseline "London" (5.0%)')
-    ax.set_xlabel("training CPU minutes (2 cores; evaluation excluded)")
+    ax.set_xlabel("training CPU minutes (process CPU time; evaluation excluded)")
     ax.set_ylabel("% of dev people")
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)

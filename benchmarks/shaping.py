@@ -113,12 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         f" over the {len(questions)} dev questions with their sentinel, then over heads"
         " (min-max over heads in brackets).",
         "",
-        "| setting | dev accuracy | pretrain CE | finetune CE | head entropy | attention distance | time |",
+        "| setting | dev accuracy (95% Wilson CI) | pretrain CE | finetune CE | head entropy | attention distance | time |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for setting, dev, pre_ce, fin_ce, ent, dist, secs in rows:
         lines.append(
-            f"| {setting} | {dev} | {pre_ce:.3f} | {fin_ce:.3f} | {ent.mean():.2f} [{ent.min():.2f}-{ent.max():.2f}]"
+            f"| {setting} | {dev.with_interval()} | {pre_ce:.3f} | {fin_ce:.3f} | {ent.mean():.2f} [{ent.min():.2f}-{ent.max():.2f}]"
             f" | {dist.mean():.2f} [{dist.min():.2f}-{dist.max():.2f}] | {secs:.0f} s |")
     body = "\n".join(lines)
     print("\n" + body)
