@@ -157,3 +157,74 @@ def finetuning_people(examples: list[QAExample], fraction: float) -> list[QAExam
     if not 0 < fraction < 1:
         raise ValueError(f"holdout_fraction must lie in [0, 1), got {fraction}")
     return examples[: len(examples) - math.ceil(fraction * len(examples))]
+
+
+# ---------------------------------------------------------------------------------- plots
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_reliability(bins: list[Bin], path: str | Path, title: str) -> Path:
+    """Accuracy against mean confidence per bin (bar heights), the diagonal of perfect
+    calibration, and each bin's number of answers written on its bar."""
+    plt = _pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 5))
+    width = bins[0].high - bins[0].low
+    ax.bar([b.low for b in bins], [b.accuracy for b in bins], width=width, align="edge",
+           edgecolor="black", color="#4c72b0", label="accuracy in bin")
+    ax.plot([0, 1], [0, 1], "--", color="grey", label="perfect calibration")
+    filled = [b for b in bins if b.count]
+    ax.plot([b.mean_confidence for b in filled], [b.accuracy for b in filled], "o", color="#dd8452",
+            label="(mean confidence, accuracy)")
+    for b in bins:
+        if b.count:
+            ax.text(b.low + width / 2, b.accuracy + 0.01, str(b.count), ha="center", va="bottom", fontsize=7)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.08)
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("accuracy (number of answers above each bar)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_coverage(confidence: Sequence[float], correct: Sequence[bool], path: str | Path, title: str,
+                  rule_point: tuple[float, float] | None = None) -> Path:
+    """Accuracy of the most confident answers against the share of questions answered."""
+    plt = _pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    xs, ys = coverage_curve(confidence, correct)
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    ax.plot(xs, ys, color="#4c72b0", label="answer the most confident share")
+    overall = sum(map(bool, correct)) / len(correct)
+    ax.axhline(overall, ls="--", color="grey", label=f"answer everything ({overall:.1%})")
+    for c in COVERAGES:
+        right, n = accuracy_at_coverage(confidence, correct, c)
+        ax.plot([n / len(confidence)], [right / n], "o", color="#dd8452")
+        ax.annotate(f"{right / n:.1%}", (n / len(confidence), right / n), textcoords="offset points",
+                    xytext=(4, 4), fontsize=8)
+    if rule_point is not None:
+        ax.plot([rule_point[0]], [rule_point[1]], "*", ms=12, color="#c44e52", label="fitted abstention rule")
+    ax.set_xlim(0, 1.02)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("coverage (share of questions answered)")
+    ax.set_ylabel("accuracy on answered questions")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

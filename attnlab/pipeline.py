@@ -191,9 +191,7 @@ def finetune(
     if config.qa_format == "recall":
         batches, questions = _recall_qa_batches(train_file, corpus, vocab, config, train_config, dev)
     else:
-        kept = finetuning_people(read_qa(train_file, labelled=True), train_config.holdout_fraction)
-        dataset = NameDataset("".join(f"{e.question}\t{e.answer}\n" for e in kept),
-                              VocabSource(vocab, config.block_size), source=str(train_file))
+        dataset = _name_dataset(train_file, VocabSource(vocab, config.block_size), train_config.holdout_fraction)
         batches, questions = QABatches(dataset, train_config.batch_size, dev, train_config.seed), len(dataset)
     log(f"finetuning {config.attention} from {source} on {train_file} ({questions:,} questions, "
         f"{config.qa_format} format) on {dev}; outputs in {run_dir}")
@@ -206,6 +204,14 @@ def finetune(
                    desc="finetune", log=log, loss_fn=_loss_fn(train_config),
                    evaluator=_dev_evaluator(eval_file, corpus, vocab, train_config))
     return model, vocab, result
+
+
+def _name_dataset(train_file, source: VocabSource, holdout_fraction: float) -> NameDataset:
+    """The direct-format finetuning examples, less the held-out tail of the file."""
+    if not holdout_fraction:
+        return NameDataset.from_file(train_file, source)
+    kept = finetuning_people(read_qa(train_file, labelled=True), holdout_fraction)
+    return NameDataset("".join(f"{e.question}\t{e.answer}\n" for e in kept), source, source=str(train_file))
 
 
 def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, train_config: TrainConfig,
