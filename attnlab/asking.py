@@ -6,7 +6,7 @@ other end of a pipe."""
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import Callable, Sequence, TextIO
 
 from .api import LoadedModel
 from .data import DataError, read_text
@@ -19,10 +19,11 @@ NO_QUESTIONS = "no questions: pass them as arguments or one per line on stdin"
 
 
 def answer_lines(model: LoadedModel, lines: TextIO, out: TextIO, index: CorpusIndex | None = None,
-                 source: str = "<stdin>") -> int:
+                 source: str = "<stdin>", given: Callable[[Sequence[Answer]], list[bool]] | None = None) -> int:
     """Answer each non-blank line as it is read, until end of input. A bad line is reported on
     stderr as ``source:line: problem`` and the rest are still answered; exit code 2 then. No
-    question at all is a ValueError (the command line's one-line error)."""
+    question at all is a ValueError (the command line's one-line error). ``given``: whether
+    each answer is given (ask --abstain, attnlab/abstention.py); a withheld one is "I don't know"."""
     answered = failed = 0
     for number, line in enumerate(iter(lines.readline, ""), 1):  # readline: no read-ahead
         if not line.strip():
@@ -33,7 +34,8 @@ def answer_lines(model: LoadedModel, lines: TextIO, out: TextIO, index: CorpusIn
             print(f"attnlab ask: error: {e}", file=sys.stderr, flush=True)
             failed += 1
             continue
-        print(describe(answer, index), file=out, flush=True)
+        shown = describe(answer, index) if given is None or given([answer])[0] else withheld(answer)
+        print(shown, file=out, flush=True)
         answered += 1
     if not answered and not failed:
         raise ValueError(NO_QUESTIONS)
@@ -49,6 +51,11 @@ def describe(answer: Answer, index: CorpusIndex | None = None) -> str:
     if answer.recalled is not None:  # recall format: what the model wrote of the person first
         line += f"\trecalled: {answer.recalled!r}"
     return line
+
+
+def withheld(answer: Answer) -> str:
+    """The line of an answer the abstention rule withholds: "I don't know", and what it was."""
+    return f"{answer.question}\tI don't know\t(withheld: {answer.answer!r}, confidence {answer.confidence:.2f})"
 
 
 def evidence_index(corpus: str | None) -> CorpusIndex | None:

@@ -126,6 +126,9 @@ class TrainConfig(_Serialisable):
                           "corpus line and epoch (0 = none)", stages=("pretrain",))
     mix_overlap: str = _f("refuse", "a --mix-qa question also asked in a --held-out file: refuse (an error) or "
                           "drop (leave it out of the mix, and say so)", stages=("pretrain",))
+    holdout_fraction: float = _f(0.0, "hold the last fraction of the training file out of finetuning (and of "
+                                 "pretraining's QA mix), so that `calibrate` and `--abstain auto` fit on "
+                                 "people whose labels the model never saw (0 = train on all)")
     eval_every: int = _f(0, "score the dev file (answers and stored facts) every N steps and at the end, "
                          "into metrics.jsonl (0 = only finetuning's final evaluation)")
     tensorboard: bool = _f(False, "also write the metrics as TensorBoard event files next to metrics.jsonl "
@@ -138,6 +141,8 @@ class TrainConfig(_Serialisable):
             raise ValueError(f"mix_ratio must be >= 0, got {self.mix_ratio}")
         if self.mix_overlap not in ("refuse", "drop"):
             raise ValueError(f"mix_overlap must be refuse or drop, not {self.mix_overlap!r}")
+        if not 0 <= self.holdout_fraction < 1:
+            raise ValueError(f"holdout_fraction must lie in [0, 1), got {self.holdout_fraction}")
         if self.mix_ratio > 0 and self.objective != "lm":
             raise ValueError("mix_ratio needs the lm objective (span corruption mixes nothing in)")
 

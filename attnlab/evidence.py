@@ -36,6 +36,14 @@ def subject_of(question: str) -> str:
     return m.group("name") if m else question.strip()
 
 
+def contains_words(text: str, phrase: str) -> bool:
+    """Whether ``phrase`` occurs in ``text`` as whole words: "Bon" is not in "Boniface", but
+    "New York" is in "born in New York." (no letter or digit may touch either end)."""
+    if not phrase:
+        return False
+    return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text) is not None
+
+
 class CorpusIndex:
     """Corpus lines by subject. Each wiki.txt line starts with "Name. ...", which we index;
     other subjects fall back to a substring scan."""
@@ -49,6 +57,6 @@ class CorpusIndex:
 
     def find(self, question: str, answer: str) -> Evidence:
         subject = subject_of(question)
-        hits = self.by_title.get(subject) or [i for i, d in enumerate(self.documents) if subject in d]
-        supporting = [i for i in hits if answer and answer in self.documents[i]]
+        hits = self.by_title.get(subject) or [i for i, d in enumerate(self.documents) if contains_words(d, subject)]
+        supporting = [i for i in hits if answer and contains_words(self.documents[i], answer)]
         return Evidence(subject, tuple(i + 1 for i in hits), tuple(i + 1 for i in supporting))

@@ -19,6 +19,7 @@ from .checkpoint import load_checkpoint, load_model
 from .config import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, ModelConfig, TrainConfig
 from .data import NameDataset, SpanCorruptionDataset, documents, read_qa, read_text
 from .knowledge import CorpusIndex, Stored, measure_stored, require_person
+from .calibration import finetuning_people
 from .evaluate import Answer, Score, evaluate, most_frequent_place, score, write_predictions
 from .model import GPT
 from .objectives import corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people
@@ -111,7 +112,7 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
     if config.mix_ratio > 0:
         if mix_qa is None:
             raise ValueError("--mix-ratio needs --mix-qa FILE (questions of training-file people)")
-        mix = read_qa(mix_qa, labelled=True)
+        mix = finetuning_people(read_qa(mix_qa, labelled=True), config.holdout_fraction)
         mix, dropped = refuse_held_out_people(mix, {str(p): read_qa(p) for p in held_out if Path(p).is_file()},
                                               drop=config.mix_overlap == "drop")
         if dropped:
@@ -190,7 +191,7 @@ def finetune(
     if config.qa_format == "recall":
         batches, questions = _recall_qa_batches(train_file, corpus, vocab, config, train_config, dev)
     else:
-        dataset = NameDataset.from_file(train_file, VocabSource(vocab, config.block_size))
+        dataset = _name_dataset(train_file, VocabSource(vocab, config.block_size), train_config.holdout_fraction)
         batches, questions = QABatches(dataset, train_config.batch_size, dev, train_config.seed), len(dataset)
     log(f"finetuning {config.attention} from {source} on {train_file} ({questions:,} questions, "
         f"{config.qa_format} format) on {dev}; outputs in {run_dir}")
@@ -205,11 +206,19 @@ def finetune(
     return model, vocab, result
 
 
+def _name_dataset(train_file, source: VocabSource, holdout_fraction: float) -> NameDataset:
+    """The direct-format finetuning examples, less the held-out tail of the file."""
+    if not holdout_fraction:
+        return NameDataset.from_file(train_file, source)
+    kept = finetuning_people(read_qa(train_file, labelled=True), holdout_fraction)
+    return NameDataset("".join(f"{e.question}\t{e.answer}\n" for e in kept), source, source=str(train_file))
+
+
 def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, train_config: TrainConfig,
                        device) -> tuple[PackedBatches, int]:
     """Recall-format finetuning examples: each training person's corpus line cut at
     recall_chars, then the place (attnlab/knowledge.py), packed into rows."""
-    examples = read_qa(train_file, labelled=True)
+    examples = finetuning_people(read_qa(train_file, labelled=True), train_config.holdout_fraction)
     index = CorpusIndex(documents(read_text(corpus)))
     sequences = qa_sequences(examples, vocab, config.block_size, "recall", config.recall_chars, index)
     rows = pack(sequences, config.block_size)

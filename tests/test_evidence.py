@@ -27,3 +27,13 @@ def test_supported_unsupported_and_unknown_answers():
     e = index.find("Where was Cato Fenn born?", "Lima")  # no title line: substring fallback
     assert e.lines == (3,) and e.supporting == (3,)
     assert "does not mention" in index.find("Where was Nobody born?", "Oslo").verdict
+
+
+def test_evidence_matches_whole_words_only():
+    docs = ["Ada Brook. Ada Brook was born in Boniface and lived in New York.",
+            "A note on Bonny Kell, who met Cato Fennimore."]
+    index = CorpusIndex(docs)
+    assert index.find("Where was Ada Brook born?", "Bon").supporting == ()  # not a word of "Boniface"
+    assert index.find("Where was Ada Brook born?", "Boniface").supporting == (1,)
+    assert index.find("Where was Ada Brook born?", "New York").supporting == (1,)
+    assert index.find("Where was Cato Fenn born?", "Lima").lines == ()  # "Fenn" is no word of "Fennimore"

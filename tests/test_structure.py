@@ -120,6 +120,10 @@ def test_one_flag_name_per_idea(dest):
     (["compare", "--out", "x"], "out_dir", "--out"),
     (["attention", "run", "--out", "x"], "out_dir", "--out"),
     (["evaluate", "run", "--out", "x"], "predictions", "--out"),
+    (["calibrate", "run", "--out", "x"], "out_dir", "--out"),
+    (["calibrate", "run", "--file", "x.tsv"], "eval_file", "--file"),
+    (["audit", "run", "--out", "x"], "out_dir", "--out"),
+    (["audit", "run", "--dev-file", "x.tsv"], "eval_file", "--dev-file"),
 ])
 def test_old_flag_names_still_work_and_say_they_are_deprecated(argv, dest, old, capsys):
     args = cli.build_parser().parse_args(argv)

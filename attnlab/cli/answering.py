@@ -6,34 +6,40 @@ import argparse
 import sys
 
 from ..config import DEFAULT_CORPUS
-from . import flags
+from . import flags, trust
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .. import distributed
     from ..pipeline import evaluate_file
 
+    trust.check_abstain_flags(args)
     overrides = {"attention": args.attention} if args.attention else {}
-    with distributed.session(args.device) as (_env, device):  # under torchrun each rank decodes a share
-        evaluate_file(args.checkpoint, args.eval_file, out=args.predictions, device=device,
-                      batch_size=args.batch_size, overrides=overrides,
-                      stored_corpus=args.corpus if args.stored else None)
+    with distributed.session(args.device) as (env, device):  # under torchrun each rank decodes a share
+        answers, _, out = evaluate_file(args.checkpoint, args.eval_file, out=args.predictions, device=device,
+                                        batch_size=args.batch_size, overrides=overrides,
+                                        stored_corpus=args.corpus if args.stored else None)
+        if trust.abstaining(args) and env.is_main:
+            trust.abstain_in_evaluation(args, answers, out)
     return 0
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
     from ..api import load
-    from ..asking import answer_lines, describe, evidence_index
+    from ..asking import answer_lines, describe, evidence_index, withheld
 
+    trust.check_abstain_flags(args)
     model = load(args.checkpoint, device=args.device)
     index = evidence_index(args.evidence)
+    given = trust.given_in_ask(args, model)  # --abstain: fitted once, before the first question
     if args.questions:
-        for answer in model.ask(args.questions, source="<argument>"):
-            print(describe(answer, index))
+        answers = model.ask(args.questions, source="<argument>")
+        for answer, ok in zip(answers, given(answers)):
+            print(describe(answer, index) if ok else withheld(answer))
         return 0
     if sys.stdin.isatty():
         print("one question per line (Ctrl-D to end)", file=sys.stderr)
-    return answer_lines(model, sys.stdin, sys.stdout, index)  # each line answered as it is read
+    return answer_lines(model, sys.stdin, sys.stdout, index, given=given)  # each line answered as it is read
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
@@ -65,6 +71,7 @@ def register(command) -> None:
                         "line, does greedy completion of the line up to the place reproduce it "
                         "(default: answers only)")
     flags.corpus(p, "corpus for --stored")
+    trust.add_abstain_flags(p)
 
     p = command("ask", "answer questions typed as arguments or on stdin (each line as soon as it is read), "
                 "with a confidence", cmd_ask)
@@ -74,6 +81,7 @@ def register(command) -> None:
                    help="corpus in which to check whether each answer is stated about the person "
                         f"('' to skip) (default: {DEFAULT_CORPUS.as_written})")
     flags.device(p)
+    trust.add_abstain_flags(p)
 
     p = command("baseline", "score the training file's most frequent place on a labelled file", cmd_baseline)
     flags.train_file(p, "file whose most frequent place is the answer")

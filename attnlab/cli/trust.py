@@ -1,0 +1,308 @@
+"""Trust commands: `calibrate` and `audit`, and the abstention flags that `evaluate` and `ask`
+take (``add_abstain_flags``, ``check_abstain_flags``, ``abstain_in_evaluation``,
+``given_in_ask``; answering.py calls them). The measures live in the library: calibration.py,
+abstention.py and audit.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..abstention import Rule, decide, fit_rules, people_of
+from ..calibration import (COVERAGES, N_BINS, accuracy_at_coverage, auroc, check_probability,
+                           expected_calibration_error, plot_coverage, plot_reliability, reliability_bins)
+from ..config import DEFAULT_TRAIN
+from . import flags
+
+DEFAULT_HOLDOUT = 0.1
+
+Log = Callable[[str], None]
+
+
+# ---- abstention flags of evaluate and ask ------------------------------------------------------
+def add_abstain_flags(parser: argparse.ArgumentParser, default: str = "off") -> None:
+    g = parser.add_argument_group("abstention (\"I don't know\")")
+    g.add_argument("--abstain-below", type=float, default=None, metavar="P",
+                   help="withhold every answer whose confidence is below P, a number in [0, 1] (default: off)")
+    parser.set_defaults(abstain_default=default)
+    g.add_argument("--abstain", choices=["off", "auto", "names"], default=None,
+                   help=f"(default: {default}) auto: withhold answers below a confidence threshold and about names the model "
+                        "does not know, both fitted on training-file people held out from finetuning "
+                        "for the target --keep-right (never on dev or test labels); names: only the name "
+                        "check (for a run with no held-out people, whose confidence fit is optimistic)")
+    g.add_argument("--keep-right", type=float, default=0.9,
+                   help="--abstain auto's target: the share of the held-out people's right answers "
+                        "that stay answered")
+    g.add_argument("--holdout-file", default=DEFAULT_TRAIN.as_written, help="training file whose last people are held out")
+    g.add_argument("--holdout-fraction", type=float, default=None,
+                   help="the held-out share of --holdout-file (default: what the run's finetune "
+                        f"--holdout-fraction recorded, else {DEFAULT_HOLDOUT})")
+
+
+def check_abstain_flags(args: argparse.Namespace) -> None:
+    """Refuse bad abstention flags before any work is done (ValueError: exit 2)."""
+    if args.abstain_below is not None:
+        check_probability(args.abstain_below, "--abstain-below")
+        if args.abstain in ("auto", "names"):
+            raise ValueError(f"give either --abstain-below P or --abstain {args.abstain}, not both")
+    check_probability(args.keep_right, "--keep-right")
+    if args.holdout_fraction is not None and not 0 < args.holdout_fraction < 1:
+        raise ValueError(f"--holdout-fraction must lie in (0, 1), got {args.holdout_fraction}")
+
+
+def abstain_mode(args: argparse.Namespace) -> str:
+    """below (--abstain-below P), auto or off; --abstain's default depends on the command."""
+    if args.abstain_below is not None:
+        return "below"
+    return args.abstain or args.abstain_default
+
+
+def abstaining(args: argparse.Namespace) -> bool:
+    return abstain_mode(args) != "off"
+
+
+def holdout_fraction_for(args: argparse.Namespace, run: str, meta: dict, log: Log) -> float:
+    """The held-out share: the flag, else the run's recorded one; says when the run does not
+    record holding those people out (its fits are then optimistic)."""
+    recorded = float((meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
+    fraction = args.holdout_fraction or recorded or DEFAULT_HOLDOUT
+    if recorded != fraction:
+        log(f"note: {run} does not record holding out the last {fraction:g} of {args.holdout_file} from "
+            "finetuning (finetune --holdout-fraction); if it trained on them, the fit is optimistic")
+    return fraction
+
+
+def rule_from_args(args: argparse.Namespace, model, vocab, run: str, meta: dict, log: Log) -> Rule | None:
+    mode = abstain_mode(args)
+    if mode == "below":
+        return Rule(args.abstain_below, None, "--abstain-below")
+    if mode == "off":
+        return None
+    fraction = holdout_fraction_for(args, run, meta, log)
+    return fit_rules(model, vocab, args.holdout_file, fraction, args.keep_right)["name" if mode == "names" else "both"]
+
+
+def _given(args, answers, log: Log) -> tuple[Rule | None, list[bool]]:
+    from ..checkpoint import load_model
+    from ..devices import resolve_device
+
+    model, vocab, ckpt = load_model(args.checkpoint, device=str(resolve_device(getattr(args, "device", "auto"))))
+    rule = rule_from_args(args, model, vocab, args.checkpoint, ckpt.meta, log)
+    if rule is None:
+        return None, [True] * len(answers)
+    names = people_of(answers_as_examples(answers)) if rule.needs_familiarity else [""] * len(answers)
+    return rule, decide(model, vocab, rule, names, [a.confidence for a in answers])
+
+
+def answers_as_examples(answers):
+    from ..data import QAExample
+
+    return [QAExample(a.question, None, "<question>", i + 1) for i, a in enumerate(answers)]
+
+
+def abstain_in_evaluation(args: argparse.Namespace, answers, out: Path, log: Log = print) -> None:
+    """`evaluate`: rewrite the predictions with an empty line for each withheld answer (input
+    order kept) and report coverage and accuracy on the answered questions."""
+    from ..data import read_qa
+    from ..evaluate import write_predictions
+
+    rule, given = _given(args, answers, log)
+    write_predictions(out, [a.answer if ok else "" for a, ok in zip(answers, given)])
+    examples = read_qa(args.eval_file)
+    n, k = len(answers), sum(given)
+    line = f"{rule.describe()}\nanswered {k}/{n} ({100 * k / n:.1f}% coverage)"
+    if all(e.answer is not None for e in examples):
+        right = sum(ok and a.answer == e.answer for a, e, ok in zip(answers, examples, given))
+        line += f", {right}/{k} ({100 * right / k if k else 0:.1f}%) correct on the answered questions"
+    log(f"{line}; predictions (withheld: empty line) in {out}")
+
+
+def given_in_ask(args: argparse.Namespace, model, log: Log | None = None) -> Callable[[Sequence], list[bool]]:
+    """`ask`: a function telling, for a list of answers of the loaded ``model`` (api.py),
+    whether each is given (False: shown as "I don't know"). The rule is fitted once, before
+    the first question, and told on stderr, so that stdout keeps one line per question."""
+    if not abstaining(args):
+        return lambda answers: [True] * len(answers)
+    log = log or (lambda message: print(message, file=sys.stderr, flush=True))
+    rule = rule_from_args(args, model.gpt, model.vocab, args.checkpoint, model.checkpoint.meta, log)
+    log(rule.describe())
+
+    def given(answers: Sequence) -> list[bool]:
+        names = people_of(answers_as_examples(answers)) if rule.needs_familiarity else [""] * len(answers)
+        return decide(model.gpt, model.vocab, rule, names, [a.confidence for a in answers])
+
+    return given
+
+
+# ---- calibrate ---------------------------------------------------------------------------------
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from ..checkpoint import load_model
+    from ..data import DataError, read_qa
+    from ..evaluate import answer_questions
+    from ..devices import resolve_device
+
+    check_abstain_flags(args)
+    examples = read_qa(args.eval_file)
+    if not examples:
+        raise ValueError(f"{args.eval_file}: no questions")
+    unlabelled = next((e for e in examples if e.answer is None), None)
+    if unlabelled is not None:
+        raise DataError(unlabelled.source, unlabelled.line,
+                        "no place label: calibrate needs question<TAB>place lines to tell right from wrong")
+    model, vocab, ckpt = load_model(args.checkpoint, device=str(resolve_device(args.device)))
+    answers = answer_questions(model, vocab, examples, batch_size=args.batch_size)
+    conf = [a.confidence for a in answers]
+    right = [a.answer == e.answer for a, e in zip(answers, examples)]
+    report = calibration_report(conf, right)
+    out = Path(args.out_dir)
+    print(f"{args.eval_file}: {sum(right)}/{len(right)} correct; confidence of the greedy answer against right/wrong")
+    for line in report_lines(report):
+        print(line)
+    rule = rule_from_args(args, model, vocab, args.checkpoint, ckpt.meta, print) or Rule(how="--abstain off")
+    given = decide(model, vocab, rule, people_of(examples), conf)
+    k = sum(given)
+    kept_right = sum(g and r for g, r in zip(given, right))
+    report["rule"] = {"describe": rule.describe(), "confidence": rule.confidence, "familiarity": rule.familiarity,
+                      "answered": k, "answered_right": kept_right, "right": sum(right), "total": len(right)}
+    print(f"{rule.describe()}\n  on {args.eval_file}: answered {k}/{len(right)} ({100 * k / len(right):.1f}% coverage), "
+          f"{kept_right}/{k} ({100 * kept_right / max(1, k):.1f}%) correct; "
+          f"{kept_right}/{sum(right)} of the right answers kept")
+    title = f"{args.checkpoint} on {args.eval_file} (n={len(right)})"
+    plot_reliability(reliability_bins(conf, right), out / "reliability.png",
+                     f"{title}\nECE {report['ece']:.3f} ({N_BINS} bins)")
+    plot_coverage(conf, right, out / "coverage.png", f"{title}\nAUROC {_fmt(report['auroc'])}",
+                  rule_point=(k / len(right), kept_right / max(1, k)))
+    (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "answers.tsv").write_text("question\tlabel\tanswer\tconfidence\tanswered\n" + "".join(
+        f"{e.question}\t{e.answer}\t{a.answer}\t{a.confidence:.6f}\t{int(g)}\n"
+        for e, a, g in zip(examples, answers, given)), encoding="utf-8")
+    print(f"wrote {out / 'reliability.png'}, {out / 'coverage.png'}, {out / 'calibration.json'} and "
+          f"{out / 'answers.tsv'} (each answer, its confidence, and whether the rule answers it)")
+    return 0
+
+
+def calibration_report(conf: Sequence[float], right: Sequence[bool]) -> dict:
+    at = {f"{c:g}": accuracy_at_coverage(conf, right, c) for c in COVERAGES}
+    return {"total": len(right), "right": sum(map(bool, right)), "ece": expected_calibration_error(conf, right),
+            "auroc": auroc(conf, right), "accuracy_at_coverage": {c: {"right": r, "answered": n} for c, (r, n) in at.items()}}
+
+
+def _fmt(value: float | None) -> str:
+    return "undefined (all right or all wrong)" if value is None else f"{value:.3f}"
+
+
+def report_lines(report: dict) -> list[str]:
+    overall = report["right"] / report["total"]
+    lines = [f"ECE ({N_BINS} equal-width bins): {report['ece']:.3f}",
+             f"AUROC of confidence, right vs wrong: {_fmt(report['auroc'])}",
+             "coverage  answered  accuracy  x overall"]
+    for c, v in report["accuracy_at_coverage"].items():
+        acc = v["right"] / v["answered"]
+        lines.append(f"{float(c):7.0%}  {v['answered']:8d}  {v['right']:4d} ({acc:6.1%})  "
+                     + (f"{acc / overall:.2f}" if overall else "-"))
+    return lines
+
+
+# ---- audit -------------------------------------------------------------------------------------
+def cmd_audit(args: argparse.Namespace) -> int:
+    from ..audit import AuditReport, invent_people, name_echo, plot_audit
+    from ..knowledge import require_person
+    from ..checkpoint import load_model
+    from ..data import QAExample, documents, read_qa, read_text
+    from ..evaluate import answer_questions
+    from ..devices import resolve_device
+
+    if args.names <= 0:
+        raise ValueError(f"--names must be a positive number of people, got {args.names}")
+    check_abstain_flags(args)
+    docs = documents(read_text(args.corpus))
+    invented = invent_people(docs, args.names, args.seed)
+    dev = read_qa(args.eval_file, labelled=True)
+    model, vocab, ckpt = load_model(args.checkpoint, device=str(resolve_device(args.device)))
+    questions = [QAExample(f"Where was {n} born?", None, "<invented>", i + 1) for i, n in enumerate(invented)]
+    inv_answers = answer_questions(model, vocab, questions, batch_size=args.batch_size)
+    dev_answers = answer_questions(model, vocab, dev, batch_size=args.batch_size)
+    dev_right = [a.answer == e.answer for a, e in zip(dev_answers, dev)]
+    train_top = [p for p, _ in Counter(e.answer for e in read_qa(args.train_file, labelled=True)).most_common(10)]
+
+    fraction = holdout_fraction_for(args, args.checkpoint, ckpt.meta, print)
+    fitted = fit_rules(model, vocab, args.holdout_file, fraction, args.keep_right)
+    mode = abstain_mode(args)
+    chosen = (Rule(args.abstain_below, None, "--abstain-below") if mode == "below"
+              else fitted["both"] if mode == "auto" else fitted["name"] if mode == "names"
+              else Rule(how="--abstain off"))
+
+    def report_for(rule: Rule) -> AuditReport:
+        inv_given = decide(model, vocab, rule, invented, [a.confidence for a in inv_answers])
+        dev_given = decide(model, vocab, rule, people_of(dev), [a.confidence for a in dev_answers])
+        places = Counter(a.answer for a, ok in zip(inv_answers, inv_given) if ok)
+        return AuditReport(rule.describe(), len(invented), len(invented) - sum(inv_given), len(dev),
+                           len(dev) - sum(dev_given), sum(dev_right),
+                           sum(ok and r for ok, r in zip(dev_given, dev_right)), places, train_top)
+
+    print(f"{len(invented)} invented people (seed {args.seed}; first names and surnames of {args.corpus} "
+          f"people, no line of which contains the full name), e.g. {', '.join(invented[:3])}; "
+          f"{len(dev)} dev people of {args.eval_file}, {sum(dev_right)} answered correctly")
+    print("rule (fitted for the target: answer "
+          f"{args.keep_right:.0%} of held-out right answers)  invented abstained  dev abstained  dev right kept")
+    rows = {}
+    for key, label in [("confidence", "confidence only"), ("name", "name familiarity only"),
+                       ("both", "confidence and name familiarity")]:
+        r = rows[key] = report_for(fitted[key])
+        print(f"  {label:36s}  {r.invented_abstained:4d}/{r.invented} ({r.invented_abstained / r.invented:6.1%})"
+              f"  {r.dev_abstained:4d}/{r.dev} ({r.dev_abstained / r.dev:6.1%})"
+              f"  {r.dev_right_kept:4d}/{r.dev_right} ({r.dev_right_kept / max(1, r.dev_right):6.1%})")
+    unrestricted = report_for(Rule(how="never abstain"))
+    report = report_for(chosen)
+    print("\n" + "\n".join(report.lines()))
+    print("\nwith no abstention, places answered for invented people:\n" + "\n".join(unrestricted.lines()[4:]))
+    known = {require_person(e): e.answer for f in (args.train_file, args.eval_file) for e in read_qa(f, labelled=True)}
+    echo = name_echo(invented, [a.answer for a in inv_answers], known)
+    print(f"guided by the name? {echo} (real people: {args.train_file} and {args.eval_file})")
+    out = Path(args.out_dir)
+    plot_audit(report, unrestricted, out / "audit.png")
+    (out / "invented.txt").write_text("".join(f"{n}\t{a.answer}\t{a.confidence:.4f}\n" for n, a in zip(invented, inv_answers)))
+    summary = {key: _audit_json(r) for key, r in {**rows, "chosen": report, "never": unrestricted}.items()}
+    summary["name_echo"] = {"echoed": echo.echoed, "answered": echo.answered, "chance": echo.chance}
+    (out / "audit.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"wrote {out / 'audit.png'}, {out / 'audit.json'} and {out / 'invented.txt'} (name, answer, confidence)")
+    return 0
+
+
+def _audit_json(r) -> dict:
+    from ..audit import entropy_bits
+
+    return {"policy": r.policy, "invented": r.invented, "invented_abstained": r.invented_abstained,
+            "dev": r.dev, "dev_abstained": r.dev_abstained, "dev_right": r.dev_right,
+            "dev_right_kept": r.dev_right_kept, "top_places": r.places.most_common(10),
+            "entropy_bits": entropy_bits(r.places), "share_in_train_top10": r.share_in_train_top}
+
+
+# ---- registration ------------------------------------------------------------------------------
+def register(command) -> None:
+    p = command("calibrate", "how much the confidence is worth: ECE, AUROC, accuracy at coverage, "
+                "reliability and coverage plots, and the fitted abstention rule", cmd_calibrate)
+    p.add_argument("checkpoint", help="checkpoint file or run directory")
+    flags.eval_file(p, "labelled question<TAB>place file", old=("--file",))
+    flags.out_dir(p, "runs/calibrate", "directory for reliability.png, coverage.png, calibration.json, answers.tsv",
+                  old=("--out",))
+    p.add_argument("--batch-size", type=int, default=256, help="questions decoded together")
+    flags.device(p)
+    add_abstain_flags(p, default="auto")
+
+    p = command("audit", "ask about invented people: how often the model abstains, and which places it "
+                "makes up, against dev people", cmd_audit)
+    p.add_argument("checkpoint", help="checkpoint file or run directory")
+    p.add_argument("--names", type=int, default=500, help="number of invented people")
+    p.add_argument("--seed", type=int, default=0, help="seed of the invented names")
+    flags.out_dir(p, "runs/audit", "directory for audit.png, audit.json, invented.txt", old=("--out",))
+    flags.corpus(p, "corpus whose names are recombined")
+    flags.eval_file(p, "labelled file of real people to compare with", old=("--dev-file",))
+    flags.train_file(p, "file whose 10 most frequent places are compared")
+    p.add_argument("--batch-size", type=int, default=256, help="questions decoded together")
+    flags.device(p)
+    add_abstain_flags(p, default="auto")

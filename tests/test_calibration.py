@@ -1,0 +1,68 @@
+"""Calibration measures against values worked out by hand on small arrays."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnlab.calibration import (abstained_predictions, accuracy_at_coverage, auroc, coverage_curve,
+                                 expected_calibration_error, finetuning_people, held_out_people,
+                                 keep_correct_threshold, reliability_bins)
+
+CONF = [0.1, 0.38, 0.35, 0.8]
+RIGHT = [False, False, True, True]
+
+
+def test_ece_by_hand():
+    # 15 bins of width 1/15: 0.1 falls in bin 1, 0.35 and 0.38 in bin 5 (1/3, 2/5], 0.8 in bin 11.
+    # bin 1: |0 - 0.1| = 0.1; bin 5: |0.5 - 0.365| = 0.135; bin 11: |1 - 0.8| = 0.2
+    expected = 0.25 * 0.1 + 0.5 * 0.135 + 0.25 * 0.2
+    assert expected_calibration_error(CONF, RIGHT) == pytest.approx(0.1425)
+    assert expected_calibration_error(CONF, RIGHT) == pytest.approx(expected)
+    bins = reliability_bins(CONF, RIGHT)
+    assert len(bins) == 15 and [b.count for b in bins] == [0, 1, 0, 0, 0, 2] + [0] * 5 + [1, 0, 0, 0]
+    assert bins[5].mean_confidence == pytest.approx(0.365) and bins[5].accuracy == 0.5
+
+
+def test_ece_edges_perfect_and_worst():
+    assert expected_calibration_error([1.0, 1.0], [True, True]) == 0.0
+    assert expected_calibration_error([0.0, 1.0], [True, False]) == 1.0
+    assert [b.count for b in reliability_bins([0.0, 1.0], [True, False])][::14] == [1, 1]  # 0 and 1 land inside
+
+
+def test_auroc_by_hand():
+    # right {0.35, 0.8} against wrong {0.1, 0.38}: 0.35 beats 0.1 only, 0.8 beats both: 3 of 4 pairs
+    assert auroc(CONF, RIGHT) == pytest.approx(0.75)
+    assert auroc([0.5, 0.5], [True, False]) == 0.5  # a tie counts one half
+    assert auroc([0.2, 0.9, 0.9, 0.1], [False, True, False, False]) == pytest.approx((1 + 0.5 + 1) / 3)
+    assert auroc([0.3, 0.4], [True, True]) is None  # no wrong answers: undefined
+
+
+def test_accuracy_at_coverage_and_curve():
+    assert accuracy_at_coverage(CONF, RIGHT, 0.1) == (1, 1)  # ceil(0.4) = 1: the 0.8 answer
+    assert accuracy_at_coverage(CONF, RIGHT, 0.5) == (1, 2)  # 0.8 right, 0.38 wrong
+    assert accuracy_at_coverage(CONF, RIGHT, 1.0) == (2, 4)
+    assert coverage_curve(CONF, RIGHT) == ([0.25, 0.5, 0.75, 1.0], [1.0, 0.5, 2 / 3, 0.5])
+    with pytest.raises(ValueError, match="coverage"):
+        accuracy_at_coverage(CONF, RIGHT, 0)
+
+
+def test_threshold_keeps_the_asked_share_of_right_answers_and_abstains_below_it():
+    assert keep_correct_threshold(CONF, RIGHT, 1.0) == 0.35
+    assert keep_correct_threshold(CONF, RIGHT, 0.5) == 0.8
+    assert keep_correct_threshold(CONF, RIGHT, 0.6) == 0.35  # ceil(1.2) = 2 right answers kept
+    assert abstained_predictions(["a", "b", "c", "d"], CONF, 0.36) == ["", "b", "", "d"]
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        keep_correct_threshold(CONF, RIGHT, 1.5)
+
+
+def test_held_out_people_are_the_last_fraction_of_the_training_file(tmp_path):
+    path = tmp_path / "train.tsv"
+    path.write_text("".join(f"Where was P{i} born?\tX{i}\n" for i in range(20)))
+    held = held_out_people(path, 0.1)
+    assert [e.answer for e in held] == ["X18", "X19"]
+    from attnlab.data import read_qa
+
+    kept = finetuning_people(read_qa(path), 0.1)
+    assert len(kept) == 18 and not {e.question for e in kept} & {e.question for e in held}
+    with pytest.raises(ValueError, match="holdout-fraction"):
+        held_out_people(path, 1.0)

@@ -1,0 +1,229 @@
+"""Answers users can trust: held-out people, calibrate, abstention in evaluate and ask, audit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnlab import cli
+from attnlab.audit import corpus_people, invent_people
+from attnlab.checkpoint import load_checkpoint
+from attnlab.data import documents, read_qa, read_text
+from tests.conftest import DATA, PEOPLE
+
+
+def test_finetune_holds_out_the_last_fraction_of_the_training_file(tiny_data, tmp_path, capsys):
+    run = tmp_path / "ft"
+    assert cli.main(["finetune", "--preset", "tiny", "--corpus", str(tiny_data["corpus"]),
+                     "--train-file", str(tiny_data["train"]), "--eval-file", "", "--out-dir", str(run),
+                     "--holdout-fraction", "0.25", "--device", "cpu"]) == 0
+    assert "(9 questions" in capsys.readouterr().out  # 12 people, the last 3 held out
+    assert json.loads((run / "config.json").read_text())["train"]["holdout_fraction"] == 0.25
+    assert load_checkpoint(run).meta["train_config"]["holdout_fraction"] == 0.25
+    assert cli.main(["finetune", "--preset", "tiny", "--corpus", str(tiny_data["corpus"]),
+                     "--train-file", str(tiny_data["train"]), "--eval-file", "", "--out-dir", str(run),
+                     "--holdout-fraction", "1", "--device", "cpu"]) == 2
+    assert "holdout_fraction must lie in [0, 1)" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def recall_run(tmp_path_factory):
+    """A tiny recall-format model (lm pretraining with the QA mix, then finetuning) and its data."""
+    root = tmp_path_factory.mktemp("trust")
+    lines = [f"{n}. {n} was born in {p} and lived there." for n, p in PEOPLE]
+    (root / "wiki.txt").write_text("\n".join(lines + ["Where was everyone born? We know."]))
+    qa = "".join(f"Where was {n} born?\t{p}\n" for n, p in PEOPLE)
+    for name in ("train.tsv", "dev.tsv"):
+        (root / name).write_text(qa)
+    (root / "questions.tsv").write_text("".join(f"Where was {n} born?\n" for n, _ in PEOPLE))
+    common = ["--preset", "tiny", "--qa-format", "recall", "--recall-chars", "40", "--device", "cpu",
+              "--corpus", str(root / "wiki.txt")]
+    assert cli.main(["pretrain", *common, "--objective", "lm", "--mix-qa", str(root / "train.tsv"),
+                     "--mix-ratio", "1", "--epochs", "40", "--batch-size", "4", "--learning-rate", "3e-3", "--held-out", "--eval-file", "",
+                     "--out-dir", str(root / "pre")]) == 0
+    assert cli.main(["finetune", "--preset", "tiny", "--init", str(root / "pre"), "--corpus", str(root / "wiki.txt"),
+                     "--train-file", str(root / "train.tsv"), "--eval-file", "", "--device", "cpu",
+                     "--out-dir", str(root / "ft")]) == 0
+    return root
+
+
+def _answers(root):
+    from attnlab.checkpoint import load_model
+    from attnlab.evaluate import answer_questions
+
+    model, vocab, _ = load_model(root / "ft")
+    return answer_questions(model, vocab, read_qa(root / "dev.tsv"))
+
+
+def _between(answers) -> float:
+    """A threshold with answers on both sides of it."""
+    confidences = sorted({a.confidence for a in answers})
+    assert len(confidences) >= 2, "the tiny model gave every answer the same confidence"
+    mid = len(confidences) // 2
+    return (confidences[mid - 1] + confidences[mid]) / 2
+
+
+def test_evaluate_abstains_with_an_empty_line_in_input_order(recall_run, capsys):
+    answers = _answers(recall_run)
+    threshold = _between(answers)
+    out = recall_run / "pred.txt"
+    assert cli.main(["evaluate", str(recall_run / "ft"), "--eval-file", str(recall_run / "dev.tsv"), "--predictions", str(out),
+                     "--abstain-below", str(threshold), "--device", "cpu"]) == 0
+    expected = [a.answer if a.confidence >= threshold else "" for a in answers]
+    assert "" in expected and any(expected)  # both kinds of line are exercised
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
+    text = capsys.readouterr().out
+    answered = sum(bool(e) or a.confidence >= threshold for e, a in zip(expected, answers))
+    assert f"answered {answered}/12 (" in text and "correct on the answered questions" in text
+
+
+def test_ask_says_i_dont_know_below_the_threshold(recall_run, capsys):
+    answers = _answers(recall_run)
+    threshold = _between(answers)
+    questions = [a.question for a in answers]
+    assert cli.main(["ask", str(recall_run / "ft"), *questions, "--abstain-below", str(threshold),
+                     "--evidence", "", "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.strip().split("\n")
+    assert [ln.split("\t")[0] for ln in lines] == questions  # input order
+    for line, a in zip(lines, answers):
+        shown = line.split("\t")[1]
+        assert shown == (a.answer if a.confidence >= threshold else "I don't know")
+
+
+def test_ask_on_stdin_says_i_dont_know_line_by_line(recall_run, capsys, monkeypatch):
+    import io
+    import sys
+
+    answers = _answers(recall_run)
+    threshold = _between(answers)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(f"{a.question}\n" for a in answers)))
+    assert cli.main(["ask", str(recall_run / "ft"), "--abstain-below", str(threshold),
+                     "--evidence", "", "--device", "cpu"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.strip().split("\n")
+    assert [ln.split("\t")[1] for ln in lines] == [
+        a.answer if a.confidence >= threshold else "I don't know" for a in answers]
+    assert f"abstain when confidence < {threshold:.3g}" in captured.err  # the rule, told once
+    assert captured.err.count("abstain when") == 1
+
+
+def test_the_fit_reads_only_held_out_training_labels(recall_run, capsys):
+    """calibrate on two files with the same questions but different labels: the fitted rule is
+    the same, though the measured accuracy differs; the fit set is the training file's tail."""
+    wrong = recall_run / "dev-wrong.tsv"
+    wrong.write_text("".join(f"{e.question}\tNowhere\n" for e in read_qa(recall_run / "dev.tsv")))
+    rules = []
+    for name, f in [("a", recall_run / "dev.tsv"), ("b", wrong)]:
+        assert cli.main(["calibrate", str(recall_run / "ft"), "--eval-file", str(f), "--out-dir", str(recall_run / name),
+                         "--holdout-file", str(recall_run / "train.tsv"), "--holdout-fraction", "0.25",
+                         "--device", "cpu"]) == 0
+        out = capsys.readouterr().out
+        rules.append([ln for ln in out.splitlines() if ln.startswith("abstain when")])
+        assert "ECE (15 equal-width bins)" in out and "AUROC" in out
+        assert (recall_run / name / "reliability.png").stat().st_size > 0
+        assert (recall_run / name / "coverage.png").stat().st_size > 0
+    assert rules[0] == rules[1] and len(rules[0]) == 1
+    assert "3 held-out people" in rules[0][0]  # the last quarter of 12 training people
+    a = json.loads((recall_run / "a" / "calibration.json").read_text())
+    b = json.loads((recall_run / "b" / "calibration.json").read_text())
+    assert b["right"] == 0 and a["rule"]["confidence"] == b["rule"]["confidence"]
+
+
+def test_familiarity_is_the_least_likely_character_of_the_name(recall_run):
+    import math
+
+    import torch
+
+    from attnlab.abstention import name_familiarity
+    from attnlab.checkpoint import load_model
+
+    model, vocab, _ = load_model(recall_run / "ft")
+    names = ["Ada Brook", "Fay Dunmore", "Jun Sato"]
+    batched = name_familiarity(model, vocab, names)  # padded to the longest
+    for name, value in zip(names, batched):
+        ids = torch.tensor([vocab.encode(name + ".")])
+        logp = model(ids)[0][0, :-1].log_softmax(-1).gather(1, ids[0, 1:, None])
+        assert value == pytest.approx(math.exp(logp.min().item()), rel=1e-4)
+
+
+def test_audit_reports_invented_against_dev_people(recall_run, capsys):
+    out = recall_run / "audit"
+    assert cli.main(["audit", str(recall_run / "ft"), "--names", "20", "--out-dir", str(out),
+                     "--corpus", str(recall_run / "wiki.txt"), "--eval-file", str(recall_run / "dev.tsv"),
+                     "--train-file", str(recall_run / "train.tsv"), "--holdout-file", str(recall_run / "train.tsv"),
+                     "--holdout-fraction", "0.25", "--device", "cpu"]) == 0
+    text = capsys.readouterr().out
+    assert "invented people abstained:" in text and "dev people abstained:" in text and "entropy" in text
+    report = json.loads((out / "audit.json").read_text())
+    assert report["chosen"]["invented"] == 20 and report["never"]["invented_abstained"] == 0
+    assert sum(c for _, c in report["never"]["top_places"]) <= 20
+    assert (out / "audit.png").stat().st_size > 0
+    assert len((out / "invented.txt").read_text().splitlines()) == 20
+
+
+def test_invented_names_never_appear_in_the_corpus_and_are_seeded():
+    docs = documents(read_text(DATA / "wiki.txt"))
+    names = invent_people(docs, 300, seed=1)
+    assert len(set(names)) == 300
+    text = "\n".join(docs)
+    assert not [n for n in names if n in text]
+    assert invent_people(docs, 300, seed=1) == names and invent_people(docs, 300, seed=2) != names
+    firsts = {p.split()[0] for p in corpus_people(docs)}
+    assert all(n.split()[0] in firsts for n in names)
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["evaluate", "RUN", "--abstain-below", "1.5"], "--abstain-below must lie in [0, 1], got 1.5"),
+    (["ask", "RUN", "Where was Ada Brook born?", "--abstain-below", "-0.1"], "--abstain-below must lie in [0, 1]"),
+    (["evaluate", "RUN", "--abstain-below", "0.5", "--abstain", "auto"], "not both"),
+    (["audit", "RUN", "--names", "0"], "--names must be a positive number of people, got 0"),
+    (["audit", "RUN", "--names", "-3"], "--names must be a positive number of people"),
+    (["calibrate", "RUN", "--eval-file", "QUESTIONS"], "questions.tsv:1: no place label: calibrate needs"),
+])
+def test_bad_input_is_a_one_line_error_with_exit_2(recall_run, capsys, argv, problem):
+    argv = [str(recall_run / "ft") if a == "RUN" else str(recall_run / "questions.tsv") if a == "QUESTIONS" else a
+            for a in argv]
+    assert cli.main([*argv, "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and problem in err
+
+
+def test_name_echo_counts_answers_that_are_a_namesakes_place():
+    from attnlab.audit import name_echo
+
+    real = {"Ada Brook": "Paris", "Bela Kron": "Lima", "Cato Fenn": "Oslo"}
+    # Ada Kron: namesakes in Paris and Lima; Cato Brook: Oslo and Paris; Bela Fenn: Lima and Oslo
+    echo = name_echo(["Ada Kron", "Cato Brook", "Bela Fenn", "Ada Fenn"], ["Lima", "Rome", "Oslo", ""], real)
+    assert (echo.echoed, echo.answered) == (2, 3)  # the empty answer (abstained) is not counted
+    # shuffled: answers Lima, Rome, Oslo; namesake places {Paris, Lima}, {Oslo, Paris}, {Lima, Oslo}
+    # hit 1, 1 and 2 of the 3 answers: (1 + 1 + 2) / 9
+    assert echo.chance == pytest.approx(4 / 9)
+
+
+def test_pretraining_leaves_held_out_people_out_of_the_qa_mix(tiny_data, tmp_path, monkeypatch):
+    from attnlab import pipeline
+
+    mixed_in = []
+    real = pipeline.qa_sequences
+
+    def spy(examples, *rest, **kw):
+        mixed_in.extend(e.question for e in examples)
+        return real(examples, *rest, **kw)
+
+    monkeypatch.setattr(pipeline, "qa_sequences", spy)  # as pipeline.py imports it
+    assert cli.main(["pretrain", "--preset", "tiny", "--objective", "lm", "--qa-format", "recall",
+                     "--recall-chars", "40", "--corpus", str(tiny_data["corpus"]), "--mix-qa", str(tiny_data["train"]),
+                     "--mix-ratio", "1", "--holdout-fraction", "0.25", "--held-out", "--eval-file", "",
+                     "--max-steps", "1", "--out-dir", str(tmp_path / "pre"), "--device", "cpu"]) == 0
+    assert mixed_in == [f"Where was {n} born?" for n, _ in PEOPLE[:9]]  # the last 3 of 12 held out
+
+
+def test_abstain_names_withholds_only_unfamiliar_names(recall_run, capsys):
+    out = recall_run / "pred-names.txt"
+    assert cli.main(["evaluate", str(recall_run / "ft"), "--eval-file", str(recall_run / "dev.tsv"), "--predictions", str(out),
+                     "--abstain", "names", "--holdout-file", str(recall_run / "train.tsv"),
+                     "--holdout-fraction", "0.25", "--device", "cpu"]) == 0
+    text = capsys.readouterr().out
+    assert "abstain when name familiarity <" in text and "confidence <" not in text
+    assert len(out.read_text(encoding="utf-8").split("\n")) == 13  # 12 lines, order and count kept
