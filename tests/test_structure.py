@@ -119,6 +119,9 @@ def test_one_flag_name_per_idea(dest):
     (["demo", "--out", "x"], "out_dir", "--out"),
     (["compare", "--out", "x"], "out_dir", "--out"),
     (["attention", "run", "--out", "x"], "out_dir", "--out"),
+    (["trace", "run", "--out", "x"], "out_dir", "--out"),
+    (["edit", "run", "--person", "P", "--place", "Q", "--out", "x"], "out_dir", "--out"),
+    (["edit", "run", "--person", "P", "--place", "Q", "--dev", "x.tsv"], "eval_file", "--dev"),
     (["evaluate", "run", "--out", "x"], "predictions", "--out"),
 ])
 def test_old_flag_names_still_work_and_say_they_are_deprecated(argv, dest, old, capsys):
