@@ -2,7 +2,8 @@
 
 Commands are grouped by job, a module each: training.py (pretrain, finetune), answering.py
 (evaluate, ask, baseline), experiments.py (demo, compare, variants, plot), probing.py (generate,
-attention, explore), trust.py (calibrate, audit; the abstention flags of evaluate and ask). Each module has ``register(command)``, where ``command(name, help, fn)``
+attention, explore), trust.py (calibrate, audit; the abstention flags of evaluate and ask),
+facts.py (trace, edit). Each module has ``register(command)``, where ``command(name, help, fn)``
 returns the argparse parser of a new subcommand that runs ``fn(args)``; a new command module
 joins the program with one line in ``COMMANDS``. Flags that several commands share are
 defined once, in flags.py. The commands are thin layers over the library (pipeline.py,
@@ -16,12 +17,12 @@ import sys
 from typing import Callable
 
 from .. import __version__
-from . import answering, experiments, flags, probing, training, trust
+from . import answering, experiments, facts, flags, probing, training, trust
 from .flags import model_config_from, train_config_from  # noqa: F401  (the library-facing helpers)
 
 # The registration hooks, in the order the commands are listed in `attnlab --help`.
 COMMANDS: list[Callable] = [training.register, answering.register, experiments.register, probing.register,
-                             trust.register]
+                             trust.register, facts.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,226 @@
+"""Fact commands: `trace` (where does the model keep a fact?) and `edit` (can a user correct
+it?). The logic is in the library's tracing.py (causal tracing) and editing.py (rank-one
+editing); this module only parses arguments, prints and writes files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..tracing import TraceError
+from . import flags
+
+
+# ---- trace -----------------------------------------------------------------------------------
+def _trace_one(model, vocab, args, out: Path) -> None:
+    from .. import tracing
+
+    t = tracing.trace(model, vocab, args.question, name=args.name, noise=args.noise,
+                      samples=args.samples, seed=args.seed)
+    p = t.point
+    labels = tracing.char_labels(p.context)
+    where = "inside its recalled text" if p.in_recall else "after its input"
+    print(f"question: {p.question!r}; name: {p.name!r} (characters {p.name_start}..{p.name_last})")
+    print(f"input the model answers from ({len(p.context)} characters): {p.context!r}")
+    print(f"clean answer ({where}): {p.answer!r}")
+    print(f"probability of the clean answer (its characters, teacher forced): clean {t.clean:.4f}, "
+          f"corrupted {t.corrupted:.4f} (noise {t.noise} x embedding std, {t.samples} samples, "
+          f"seed {args.seed})")
+    _report_strongest(t.recovered, [f"{c!s}@{i}" for i, c in enumerate(labels)], p.name_last)
+    png = out / "trace.png"
+    tracing.plot(t.recovered, labels, png, low=t.corrupted,
+                 title=f"{p.question}  ->  {p.answer!r}\nP(clean answer): clean {t.clean:.3f}, "
+                       f"corrupted {t.corrupted:.3f}")
+    (out / "trace.md").write_text(tracing.table(t.recovered, labels) + "\n", encoding="utf-8")
+    _write_json(out / "trace.json", {
+        "question": p.question, "name": p.name, "context": p.context, "answer": p.answer,
+        "name_start": p.name_start, "name_end": p.name_end, "answer_inside_recall": p.in_recall,
+        "clean": t.clean, "corrupted": t.corrupted, "noise": t.noise, "samples": t.samples,
+        "seed": args.seed, "recovered": {k: v.tolist() for k, v in t.recovered.items()}})
+    print(f"heatmap: {png}; table: {out / 'trace.md'}; numbers: {out / 'trace.json'}")
+
+
+def _trace_over(model, vocab, args, out: Path) -> None:
+    from tqdm.auto import tqdm
+
+    from .. import tracing
+    from ..data import read_qa
+    from ..evaluate import answer_questions
+    from ..knowledge import require_person
+
+    examples = read_qa(args.over, labelled=True)[: args.limit or None]
+    if not examples:
+        raise TraceError(f"{args.over}: no questions")
+    for e in examples:
+        require_person(e)
+    answers = answer_questions(model, vocab, examples)
+    right = [e for e, a in zip(examples, answers) if a.answer == e.answer]
+    if not right:
+        raise TraceError(f"{args.over}: the model answers none of its {len(examples)} questions correctly")
+    traces = [tracing.trace(model, vocab, e.question, noise=args.noise, samples=args.samples,
+                            seed=args.seed + i)
+              for i, e in enumerate(tqdm(right, desc="tracing", leave=False))]
+    avg = tracing.average_traces(traces, len(examples))
+    print(f"averaged over the {avg.n} of {avg.asked} questions of {args.over} the model answers "
+          f"correctly; positions aligned on the name's last character and the input's end")
+    print(f"mean probability of the clean answer: clean {avg.clean:.4f}, corrupted {avg.corrupted:.4f} "
+          f"(noise {args.noise} x embedding std, {args.samples} samples per question)")
+    present = avg.counts > 0  # e.g. no text before the name in the recall format
+    labels = [label for label, keep in zip(avg.labels, present) if keep]
+    shown = {k: v[:, present] for k, v in avg.recovered.items()}
+    _report_strongest(shown, labels, None)
+    print(tracing.table(shown, labels))
+    png = out / "trace-average.png"
+    tracing.plot(shown, labels, png, low=avg.corrupted,
+                 title=f"mean over {avg.n} correctly answered questions of {Path(args.over).name}\n"
+                       f"P(clean answer): clean {avg.clean:.3f}, corrupted {avg.corrupted:.3f}")
+    _write_json(out / "trace-average.json", {
+        "file": str(args.over), "questions": avg.asked, "averaged_over": avg.n, "labels": avg.labels,
+        "counts": avg.counts.tolist(), "clean": avg.clean, "corrupted": avg.corrupted,
+        "noise": args.noise, "samples": args.samples,
+        "recovered": {k: [[None if np.isnan(x) else x for x in row] for row in v.tolist()]
+                      for k, v in avg.recovered.items()}})
+    print(f"heatmap: {png}; numbers: {out / 'trace-average.json'}")
+
+
+def _report_strongest(recovered, labels, name_last) -> None:
+    from ..tracing import strongest
+
+    for kind, (layer, label, value) in strongest(recovered, labels).items():
+        print(f"strongest {kind} effect: layer {layer} at {label} (recovered {value:.4f})")
+    if name_last is not None:
+        col = {k: v[:, name_last] for k, v in recovered.items()}
+        print("at the name's last character, by layer: " + "; ".join(
+            f"{k} " + " ".join(f"{x:.4f}" for x in v) for k, v in col.items()))
+
+
+def _write_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from ..checkpoint import load_model
+    from ..devices import resolve_device
+
+    if args.question is None and not args.over:
+        raise TraceError("give a QUESTION to trace, --over FILE to average, or both")
+    model, vocab, _ = load_model(args.checkpoint, device=str(resolve_device(args.device)))
+    out = Path(args.out_dir)  # created when the first file is written, so an error leaves nothing
+    if args.question is not None:
+        _trace_one(model, vocab, args, out)
+    if args.over:
+        _trace_over(model, vocab, args, out)
+    return 0
+
+
+# ---- edit ------------------------------------------------------------------------------------
+def cmd_edit(args: argparse.Namespace) -> int:
+    from ..checkpoint import CHECKPOINT_NAME, load_model, resolve, save_checkpoint
+    from ..data import QAExample, read_qa, read_text
+    from ..devices import resolve_device
+    from ..editing import (changed_answers, check_layer, completes_with, edit_model, key_second_moment,
+                          mlp_effect_by_layer, place_slot, stat_texts)
+    from ..evaluate import answer_questions
+    from ..knowledge import CorpusIndex, person_of
+
+    if not args.out_dir:  # not argparse's required=True, which would refuse the old name --out
+        raise TraceError("--out-dir is required: the new run directory for the edited model")
+    source = resolve(args.checkpoint)
+    out = Path(args.out_dir)
+    if out.resolve() in (source.parent.resolve(), source.resolve()):
+        raise TraceError(f"--out-dir {out} is the original run: the edit goes to a new run directory")
+    if (out / CHECKPOINT_NAME).exists():
+        raise TraceError(f"--out-dir {out} already holds a checkpoint; choose a new run directory")
+    model, vocab, ckpt = load_model(source, device=str(resolve_device(args.device)))
+    if args.layer is not None:
+        check_layer(model, args.layer)
+    vocab.encode(args.place, source="--place")
+    vocab.encode(args.person, source="--person")
+    question = f"Where was {args.person} born?"
+    if args.layer is None:
+        effects, _ = mlp_effect_by_layer(model, vocab, question, noise=args.noise, samples=args.samples,
+                                         seed=args.seed)
+        layer = int(np.argmax(effects))
+        print(f"layer {layer}: the strongest MLP effect at the name's last character in the trace "
+              f"of this question (recovered probability by layer: "
+              f"{' '.join(f'{x:.4f}' for x in effects)})")
+    else:
+        layer = args.layer
+        print(f"layer {layer} (--layer)")
+    docs = read_text(args.corpus).split("\n")
+    moment = key_second_moment(model, vocab, stat_texts(model, docs, args.stat_lines, args.seed), layer)
+    edited, edit, target = edit_model(model, vocab, args.person, args.place, layer, moment)
+    print(f"edit input: {target.text!r} (key at characters {target.key_positions}, the name's "
+          f"last character); the model answered {target.old_answer!r} before")
+    print(f"value optimised in {edit.steps} steps: loss {edit.loss_before:.3f} -> {edit.loss_after:.3f}; "
+          f"|delta| {float(edit.delta.norm()):.3f}")
+
+    ask = [QAExample(question, args.place, "<edit>", 1)]
+    now = answer_questions(edited, vocab, ask)[0].answer
+    efficacy = now == args.place
+    print(f"efficacy: {question!r} -> {now!r} ({'the new place' if efficacy else 'NOT the new place'})")
+
+    slot = place_slot(CorpusIndex(docs).line_of(args.person), args.person, [target.old_answer])
+    general = None if slot is None else completes_with(edited, vocab, slot, args.place)
+    if slot is None:
+        print("generalisation: the person's corpus line does not spell their old answer; not measured")
+    else:
+        print(f"generalisation: {slot!r} -> {'the new place' if general else 'NOT the new place'}")
+
+    report = {"source": str(source), "person": args.person, "place": args.place, "layer": layer,
+              "layer_chosen_by": "--layer" if args.layer is not None else "trace",
+              "old_answer": target.old_answer, "edit_input": target.text, "efficacy": efficacy,
+              "answer_after": now, "generalisation": general, "generalisation_prompt": slot,
+              "steps": edit.steps, "loss_before": edit.loss_before, "loss_after": edit.loss_after}
+    if args.eval_file:
+        others = [e for e in read_qa(args.eval_file) if person_of(e.question) != args.person]
+        n = len(changed_answers(edited, vocab, others, answer_questions(model, vocab, others)))
+        print(f"specificity: {n} of {len(others)} other answers of {args.eval_file} changed "
+              f"({100.0 * n / max(1, len(others)):.1f}%)")
+        report.update(dev=str(args.eval_file), others=len(others), others_changed=n)
+    meta = {**ckpt.meta, "edit": {k: v for k, v in report.items() if k != "edit_input"}}
+    path = save_checkpoint(out / CHECKPOINT_NAME, edited, vocab, meta=meta)
+    _write_json(out / "edit.json", report)
+    print(f"edited model: {path} (the original {source} is unchanged); report: {out / 'edit.json'}")
+    return 0
+
+
+def register(command) -> None:
+    p = command("trace", "causal tracing: which hidden states carry the fact that answers a question",
+                cmd_trace)
+    p.add_argument("checkpoint", help="checkpoint file or run directory")
+    p.add_argument("question", nargs="?", default=None, help='e.g. "Where was Ada Lovelace born?" '
+                   "(default: none, only --over)")
+    p.add_argument("--name", default=None, help="the characters to corrupt; must occur in the question "
+                   "(default: NAME of 'Where was NAME born?')")
+    flags.out_dir(p, "runs/trace", "directory for the heatmap, table and numbers", old=("--out",))
+    p.add_argument("--noise", type=float, default=3.0,
+                   help="noise on the name's embeddings, in standard deviations of the embedding weights")
+    p.add_argument("--samples", type=int, default=10, help="noise samples averaged")
+    p.add_argument("--seed", type=int, default=0, help="noise seed")
+    p.add_argument("--over", default=None, help="question<TAB>place file: average the traces of the "
+                   "questions the model answers correctly (default: none)")
+    p.add_argument("--limit", type=int, default=0, help="use at most this many questions of --over (0 = all)")
+    flags.device(p)
+
+    p = command("edit", "rank-one edit (ROME) of one MLP so the model says PERSON was born in PLACE; "
+                "writes a new run directory", cmd_edit)
+    p.add_argument("checkpoint", help="checkpoint file or run directory (never modified)")
+    p.add_argument("--person", required=True, help="the name, as in 'Where was NAME born?' (default: none; required)")
+    p.add_argument("--place", required=True, help="the new birth place (default: none; required)")
+    flags.out_dir(p, None, "new run directory for the edited model (default: none; required)", old=("--out",))
+    p.add_argument("--layer", type=int, default=None,
+                   help="MLP to edit (default: the layer where tracing this question finds the "
+                        "strongest MLP effect at the name's last character)")
+    p.add_argument("--noise", type=float, default=3.0, help="tracing noise for choosing the layer")
+    p.add_argument("--samples", type=int, default=10, help="tracing samples for choosing the layer")
+    p.add_argument("--seed", type=int, default=0, help="seed for the noise and the corpus sample")
+    flags.corpus(p, help="corpus: key statistics and the person's line for generalisation")
+    p.add_argument("--stat-lines", type=int, default=1000, help="corpus lines for the key statistics (0 = all)")
+    flags.eval_file(p, "question<TAB>place file whose other answers are compared before and after "
+                       "('' to skip)", old=("--dev",))
+    flags.device(p)

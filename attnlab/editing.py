@@ -1,0 +1,404 @@
+"""Rank-one model editing (Meng et al. 2022, ROME, section 3): change where one person was born
+by changing one MLP's output weights.
+
+ROME reads an MLP's output matrix W (here ``blocks[l].mlp[2]``, out = W k + b) as a key-value
+memory: the key k is the MLP's hidden activation (its input to W) at the subject's last token,
+the value W k + b is what the MLP writes into the residual stream there. The edit:
+
+1. key k* = the hidden activation at the name's last character of the edit input (the mean over
+   the name's occurrences when a recalled line repeats it);
+2. u = C^-1 k* / (k*^T C^-1 k*), where C = E[k k^T] is the second moment of keys over a sample
+   of the corpus: u^T k* = 1, and u^T k is small for keys unlike k* in the directions keys
+   usually take;
+3. W' = W + delta u^T, so the MLP's output changes by delta (u^T k) for a key k (by delta at
+   k*), with delta optimised by gradient descent, the rest of the model fixed and the edit
+   applied exactly while optimising, until the edited model answers the new place.
+
+The edit input follows the model's answer format (tracing.answer_point): ``question⁇PLACE⁇``
+for ``direct``; for ``recall`` the model's own recalled text with its answer replaced by the new
+place where the text spells it, then ``⁇PLACE⁇`` -- so the recalled line and the read-out agree.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .model import GPT
+from .tracing import TraceError
+from .vocab import MASK_CHAR, PAD_ID, Vocab
+
+
+def check_layer(model: GPT, layer: int) -> int:
+    if not 0 <= layer < model.config.n_layer:
+        raise TraceError(f"--layer {layer} is out of range: the model has layers 0..{model.config.n_layer - 1}")
+    return layer
+
+
+# ---- keys ------------------------------------------------------------------------------------
+def _keys_hook(model: GPT, layer: int, store: list[Tensor]):
+    """Record the input of the MLP's output matrix (the key vectors) on every forward pass."""
+    return model.blocks[layer].mlp[2].register_forward_hook(
+        lambda _m, inputs, _out: store.append(inputs[0].detach()))
+
+
+@torch.no_grad()
+def key_second_moment(model: GPT, vocab: Vocab, texts: list[str], layer: int, *,
+                      batch_size: int = 64) -> Tensor:
+    """C = E[k k^T] over every position of ``texts`` (each cut to the block), (4C, 4C)."""
+    block = model.config.block_size
+    rows = [vocab.encode(t[:block]) for t in texts if t]
+    if not rows:
+        raise TraceError("no texts to estimate the key statistics from")
+    device = model.tok_emb.weight.device
+    width = model.blocks[layer].mlp[2].in_features
+    total = torch.zeros(width, width, dtype=torch.float64, device=device)
+    count = 0
+    model.eval()
+    for start in range(0, len(rows), batch_size):
+        part = rows[start:start + batch_size]
+        T = max(map(len, part))
+        idx = torch.full((len(part), T), PAD_ID, dtype=torch.long, device=device)
+        for b, r in enumerate(part):
+            idx[b, :len(r)] = torch.tensor(r, device=device)
+        store: list[Tensor] = []
+        handle = _keys_hook(model, layer, store)
+        try:
+            model.run(idx)  # causal: right padding does not change the real positions
+        finally:
+            handle.remove()
+        keys = store[0][idx != PAD_ID].double()
+        total += keys.T @ keys
+        count += keys.shape[0]
+    return (total / count).float()
+
+
+def stat_texts(model, docs: list[str], limit: int, seed: int) -> list[str]:
+    """Corpus lines in the form the model was trained on, a seeded sample of ``limit``."""
+    from .knowledge import recall_string
+
+    docs = [d for d in docs if d.strip()]
+    if limit and len(docs) > limit:
+        docs = random.Random(seed).sample(docs, limit)
+    if model.config.qa_format == "recall":
+        return [recall_string(d, model.config.recall_chars) for d in docs]
+    return docs
+
+
+# ---- the edit input --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EditInput:
+    text: str  # the full sequence the model should produce (teacher forced)
+    prompt_len: int  # characters given, not predicted
+    name_last: int  # position of the name's last character in the question or recall opening
+    old_answer: str
+    name: str = ""
+    given: tuple[int, ...] = ()  # later positions that are given, not predicted
+    place_at: tuple[int, ...] = ()  # where the new place starts in text (its closing mark follows the last)
+    place_len: int = 0
+
+    @property
+    def focus(self) -> list[int]:
+        """Positions of text that spell the new place, and the closing mark of the answer."""
+        spots = [p for start in self.place_at for p in range(start, start + self.place_len)]
+        return spots + [len(self.text) - 1]
+
+
+    @property
+    def key_positions(self) -> list[int]:
+        """The last character of every occurrence of the name (a recalled line may repeat it):
+        the value is written at each, and the key is their mean."""
+        from .tracing import occurrences
+
+        first = self.name_last + 1 - len(self.name)
+        return [s + len(self.name) - 1 for s in occurrences(self.text, self.name, first)]
+
+
+def edit_input(model: GPT, vocab: Vocab, name: str, place: str) -> EditInput:
+    """The sequence that says ``name`` was born in ``place``, in the model's answer format."""
+    from .knowledge import answer_by_recall, recall_prompt
+
+    question = f"Where was {name} born?"
+    if model.config.qa_format != "recall":
+        from .data import QAExample
+        from .evaluate import answer_questions
+
+        old = answer_questions(model, vocab, [QAExample(question, None, "<question>", 1)])[0].answer
+        prompt = question + MASK_CHAR
+        return EditInput(prompt + place + MASK_CHAR, len(prompt), question.index(name) + len(name) - 1, old, name,
+                         place_at=(len(prompt),), place_len=len(place))
+    got = answer_by_recall(model, vocab, [name], model.config.recall_chars)[0]
+    opening = len(recall_prompt(name))
+    recalled = got.recalled
+    at = recalled.find(got.answer, opening) if got.answer else -1
+    spots = []
+    if at >= 0:
+        recalled = (recalled[:at] + place + recalled[at + len(got.answer):])[:model.config.recall_chars]
+        spots.append(at)
+    spots.append(len(recalled) + 1)
+    # A recall that fills its budget is closed by answer_by_recall, not by the model.
+    forced = (len(recalled),) if len(got.recalled) >= model.config.recall_chars else ()
+    return EditInput(recalled + MASK_CHAR + place + MASK_CHAR, opening, len(name) - 1, got.answer, name,
+                     forced, tuple(spots), len(place))
+
+
+# ---- the edit --------------------------------------------------------------------------------
+@dataclass
+class Edit:
+    layer: int
+    key: Tensor  # k*, (4C,)
+    delta: Tensor  # W' k* - W k*, (C,)
+    loss_before: float  # weighted mean negative log-likelihood of the edit input's predicted characters
+    loss_after: float  # ... under the edit, at the last optimisation step
+    steps: int
+
+
+def _target(ids: list[int], prompt_len: int, device, given: tuple[int, ...] = ()) -> tuple[Tensor, Tensor]:
+    """Inputs and next-character targets; given characters (the prompt, a forced mark) are not
+    scored."""
+    x = torch.tensor([ids[:-1]], device=device)
+    y = torch.tensor([ids[1:]], device=device)
+    y[0, :prompt_len - 1] = PAD_ID
+    for p in given:
+        y[0, p - 1] = PAD_ID
+    return x, y
+
+
+def optimise_value(model: GPT, x: Tensor, y: Tensor, weights: Tensor, layer: int, positions: list[int],
+                   direction: Tensor, succeeded=None, *, steps: int = 100, lr: float = 0.02,
+                   weight_decay: float = 0.01, clamp: float = 4.0,
+                   check_every: int = 5) -> tuple[Tensor, float, float, int]:
+    """The vector delta of the edit W' = W + delta u^T (u = ``direction``) of ``layer``'s MLP
+    output matrix that makes the model produce y. During the optimisation the edit is applied
+    exactly, by a hook adding (u^T k) delta to the matrix's output for every key k, so the model
+    optimised is the edited model, on this input and on any other (a generation too).
+
+    Loss: the ``weights``-weighted mean NLL of y + weight_decay ||delta||^2 / s^2, with ||delta||
+    <= clamp x s (ROME's two regularisers), where s is the norm of the residual stream at the
+    key ``positions``. ROME scales by the MLP output's norm; in a small model an early MLP's
+    output can be far smaller than the stream it must steer. Every ``check_every`` steps
+    ``succeeded()`` (e.g. "the model now answers the new place") is asked, and the optimisation
+    stops at the first yes: every further step only grows delta, and the larger delta, the more
+    other answers the edit disturbs. Returns delta, loss before, loss after, steps."""
+    out_layer, block = model.blocks[layer].mlp[2], model.blocks[layer]
+
+    def loss_of(logits: Tensor) -> Tensor:
+        nll = torch.nn.functional.cross_entropy(logits[0].float(), y[0], ignore_index=PAD_ID, reduction="none")
+        return (nll * weights[0]).sum() / weights[0].sum()
+
+    with torch.no_grad():
+        store: list[Tensor] = []
+        h = block.register_forward_hook(lambda _m, _i, out: store.append(out[0].detach()))
+        try:
+            logits, _ = model.run(x)
+        finally:
+            h.remove()
+        scale = float(store[0][0, positions].norm(dim=-1).mean()) or 1.0
+        before = float(loss_of(logits))
+    delta = torch.zeros(store[0].shape[-1], device=x.device, requires_grad=True)
+    u = direction.to(x.device)
+
+    def edit(_m, inputs, out):
+        return out + (inputs[0] @ u)[..., None] * delta
+
+    params = list(model.parameters())
+    grads = [p.requires_grad for p in params]
+    for p in params:
+        p.requires_grad_(False)
+    opt = torch.optim.Adam([delta], lr=lr * scale)
+    handle = out_layer.register_forward_hook(edit)
+    step = 0
+    try:
+        for step in range(steps + 1):
+            if step and succeeded is not None and step % check_every == 0 and succeeded():
+                break
+            logits, _ = model.run(x)
+            loss = loss_of(logits)
+            after = float(loss.detach())
+            if step == steps:
+                break
+            opt.zero_grad()
+            (loss + weight_decay * delta.pow(2).sum() / scale ** 2).backward()
+            opt.step()
+            with torch.no_grad():
+                norm = float(delta.norm())
+                if norm > clamp * scale:
+                    delta.mul_(clamp * scale / norm)
+    finally:
+        handle.remove()
+        for p, g in zip(params, grads):
+            p.requires_grad_(g)
+    return delta.detach(), before, after, step
+
+
+@torch.no_grad()
+def keys_of(model: GPT, x: Tensor, layer: int) -> Tensor:
+    """The keys (inputs of the MLP's output matrix) at every position of x (1, T): (T, 4C)."""
+    store: list[Tensor] = []
+    handle = _keys_hook(model, layer, store)
+    try:
+        model.run(x)
+    finally:
+        handle.remove()
+    return store[0][0]
+
+
+def update_direction(key: Tensor, second_moment: Tensor, ridge: float = 1e-3) -> Tensor:
+    """u = C^-1 k / (k^T C^-1 k): u^T k = 1, and u is small along the directions keys usually
+    take. ``ridge`` x mean diagonal is added to C so that a key direction the corpus never uses
+    does not make the solve ill-conditioned."""
+    c = second_moment.double()
+    c = c + ridge * c.diagonal().mean() * torch.eye(c.shape[0], dtype=c.dtype, device=c.device)
+    ck = torch.linalg.solve(c, key.double())
+    return (ck / (key.double() @ ck)).to(key.dtype)
+
+
+def rank_one_update(weight: Tensor, key: Tensor, delta: Tensor, second_moment: Tensor,
+                    ridge: float = 1e-3) -> Tensor:
+    """W + delta u^T (u: update_direction), so that the new W maps k to W k + delta."""
+    u = update_direction(key, second_moment, ridge).double()
+    return (weight.double() + delta.double()[:, None] * u[None, :]).to(weight.dtype)
+
+
+@torch.no_grad()
+def answer_of(model: GPT, vocab: Vocab, name: str) -> str:
+    """The model's greedy answer to "Where was NAME born?" (in its answer format)."""
+    from .data import QAExample
+    from .evaluate import answer_questions
+
+    return answer_questions(model, vocab, [QAExample(f"Where was {name} born?", None, "<edit>", 1)])[0].answer
+
+
+def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, second_moment: Tensor,
+               rest_weight: float = 0.1, **optimiser) -> tuple[GPT, Edit, EditInput]:
+    """A copy of ``model`` in which ``name`` was born in ``place`` (the original is untouched)."""
+    check_layer(model, layer)
+    vocab.encode(place, source="--place")
+    vocab.encode(name, source="--person")
+    if not place or MASK_CHAR in place:
+        raise TraceError(f"--place must be a non-empty place name without {MASK_CHAR}, got {place!r}")
+    model.eval()
+    target = edit_input(model, vocab, name, place)
+    ids = vocab.encode(target.text)
+    if len(ids) > model.config.block_size + 1:
+        raise TraceError(f"the edit input ({len(ids)} characters) exceeds the model's block")
+    x, y = _target(ids, target.prompt_len, model.tok_emb.weight.device, target.given)
+    # The new place (and the answer's closing mark) is what must change; the rest of the
+    # recalled line only has to stay as the model wrote it, so it weighs less.
+    weights = torch.full(y.shape, rest_weight, device=y.device)
+    weights[0, [p - 1 for p in target.focus]] = 1.0
+    positions = [p for p in target.key_positions if p < x.shape[1]]
+    key = keys_of(model, x, layer)[positions].mean(0)
+    direction = update_direction(key, second_moment)
+
+    def answers_place() -> bool:
+        return answer_of(model, vocab, name) == place
+
+    delta, before, after, steps = optimise_value(model, x, y, weights, layer, positions, direction,
+                                                 answers_place, **optimiser)
+    edited = copy.deepcopy(model)
+    out = edited.blocks[layer].mlp[2]
+    with torch.no_grad():
+        out.weight.copy_(rank_one_update(out.weight, key, delta, second_moment))
+    return edited, Edit(layer, key, delta, before, after, steps), target
+
+
+# ---- choosing the layer ----------------------------------------------------------------------
+@torch.no_grad()
+def mlp_effect_by_layer(model: GPT, vocab: Vocab, question: str, *, name: str | None = None,
+                        noise: float = 3.0, samples: int = 10, seed: int = 0):
+    """Per layer, the recovered probability of the clean answer when only the MLP output at the
+    name's last character is restored (tracing's MLP row at that column). Returns the values
+    (L,) and the answer point."""
+    from .tracing import answer_point, patched_probabilities, record_states, sample_noise
+
+    point = answer_point(model, vocab, question, name)
+    if not point.answer:
+        raise TraceError(f"the model gives no answer to {question!r}: no trace to choose a layer by")
+    ctx, ans = vocab.encode(point.context), vocab.encode(point.answer)
+    ids = torch.tensor([ctx + ans], device=model.tok_emb.weight.device)
+    _, clean = record_states(model, ids)
+    plan = [[("mlp", layer, point.name_last)] for layer in range(model.config.n_layer)]
+    total = torch.zeros(len(plan), dtype=torch.float64)
+    for eps in sample_noise(model, point.name_end - point.name_start, noise, samples, seed):
+        total += patched_probabilities(model, ids, ans, len(ctx), point.name_starts, eps, plan, clean).double().cpu()
+    return (total / samples).numpy(), point
+
+
+# ---- measuring an edit -----------------------------------------------------------------------
+def place_slot(line: str | None, name: str, answers: list[str]) -> str | None:
+    """The person's corpus line up to where their place is written (the first of ``answers``
+    found after the line's opening ``NAME.``), or None when the line has none of them."""
+    if not line:
+        return None
+    for answer in answers:
+        at = line.find(answer, len(name) + 1) if answer else -1
+        if at > 0:
+            return line[:at]
+    return None
+
+
+@torch.no_grad()
+def completes_with(model: GPT, vocab: Vocab, prefix: str, place: str) -> bool:
+    """Greedy continuation of ``prefix`` starts with ``place``."""
+    from .generate import generate
+
+    ids = vocab.encode(prefix)
+    if len(ids) + len(place) > model.config.block_size:
+        return False
+    toks = generate(model, [ids], len(place)).tokens[0]
+    return vocab.decode(toks).startswith(place)
+
+
+def trajectory(model: GPT, vocab: Vocab, example, answer) -> tuple[list[int], list[int]]:
+    """The characters the model read and wrote to give ``answer`` (an evaluate.Answer) to
+    ``example``, and the positions of that sequence it chose greedily (the rest was given: the
+    prompt, and in the recall format a closing mark forced by the recall budget)."""
+    from .knowledge import person_of, recall_prompt
+
+    if model.config.qa_format == "recall":
+        prompt = recall_prompt(person_of(example.question))
+        recalled = answer.recalled
+        chosen = list(range(len(prompt), len(recalled)))
+        if len(recalled) < model.config.recall_chars:  # the model closed its recall itself
+            chosen.append(len(recalled))
+        head = recalled + MASK_CHAR
+    else:
+        head = example.question + MASK_CHAR
+        chosen = []
+    tail = answer.answer + (MASK_CHAR if answer.complete else "")
+    chosen += range(len(head), len(head) + len(tail))
+    return vocab.encode(head + tail), chosen
+
+
+@torch.no_grad()
+def changed_answers(edited: GPT, vocab: Vocab, examples, before, *, batch_size: int = 128) -> list[int]:
+    """Indices of ``examples`` whose greedy answer under ``edited`` differs from ``before``
+    (evaluate.Answer of the original model). Fast and exact: one teacher-forced pass over each
+    original trajectory finds the rows where the edited model's greedy choice differs at some
+    position; only those rows are decoded again, since a row that agrees everywhere would be
+    decoded into the same characters."""
+    from .evaluate import answer_questions
+
+    device = edited.tok_emb.weight.device
+    suspects = []
+    rows = [trajectory(edited, vocab, e, a) for e, a in zip(examples, before)]
+    for start in range(0, len(rows), batch_size):
+        part = rows[start:start + batch_size]
+        T = max(len(ids) for ids, _ in part)
+        idx = torch.full((len(part), T), PAD_ID, dtype=torch.long, device=device)
+        for b, (ids, _) in enumerate(part):
+            idx[b, :len(ids)] = torch.tensor(ids, device=device)
+        greedy = edited.run(idx)[0].argmax(-1)  # causal: right padding changes nothing before it
+        for b, (ids, chosen) in enumerate(part):
+            at = torch.tensor(chosen, dtype=torch.long, device=device)
+            if len(chosen) and not torch.equal(greedy[b, at - 1], idx[b, at]):
+                suspects.append(start + b)
+    if not suspects:
+        return []
+    again = answer_questions(edited, vocab, [examples[i] for i in suspects])
+    return [i for i, a in zip(suspects, again) if a.answer != before[i].answer]

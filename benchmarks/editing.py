@@ -1,0 +1,152 @@
+"""Rank-one editing (ROME) of birth places: efficacy, generalisation and specificity over many
+single edits.
+
+Each of ``--n`` random dev people (seeded) gets a random new place drawn from the training
+file's places (never their gold place nor the model's current answer). Each edit starts from the
+original model (one edit at a time, as ROME does, not all at once) and is measured as
+`attnlab edit` measures it:
+
+- efficacy: the edited model's answer to "Where was NAME born?" is the new place;
+- generalisation: greedy completion of the person's corpus line up to where their place is
+  written (the gold place, else the old answer) starts with the new place; only people whose
+  line has such a slot count;
+- specificity: how many of the other dev answers changed (out of the other dev questions).
+
+The MLP edited is the one `attnlab edit` picks by default (strongest MLP effect at the name's
+last character in the trace of that question) unless ``--layer`` fixes it.
+Targets (issue 15): efficacy >= 95%, on average <= 1% of the other dev answers changed.
+
+Run: .venv/bin/python benchmarks/editing.py --run models/cpu [--n 50] [--seed 0] [--layer L]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import DATA, report, table  # noqa: E402
+
+from attnlab.checkpoint import load_model  # noqa: E402
+from attnlab.data import read_qa, read_text  # noqa: E402
+from attnlab.editing import (changed_answers, completes_with, edit_model, key_second_moment,  # noqa: E402
+                             mlp_effect_by_layer, place_slot, stat_texts)
+from attnlab.evaluate import answer_questions  # noqa: E402
+from attnlab.knowledge import CorpusIndex, person_of  # noqa: E402
+
+EFFICACY_TARGET = 0.95
+CHANGED_TARGET = 0.01
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--run", default="models/cpu", help="checkpoint or run directory to edit (never modified)")
+    ap.add_argument("--dev", default=str(DATA / "birth_dev.tsv"), help="people edited, and the other answers watched")
+    ap.add_argument("--train-file", default=str(DATA / "birth_places_train.tsv"), help="where new places come from")
+    ap.add_argument("--corpus", default=str(DATA / "wiki.txt"), help="key statistics and corpus lines")
+    ap.add_argument("--n", type=int, default=50, help="edits (people)")
+    ap.add_argument("--seed", type=int, default=0, help="which people and places")
+    ap.add_argument("--layer", type=int, default=None, help="MLP edited (default: chosen by tracing per question)")
+    ap.add_argument("--samples", type=int, default=10, help="tracing samples for choosing the layer")
+    ap.add_argument("--stat-lines", type=int, default=1000, help="corpus lines for the key statistics")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--max-minutes", type=float, default=0,
+                    help="start no new edit after this many minutes and report the edits done (0 = no limit)")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    args = ap.parse_args(argv)
+
+    model, vocab, _ = load_model(args.run, device=args.device)
+    dev = read_qa(args.dev, labelled=True)
+    places = sorted({e.answer for e in read_qa(args.train_file, labelled=True)
+                     if all(c in vocab.stoi for c in e.answer)})
+    docs = read_text(args.corpus).split("\n")
+    index = CorpusIndex(docs)
+    texts = stat_texts(model, docs, args.stat_lines, args.seed)
+    moments: dict[int, torch.Tensor] = {}
+
+    t0 = time.perf_counter()
+    before = answer_questions(model, vocab, dev)
+    rng = random.Random(args.seed)
+    chosen = rng.sample(range(len(dev)), args.n)
+    rows, results = [], []
+    for i in tqdm(chosen, desc="edits"):
+        if args.max_minutes and time.perf_counter() - t0 > 60 * args.max_minutes:
+            break
+        ex, old = dev[i], before[i]
+        name = person_of(ex.question)
+        place = rng.choice([p for p in places if p not in (ex.answer, old.answer)])
+        start = time.perf_counter()
+        if args.layer is None:
+            effects, _ = mlp_effect_by_layer(model, vocab, ex.question, samples=args.samples, seed=args.seed)
+            layer = int(np.argmax(effects))
+        else:
+            layer = args.layer
+        if layer not in moments:
+            moments[layer] = key_second_moment(model, vocab, texts, layer)
+        edited, edit, _ = edit_model(model, vocab, name, place, layer, moments[layer])
+        efficacy = answer_questions(edited, vocab, [ex])[0].answer == place
+        slot = place_slot(index.line_of(name), name, [ex.answer, old.answer])
+        general = None if slot is None else completes_with(edited, vocab, slot, place)
+        others = [j for j in range(len(dev)) if j != i and person_of(dev[j].question) != name]
+        n_changed = len(changed_answers(edited, vocab, [dev[j] for j in others], [before[j] for j in others]))
+        seconds = time.perf_counter() - start
+        results.append(dict(efficacy=efficacy, general=general, changed=n_changed, others=len(others),
+                            layer=layer, correct_before=old.answer == ex.answer, seconds=seconds,
+                            loss=(edit.loss_before, edit.loss_after)))
+        rows.append([name, old.answer, place, layer, "yes" if efficacy else "no",
+                     "-" if general is None else ("yes" if general else "no"),
+                     f"{n_changed}/{len(others)}", f"{seconds:.1f}"])
+    total = time.perf_counter() - t0
+
+    n = len(results)
+    eff = sum(r["efficacy"] for r in results)
+    gen_measured = [r for r in results if r["general"] is not None]
+    gen = sum(r["general"] for r in gen_measured)
+    frac = [r["changed"] / r["others"] for r in results]
+    known = [r for r in results if r["correct_before"]]
+    summary = table(["measure", "value", "target"], [
+        ["efficacy (edited question answered with the new place)", f"{eff}/{n} ({100 * eff / n:.1f}%)",
+         f">= {100 * EFFICACY_TARGET:.0f}% ({'met' if eff / n >= EFFICACY_TARGET else 'missed'})"],
+        ["efficacy on people the model answered correctly before",
+         f"{sum(r['efficacy'] for r in known)}/{len(known)}", ""],
+        ["generalisation (corpus line prefix completes with the new place)",
+         f"{gen}/{len(gen_measured)} ({100 * gen / max(1, len(gen_measured)):.1f}%)", ""],
+        ["other dev answers changed, mean per edit", f"{100 * float(np.mean(frac)):.2f}% "
+         f"({float(np.mean([r['changed'] for r in results])):.1f} of {results[0]['others']})",
+         f"<= {100 * CHANGED_TARGET:.0f}% ({'met' if np.mean(frac) <= CHANGED_TARGET else 'missed'})"],
+        ["other dev answers changed, worst edit", f"{100 * max(frac):.2f}%", ""],
+        ["layers edited", ", ".join(f"{l}: {c}" for l, c in sorted(Counter(r['layer'] for r in results).items())), ""],
+        ["seconds per edit (layer choice, edit, all measurements)",
+         f"{float(np.mean([r['seconds'] for r in results])):.1f}", ""],
+    ])
+    text = "\n\n".join([
+        summary,
+        "\n".join([
+            f"- {args.run}, {n} single edits{'' if n == args.n else f' (of {args.n} planned: --max-minutes {args.max_minutes:g} ran out)'}"
+            f" (each from the original model) of random people of "
+            f"{args.dev} (seed {args.seed}) to random places of {args.train_file}; layer "
+            f"{f'chosen by tracing each question ({args.samples} noise samples, 3 x embedding std)' if args.layer is None else args.layer}",
+            f"- key statistics: {len(texts)} corpus lines; delta optimised by Adam (at most 100 steps, "
+            f"stopping once the edited model answers the new place); "
+            f"total wall time {total / 60:.1f} min",
+        ]),
+        "<details><summary>every edit</summary>\n\n"
+        + table(["person", "answer before", "new place", "layer", "efficacy", "generalisation",
+                 "other answers changed", "s"], rows) + "\n\n</details>",
+    ])
+    # one section per setting: the default layer choice, or each fixed --layer
+    report("editing" if args.layer is None else f"editing-layer{args.layer}", text, write=not args.no_write, device=args.device, title="Rank-one editing of birth places (benchmarks/editing.py"
+           + ("" if args.layer is None else f", --layer {args.layer}") + ")")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""Causal tracing and rank-one editing (`attnlab trace`, `attnlab edit`) on a tiny recall-format
+model that has memorised a few biography lines."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab import cli, editing, tracing
+from attnlab.checkpoint import load_model, save_checkpoint
+from attnlab.config import ModelConfig
+from attnlab.knowledge import answer_by_recall, recall_string
+from attnlab.model import GPT, lm_loss
+from attnlab.vocab import Vocab
+
+# The names differ only in their last character, so the model must read the person there: the
+# position whose MLP ROME edits.
+PEOPLE = [("Ana Linda", "Paris"), ("Ana Linde", "Lima"), ("Ana Lindi", "Oslo"),
+          ("Ana Lindo", "Rome"), ("Ana Lindu", "Kyiv"), ("Ana Lindy", "Quito")]
+LINES = [f"{n}. This one was born in {p} and lived there." for n, p in PEOPLE]
+RECALL = 60
+
+
+def _memorise(model: GPT, vocab: Vocab, texts: list[str], steps: int) -> None:
+    ids = [vocab.encode(t) for t in texts]
+    T = max(map(len, ids))
+    x = torch.zeros(len(ids), T - 1, dtype=torch.long)
+    y = torch.zeros(len(ids), T - 1, dtype=torch.long)
+    for i, row in enumerate(ids):
+        x[i, : len(row) - 1] = torch.tensor(row[:-1])
+        y[i, : len(row) - 1] = torch.tensor(row[1:])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        loss = lm_loss(model.run(x)[0], y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A run directory with a recall model that answers every person correctly, its corpus and a
+    dev file about the same people."""
+    root = tmp_path_factory.mktemp("facts")
+    vocab = Vocab.from_text("\n".join(LINES) + "?W")
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=len(vocab), block_size=80, n_layer=2, n_head=2, n_embd=48,
+                            dropout=0.0, qa_format="recall", recall_chars=RECALL))
+    _memorise(model, vocab, [recall_string(l, RECALL, p) for l, (_, p) in zip(LINES, PEOPLE)], steps=300)
+    answers = answer_by_recall(model, vocab, [n for n, _ in PEOPLE], RECALL)
+    assert [a.answer for a in answers] == [p for _, p in PEOPLE]  # the fixture knows its facts
+    save_checkpoint(root / "run" / "checkpoint.safetensors", model, vocab)
+    (root / "wiki.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    (root / "dev.tsv").write_text("".join(f"Where was {n} born?\t{p}\n" for n, p in PEOPLE), encoding="utf-8")
+    return root
+
+
+def _model(run):
+    return load_model(run / "run")[:2]
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ---- tracing ---------------------------------------------------------------------------------
+def test_answer_point_of_a_recall_model_is_where_its_line_spells_the_place(run):
+    model, vocab = _model(run)
+    p = tracing.answer_point(model, vocab, "Where was Ana Lindi born?")
+    assert (p.name, p.answer, p.in_recall) == ("Ana Lindi", "Oslo", True)
+    assert p.context == "Ana Lindi. This one was born in "
+    assert p.context[p.name_start:p.name_end] == "Ana Lindi"
+
+
+def test_restoring_every_state_recovers_the_clean_probability_exactly(run):
+    model, vocab = _model(run)
+    p = tracing.answer_point(model, vocab, "Where was Ana Lindi born?")
+    ctx, ans = vocab.encode(p.context), vocab.encode(p.answer)
+    ids = torch.tensor([ctx + ans])
+    logits, clean_states = tracing.record_states(model, ids)
+    clean = float(tracing.answer_probability(logits, ans, len(ctx))[0])
+    T, L = ids.shape[1], model.config.n_layer
+    everything = [(k, l, t) for k in tracing.KINDS for l in range(L) for t in range(T)]
+    last_residual = [("residual", L - 1, t) for t in range(T)]
+    noise = tracing.sample_noise(model, len(p.name), 10.0, 1, seed=0)[0]
+    probs = tracing.patched_probabilities(model, ids, ans, len(ctx), p.name_starts, noise,
+                                          [[], everything, last_residual], clean_states)
+    assert clean > 0.5
+    assert float(probs[0]) < clean - 0.1  # the corruption alone loses the answer ...
+    assert probs[1:].tolist() == pytest.approx([clean, clean], abs=1e-6)  # ... restoring all brings it back
+
+
+def test_without_corruption_nothing_changes(run):
+    model, vocab = _model(run)
+    t = tracing.trace(model, vocab, "Where was Ana Lindo born?", noise=0.0, samples=2)
+    assert t.corrupted == pytest.approx(t.clean, abs=1e-6)
+    for kind in tracing.KINDS:
+        grid = t.recovered[kind]
+        assert grid.shape == (model.config.n_layer, len(t.point.context))
+        assert np.allclose(grid, t.clean, atol=1e-6)
+
+
+def test_trace_is_seeded_and_noise_lowers_the_answer(run):
+    model, vocab = _model(run)
+    a = tracing.trace(model, vocab, "Where was Ana Linda born?", noise=5.0, samples=3, seed=1)
+    b = tracing.trace(model, vocab, "Where was Ana Linda born?", noise=5.0, samples=3, seed=1)
+    assert a.corrupted == b.corrupted and all(np.array_equal(a.recovered[k], b.recovered[k]) for k in tracing.KINDS)
+    assert a.corrupted < a.clean
+
+
+def test_every_occurrence_of_the_name_is_corrupted():
+    point = tracing.AnswerPoint("q", "Ab Cd", "Ab Cd. Then Ab Cd and Ab Cde, born in ", "X", 0, 5, True)
+    assert point.name_starts == [0, 12, 22]
+    model = GPT(ModelConfig(vocab_size=12, block_size=40, n_layer=1, n_head=1, n_embd=8))
+    seen = []
+    noise = torch.ones(5, 8)
+    with torch.no_grad(), tracing.corrupted(model, point.name_starts, noise):
+        # registered after the corruption's hook, so it sees the corrupted embeddings
+        handle = model.tok_emb.register_forward_hook(lambda _m, _i, out: seen.append(out.clone()))
+        model.run(torch.zeros(1, 38, dtype=torch.long))
+    handle.remove()
+    shifted = (seen[0] - model.tok_emb.weight[0]).abs().sum(-1)[0] > 0  # positions that got noise
+    expected = torch.zeros(38, dtype=torch.bool)
+    for s in (0, 12, 22):
+        expected[s:s + 5] = True
+    assert torch.equal(shifted, expected)
+
+
+def test_aligned_columns_anchor_on_the_names_last_character_and_the_end():
+    point = tracing.AnswerPoint("q", "Ab Cdefg", "Xy Ab Cdefg. text here and on ", "Oslo", 3, 11, True)
+    labels, cols = tracing.aligned_columns(point)
+    shown = [labels[c] for c in cols]
+    assert shown[:3] == ["before name"] * 3
+    assert shown[3] == "name[0]" and shown[4:7] == ["name (middle)"] * 3
+    assert shown[7:11] == ["name[-4]", "name[-3]", "name[-2]", "name[-1]"]
+    assert point.context[10] == "g" and shown[10] == "name[-1]"
+    assert shown[11:14] == ["after+1", "after+2", "after+3"]
+    assert shown[-4:] == ["end[-4]", "end[-3]", "end[-2]", "end[-1]"]
+    assert set(shown[14:-4]) == {"text (middle)"}
+
+
+def test_average_gives_each_question_one_vote_per_column():
+    def fake(context, value):
+        point = tracing.AnswerPoint("q", "Ab", context, "X", 0, 2, True)
+        grid = np.full((1, len(context)), value)
+        return tracing.Trace(point, 1.0, 0.0, {"mlp": grid})
+
+    avg = tracing.average_traces([fake("Ab. long text here", 0.2), fake("Ab. x", 0.6)], asked=3)
+    col = avg.labels.index("name[-1]")
+    assert avg.recovered["mlp"][0, col] == pytest.approx(0.4)
+    assert avg.counts[col] == 2 and avg.counts[avg.labels.index("before name")] == 0
+    assert (avg.n, avg.asked) == (2, 3)
+
+
+def test_trace_command_writes_heatmap_and_averages_over_correct_answers(run, tmp_path, capsys):
+    out = tmp_path / "trace"
+    assert cli.main(["trace", str(run / "run"), "Where was Ana Lindu born?", "--out-dir", str(out),
+                     "--samples", "2", "--over", str(run / "dev.tsv")]) == 0
+    printed = capsys.readouterr().out
+    assert "clean answer (inside its recalled text): 'Kyiv'" in printed
+    assert f"averaged over the {len(PEOPLE)} of {len(PEOPLE)} questions" in printed
+    for name in ("trace.png", "trace-average.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads((out / "trace.json").read_text())
+    assert data["answer"] == "Kyiv" and len(data["recovered"]["mlp"]) == 2
+    assert len(data["recovered"]["mlp"][0]) == len(data["context"])
+
+
+# ---- editing ---------------------------------------------------------------------------------
+def test_rank_one_update_maps_the_key_to_the_new_value():
+    torch.manual_seed(0)
+    keys = torch.randn(500, 8)
+    moment = keys.T @ keys / 500
+    weight, key, delta = torch.randn(3, 8), torch.randn(8), torch.randn(3)
+    new = editing.rank_one_update(weight, key, delta, moment)
+    assert torch.allclose(new @ key, weight @ key + delta, atol=1e-5)
+    assert torch.linalg.matrix_rank(new - weight) == 1
+
+
+def test_edit_changes_the_answer_and_leaves_the_original_untouched(run, tmp_path, capsys):
+    ckpt = run / "run" / "checkpoint.safetensors"
+    before = _sha(ckpt)
+    out = tmp_path / "edited"
+    assert cli.main(["edit", str(run / "run"), "--person", "Ana Linda", "--place", "Lima", "--layer", "0",
+                     "--out-dir", str(out), "--corpus", str(run / "wiki.txt"), "--eval-file", str(run / "dev.tsv")]) == 0
+    printed = capsys.readouterr().out
+    assert _sha(ckpt) == before
+    report = json.loads((out / "edit.json").read_text())
+    assert report["efficacy"] is True and report["old_answer"] == "Paris"
+    assert report["others"] == len(PEOPLE) - 1
+    assert "specificity:" in printed and "efficacy:" in printed
+    model, vocab = load_model(out)[:2]
+    answers = answer_by_recall(model, vocab, ["Ana Linda"], RECALL)
+    assert answers[0].answer == "Lima"
+    original, _ = _model(run)
+    assert answer_by_recall(original, vocab, ["Ana Linda"], RECALL)[0].answer == "Paris"
+
+
+def test_edit_without_layer_says_which_layer_tracing_chose(run, tmp_path, capsys):
+    out = tmp_path / "edited"
+    assert cli.main(["edit", str(run / "run"), "--person", "Ana Lindi", "--place", "Rome", "--out-dir", str(out),
+                     "--samples", "2", "--corpus", str(run / "wiki.txt"), "--eval-file", ""]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((out / "edit.json").read_text())
+    assert report["layer_chosen_by"] == "trace"
+    assert f"layer {report['layer']}: the strongest MLP effect" in printed
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["trace", "{run}", "Where was Ana Linda born?", "--name", "Nobody"], "does not occur in the question"),
+    (["trace", "{run}", "Who is Ana Linda?"], "cannot tell who"),
+    (["edit", "{run}", "--person", "Ana Linda", "--place", "Zürich", "--out-dir", "{out}"], "--place: character 'Z'"),
+    (["edit", "{run}", "--person", "Ana Linda", "--place", "Lima", "--layer", "2", "--out-dir", "{out}"],
+     "out of range"),
+    (["edit", "{run}", "--person", "Ana Linda", "--place", "Lima", "--layer", "-1", "--out-dir", "{out}"],
+     "out of range"),
+    (["edit", "{run}", "--person", "Ana Linda", "--place", "Lima", "--out-dir", "{run}"], "original run"),
+    (["edit", "{run}", "--person", "Ana Linda", "--place", "Lima"], "--out-dir is required"),
+])
+def test_bad_input_gives_a_one_line_error_and_exit_code_2(run, tmp_path, capsys, argv, problem):
+    argv = [a.format(run=run / "run", out=tmp_path / "new") for a in argv]
+    before = _sha(run / "run" / "checkpoint.safetensors")
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert problem in err and err.count("\n") == 1
+    assert _sha(run / "run" / "checkpoint.safetensors") == before
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.05, 0.3])
+def test_changed_answers_equal_a_full_second_evaluation(run, noise):
+    import copy
+
+    from attnlab.data import read_qa
+    from attnlab.evaluate import answer_questions
+
+    model, vocab = _model(run)
+    examples = read_qa(run / "dev.tsv")
+    before = answer_questions(model, vocab, examples)
+    edited = copy.deepcopy(model)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for p in edited.blocks[0].mlp.parameters():
+            p.add_(torch.randn_like(p) * noise)
+    after = answer_questions(edited, vocab, examples)
+    expected = [i for i, (a, b) in enumerate(zip(before, after)) if a.answer != b.answer]
+    assert editing.changed_answers(edited, vocab, examples, before) == expected
+    if noise == 0.0:
+        assert expected == []
+    if noise == 0.3:
+        assert expected  # the check is not vacuous: this perturbation changes answers
