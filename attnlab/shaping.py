@@ -30,7 +30,9 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from .attention import masks
 from .model import GPT, lm_loss
+from .positions import segment_positions
 from .train import default_loss
 from .vocab import PAD_ID
 
@@ -106,24 +108,28 @@ def unwrap(model: nn.Module) -> GPT:
     return model
 
 
-def run_with_weights(model: nn.Module, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-    """Logits and per-layer attention weights through the explicit attention path.
+def run_with_weights(model: nn.Module, x: Tensor, segments: Tensor | None = None
+                     ) -> tuple[Tensor, list[Tensor]]:
+    """Logits and per-layer attention weights through the explicit attention path; with
+    ``segments`` (packed rows, as GPT.forward takes them) each line attends only within itself.
 
     The fused kernel never materialises the weights, so this bypasses a torch.compile wrapper
     (the explicit path runs eagerly). Under DistributedDataParallel the call is bracketed by
     DDP's own pre/post-forward steps so that gradients are still all-reduced, exactly what
     ``DDP.forward`` does around ``module.forward``."""
     gpt = unwrap(model)
+    packed = {} if segments is None else dict(positions=segment_positions(segments),
+                                               allowed=masks.segments(segments))
     ddp = model if hasattr(model, "_pre_forward") and hasattr(model, "_post_forward") else None
     if ddp is None:
-        return gpt.run(x, need_weights=True)
+        return gpt.run(x, need_weights=True, **packed)
     (x,), _ = ddp._pre_forward(x)
-    out = gpt.run(x, need_weights=True)
+    out = gpt.run(x, need_weights=True, **packed)
     return ddp._post_forward(out)
 
 
 def shaping_loss_fn(name: str, weight: float, *, near_max: float = 16.0) -> Callable:
-    """A trainer loss_fn(model, x, y) -> (summed CE, extras) adding ``weight`` * the shaping loss.
+    """A trainer loss_fn(model, x, y, segments=None) -> (summed CE, extras) adding ``weight`` * the shaping loss.
 
     extras = {name: weight * loss, name + "_unweighted": loss.detach()}, both per-example means.
     The trainer adds every extra to the loss and logs it in metrics.jsonl; the unweighted one is
@@ -136,8 +142,9 @@ def shaping_loss_fn(name: str, weight: float, *, near_max: float = 16.0) -> Call
     if near_max <= 0:
         raise ValueError(f"near_max must be positive, got {near_max}")
 
-    def loss_fn(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        logits, weights = run_with_weights(model, x)
+    def loss_fn(model: nn.Module, x: Tensor, y: Tensor, segments: Tensor | None = None
+                ) -> tuple[Tensor, dict[str, Tensor]]:
+        logits, weights = run_with_weights(model, x, segments)
         valid = x != PAD_ID  # (B, T): real input positions (see module doc)
         if name == "focus":
             per_row = focus_loss(weights, valid)

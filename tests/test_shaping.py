@@ -177,6 +177,23 @@ def test_padded_rows_get_the_loss_of_the_row_alone():
         assert with_pad.item() == pytest.approx(alone.item(), rel=1e-5)
 
 
+def test_packed_rows_take_the_shaping_loss_with_each_line_kept_to_itself():
+    """The lm objective packs lines into rows and the trainer passes their segment ids: the
+    shaping loss function must accept them (it once crashed at the first step) and compute
+    the cross-entropy of the packed forward pass, not of attention across lines."""
+    model = tiny()
+    x = torch.randint(2, V, (2, 10))
+    y = torch.randint(2, V, (2, 10))
+    segments = torch.tensor([[0] * 4 + [1] * 6, [0] * 7 + [1] * 3])
+    plain_ce, _ = default_loss(model, x, y, segments)
+    unpacked_ce, _ = default_loss(model, x, y)
+    for name in ("focus", "near"):
+        ce, extras = shaping_loss_fn(name, 1.0)(model, x, y, segments)
+        assert ce.item() == pytest.approx(plain_ce.item(), rel=1e-5)
+        assert ce.item() != pytest.approx(unpacked_ce.item(), rel=1e-5)
+        assert torch.isfinite(extras[name])
+
+
 def test_unknown_loss_is_refused():
     with pytest.raises(ValueError, match="unknown attention-shaping loss"):
         shaping_loss_fn("far", 1.0)
