@@ -14,8 +14,9 @@ from attnlab import cli, editing, tracing
 from attnlab.checkpoint import load_model, save_checkpoint
 from attnlab.config import ModelConfig
 from attnlab.knowledge import answer_by_recall, recall_string
-from attnlab.model import GPT, lm_loss
+from attnlab.model import GPT
 from attnlab.vocab import Vocab
+from tests.tiny_runs import memorise
 
 # The names differ only in their last character, so the model must read the person there: the
 # position whose MLP ROME edits.
@@ -23,24 +24,6 @@ PEOPLE = [("Ana Linda", "Paris"), ("Ana Linde", "Lima"), ("Ana Lindi", "Oslo"),
           ("Ana Lindo", "Rome"), ("Ana Lindu", "Kyiv"), ("Ana Lindy", "Quito")]
 LINES = [f"{n}. This one was born in {p} and lived there." for n, p in PEOPLE]
 RECALL = 60
-
-
-def _memorise(model: GPT, vocab: Vocab, texts: list[str], steps: int) -> None:
-    ids = [vocab.encode(t) for t in texts]
-    T = max(map(len, ids))
-    x = torch.zeros(len(ids), T - 1, dtype=torch.long)
-    y = torch.zeros(len(ids), T - 1, dtype=torch.long)
-    for i, row in enumerate(ids):
-        x[i, : len(row) - 1] = torch.tensor(row[:-1])
-        y[i, : len(row) - 1] = torch.tensor(row[1:])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model.train()
-    for _ in range(steps):
-        loss = lm_loss(model.run(x)[0], y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +35,7 @@ def run(tmp_path_factory):
     torch.manual_seed(0)
     model = GPT(ModelConfig(vocab_size=len(vocab), block_size=80, n_layer=2, n_head=2, n_embd=48,
                             dropout=0.0, qa_format="recall", recall_chars=RECALL))
-    _memorise(model, vocab, [recall_string(l, RECALL, p) for l, (_, p) in zip(LINES, PEOPLE)], steps=300)
+    memorise(model, vocab, [recall_string(l, RECALL, p) for l, (_, p) in zip(LINES, PEOPLE)], steps=300)
     answers = answer_by_recall(model, vocab, [n for n, _ in PEOPLE], RECALL)
     assert [a.answer for a in answers] == [p for _, p in PEOPLE]  # the fixture knows its facts
     save_checkpoint(root / "run" / "checkpoint.safetensors", model, vocab)

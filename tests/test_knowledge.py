@@ -12,8 +12,9 @@ from attnlab.knowledge import (
     CorpusIndex, answer_by_recall, measure_stored, person_of, recall_string, require_person,
     stored_probes,
 )
-from attnlab.model import GPT, lm_loss
+from attnlab.model import GPT
 from attnlab.vocab import MASK_CHAR, Vocab
+from tests.tiny_runs import memorise
 
 LINES = [
     "Ada Brook. Ada Brook was born in Paris and lived there.",
@@ -65,23 +66,6 @@ def test_stored_probes_are_the_line_prefixes_up_to_places_written_in_the_line():
     assert stored_probes(index, examples[:1], block_size=20) == []
 
 
-def _memorise(model: GPT, vocab: Vocab, texts: list[str], steps: int) -> None:
-    ids = [vocab.encode(t) for t in texts]
-    T = max(map(len, ids))
-    x = torch.zeros(len(ids), T - 1, dtype=torch.long)
-    y = torch.zeros(len(ids), T - 1, dtype=torch.long)
-    for i, row in enumerate(ids):
-        x[i, : len(row) - 1] = torch.tensor(row[:-1])
-        y[i, : len(row) - 1] = torch.tensor(row[1:])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model.train()
-    for _ in range(steps):
-        loss = lm_loss(model.run(x)[0], y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
-
 def _model(vocab: Vocab) -> GPT:
     torch.manual_seed(0)
     return GPT(ModelConfig(vocab_size=len(vocab), block_size=80, n_layer=2, n_head=2, n_embd=48, dropout=0.0))
@@ -94,7 +78,7 @@ def test_stored_counts_what_a_model_memorised_and_nothing_before():
     model = _model(vocab)
     before = measure_stored(model, vocab, index, examples)
     assert (before.stored, before.total, before.asked) == (0, 3, 3)
-    _memorise(model, vocab, LINES[:3], steps=300)
+    memorise(model, vocab, LINES[:3], steps=300)
     after = measure_stored(model, vocab, index, examples)
     assert (after.stored, after.total) == (3, 3)
     assert str(after) == "3/3 (100.0%)"
@@ -107,7 +91,7 @@ def test_answer_by_recall_recalls_the_line_then_reads_the_place():
     vocab = Vocab.from_text("\n".join(lines))
     model = _model(vocab)
     # Recall format: line cut at 60 characters, ⁇, place, ⁇.
-    _memorise(model, vocab, [recall_string(l, 60, p) for l, p in zip(lines, places)], steps=300)
+    memorise(model, vocab, [recall_string(l, 60, p) for l, p in zip(lines, places)], steps=300)
     answers = answer_by_recall(model, vocab, ["Ada Brook", "Bela Kron", "Cato Fenn"], recall_chars=60)
     assert [a.answer for a in answers] == places
     assert [a.recalled for a in answers] == lines

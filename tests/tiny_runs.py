@@ -1,10 +1,15 @@
-"""Seconds-long trained models on the real data files, for tests of what users do with a run."""
+"""Seconds-long trained models for tests: runs on the real data files (what users do with a run)
+and models that have memorised a few given lines."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from attnlab import cli
+from attnlab.model import GPT, lm_loss
+from attnlab.vocab import Vocab
 from tests.conftest import DATA
 
 
@@ -18,3 +23,23 @@ def train_tiny(run_dir: Path, *extra: str, recall: bool = True) -> Path:
                      "--held-out", str(DATA / "birth_dev.tsv"), "--eval-file", "", *extra])
     assert code == 0
     return run_dir
+
+
+def memorise(model: GPT, vocab: Vocab, texts: list[str], steps: int) -> None:
+    """Full-batch next-character training on ``texts`` (padded with PAD, which the loss
+    ignores) until the model has them by heart; leaves it in eval mode."""
+    ids = [vocab.encode(t) for t in texts]
+    T = max(map(len, ids))
+    x = torch.zeros(len(ids), T - 1, dtype=torch.long)
+    y = torch.zeros(len(ids), T - 1, dtype=torch.long)
+    for i, row in enumerate(ids):
+        x[i, : len(row) - 1] = torch.tensor(row[:-1])
+        y[i, : len(row) - 1] = torch.tensor(row[1:])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        loss = lm_loss(model.run(x)[0], y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
