@@ -146,11 +146,17 @@ class GPT(FastPath, nn.Module):
         """The course interface: (logits, loss); PAD targets (id 0) are ignored by the loss.
         ``segments`` (B, T): rows of several sequences packed side by side (segment ids, -1 for
         padding); each position then sees only its own sequence, numbered from its start."""
-        if segments is None:
-            logits, _ = self.run(idx)
-        else:
-            logits, _ = self.run(idx, positions=segment_positions(segments), allowed=masks.segments(segments))
+        logits, _ = self.run(idx, **packed_rows(segments))
         return logits, (None if targets is None else lm_loss(logits, targets))
+
+
+def packed_rows(segments: Tensor | None) -> dict[str, Tensor]:
+    """``GPT.run`` options for rows of several sequences packed side by side (segment ids,
+    -1 for padding): each position sees only its own sequence, numbered from its start.
+    None (unpacked rows) gives no options."""
+    if segments is None:
+        return {}
+    return dict(positions=segment_positions(segments), allowed=masks.segments(segments))
 
 
 @contextlib.contextmanager

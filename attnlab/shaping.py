@@ -30,9 +30,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from .attention import masks
-from .model import GPT, lm_loss
-from .positions import segment_positions
+from .model import GPT, lm_loss, packed_rows
 from .train import default_loss
 from .vocab import PAD_ID
 
@@ -118,8 +116,7 @@ def run_with_weights(model: nn.Module, x: Tensor, segments: Tensor | None = None
     DDP's own pre/post-forward steps so that gradients are still all-reduced, exactly what
     ``DDP.forward`` does around ``module.forward``."""
     gpt = unwrap(model)
-    packed = {} if segments is None else dict(positions=segment_positions(segments),
-                                               allowed=masks.segments(segments))
+    packed = packed_rows(segments)
     ddp = model if hasattr(model, "_pre_forward") and hasattr(model, "_post_forward") else None
     if ddp is None:
         return gpt.run(x, need_weights=True, **packed)
