@@ -1,7 +1,9 @@
-"""Two process-wide CPU settings the `attnlab` program applies before it starts any work.
+"""Process-wide CPU settings the `attnlab` program applies before it starts any work: flush
+denormals, keep freed memory, and adapt the thread count to the other processes' load
+(``AdaptiveThreads``, at the end of this module).
 
-Both are properties of the process, not of a model, so the library never changes them behind a
-caller's back: the command line applies them (unless a training command is given --no-fast),
+They are properties of the process, not of a model, so the library never changes them behind a
+caller's back: the command line applies them (unless given --no-cpu-settings),
 and so does benchmarks/train_speed.py; from Python call ``apply()`` first thing.
 
 Flush denormals. As pretraining sharpens attention, softmax gives probabilities below 1.2e-38
@@ -27,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import time
 
 import torch
 
@@ -68,6 +71,86 @@ def flush_denormals() -> bool:
     return bool(torch.set_flush_denormal(True))
 
 
+_adapt_threads = False
+
+
+def adapt_threads() -> bool:
+    """Let training runs adapt torch's thread count to the other processes' load
+    (``AdaptiveThreads``); True if allowed (not when the user fixed OMP_NUM_THREADS)."""
+    global _adapt_threads
+    _adapt_threads = AdaptiveThreads.enabled()
+    return _adapt_threads
+
+
+def thread_adapter() -> "AdaptiveThreads | None":
+    """For a training loop on the CPU: an ``AdaptiveThreads`` to ``check()`` every step if the
+    program turned adapting on (``apply``), else None (library calls leave threads alone)."""
+    return AdaptiveThreads() if _adapt_threads else None
+
+
 def apply() -> dict[str, bool]:
-    """Both settings; which of them took effect."""
-    return {"flush_denormals": flush_denormals(), "keep_freed_memory": keep_freed_memory()}
+    """The process settings; which of them took effect."""
+    return {"flush_denormals": flush_denormals(), "keep_freed_memory": keep_freed_memory(),
+            "adaptive_threads": adapt_threads()}
+
+
+class AdaptiveThreads:
+    """One torch thread per core that no other process is using, re-checked every
+    ``interval`` seconds while a run goes on (``check()`` once per training step).
+
+    Why: torch's CPU kernels run on an OpenMP team of one thread per core, and every parallel
+    region ends at a barrier that waits for the slowest thread. When another process takes a
+    core, the thread that shares it waits for time slices at each of the thousands of small
+    regions of a step: a quick-model run fell from 27,000 to 8,900 tokens/s, below the 22,900
+    that one thread gives (BENCHMARKS.md "Training next to a busy core"). Dropping that thread
+    keeps the one-core speed; when the core is free again the thread comes back.
+
+    The other processes' load is the machine's busy CPU time (Linux /proc/stat: user, nice,
+    system, irq, softirq and a virtual machine's steal time) less this process's own CPU time,
+    over the last interval. Where /proc/stat does not exist nothing changes. A user who fixes
+    the thread count (OMP_NUM_THREADS, torch.set_num_threads before the run) keeps it:
+    ``enabled()`` says whether adapting is allowed.
+    """
+
+    def __init__(self, interval: float = 2.0, max_threads: int | None = None):
+        self.max_threads = max_threads or torch.get_num_threads()
+        self.cores = os.cpu_count() or 1
+        self.interval = interval
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._last = self._sample()
+        self._wait = min(interval, 0.5)  # the first look comes soon: a run should start right
+
+    @staticmethod
+    def enabled() -> bool:
+        return "OMP_NUM_THREADS" not in os.environ and os.environ.get("ATTNLAB_ADAPTIVE_THREADS", "1") != "0"
+
+    def _sample(self) -> tuple[float, float, float] | None:
+        """(wall clock, the machine's busy CPU seconds, this process's CPU seconds)."""
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(v) for v in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+        busy = (user + nice + system + irq + softirq + steal) / self._tick
+        return time.monotonic(), busy, time.process_time()
+
+    def others(self, before: tuple[float, float, float], after: tuple[float, float, float]) -> float:
+        """Cores' worth of CPU time other processes used between two samples."""
+        wall = max(after[0] - before[0], 1e-9)
+        return max(0.0, (after[1] - before[1]) - (after[2] - before[2])) / wall
+
+    def threads_for(self, others: float) -> int:
+        """One thread per core the others leave free (a core counts as taken from 0.5 on)."""
+        return max(1, min(self.max_threads, self.cores - int(others + 0.5)))
+
+    def check(self) -> int:
+        """Re-set torch's thread count if an interval has passed; the count in use."""
+        if self._last is None or time.monotonic() - self._last[0] < self._wait:
+            return torch.get_num_threads()
+        sample, self._wait = self._sample(), self.interval
+        threads = self.threads_for(self.others(self._last, sample))
+        self._last = sample
+        if threads != torch.get_num_threads():
+            torch.set_num_threads(threads)
+        return threads

@@ -116,3 +116,48 @@ def test_the_program_applies_the_settings_and_no_cpu_settings_does_not(tmp_path)
         """)
         seen[name] = python(code).split()[-1]
     assert seen == {"entry": "True", "main": "False", "no-fast": "True", "no-cpu-settings": "False"}
+
+
+# ---- AdaptiveThreads: one thread per core the other processes leave free -------------------
+def test_threads_follow_the_other_processes_load(monkeypatch):
+    import torch
+
+    from attnlab.cpu_settings import AdaptiveThreads
+
+    before = torch.get_num_threads()
+    adapt = AdaptiveThreads(interval=0.0, max_threads=2)
+    adapt.cores = 2
+    # (wall s, machine busy s, own CPU s): the machine was busy 1.9 cores' worth in one second,
+    # 1.0 of it ours, so another process took a core; then the others went quiet.
+    samples = iter([(1.0, 1.9, 1.0), (2.0, 2.95, 1.9)])
+    monkeypatch.setattr(adapt, "_sample", lambda: next(samples))
+    adapt._last, adapt._wait = (0.0, 0.0, 0.0), 0.0
+    try:
+        assert adapt.check() == 1 and torch.get_num_threads() == 1
+        assert adapt.check() == 2 and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_thread_count_bounds():
+    from attnlab.cpu_settings import AdaptiveThreads
+
+    adapt = AdaptiveThreads(max_threads=4)
+    adapt.cores = 4
+    assert [adapt.threads_for(x) for x in (0.0, 0.4, 0.6, 2.2, 7.0)] == [4, 4, 3, 2, 1]
+    assert adapt.others((0.0, 10.0, 5.0), (2.0, 13.0, 4.0 + 2.0)) == 1.0  # 3 busy s, 1 ours, over 2 s
+
+
+def test_a_fixed_thread_count_is_kept():
+    code = ("from attnlab import cpu_settings\n"
+            "print(cpu_settings.apply()['adaptive_threads'], cpu_settings.thread_adapter() is None)")
+    assert python(code, {"OMP_NUM_THREADS": "1"}).split() == ["False", "True"]
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.stdout.split() == ["True", "False"], out.stderr
+
+
+def test_library_calls_leave_threads_alone():
+    from attnlab import cpu_settings
+
+    assert cpu_settings.thread_adapter() is None  # this process never called apply()
