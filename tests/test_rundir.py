@@ -5,6 +5,7 @@ without saving its broken weights."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -17,7 +18,8 @@ import torch
 
 from attnlab import cli, pipeline
 from attnlab.checkpoint import load_checkpoint
-from attnlab.rundir import LOCK_NAME
+from attnlab.config import TrainConfig
+from attnlab.rundir import LOCK_NAME, RunDirError
 
 # Tiny runs on the 13-line tiny corpus: 4 examples a step, a few steps.
 BASE = ["--preset", "tiny", "--batch-size", "4", "--epochs", "5", "--log-every", "1", "--device", "cpu",
@@ -72,6 +74,19 @@ def test_overwrite_replaces_the_run(tiny_data, tmp_path):
     ckpt = load_checkpoint(run)
     assert ckpt.meta["step"] == 2 and ckpt.meta["train_config"]["seed"] == 1
     assert json.loads((run / "config.json").read_text())["train"]["seed"] == 1
+
+
+def test_the_library_functions_follow_the_same_rules(tiny_data, tmp_path, tiny_config):
+    config = TrainConfig(batch_size=4, max_steps=1, log_every=1, checkpoint_every=0, device="cpu")
+    quiet = dict(corpus=tiny_data["corpus"], run_dir=tmp_path / "run", log=lambda _m: None)
+    pipeline.pretrain(tiny_config, config, **quiet)
+    with pytest.raises(RunDirError, match="already holds a run"):
+        pipeline.pretrain(tiny_config, config, **quiet)
+    rotary = dataclasses.replace(tiny_config, attention="rotary")
+    with pytest.raises(RunDirError, match="--attention rotary contradicts the checkpoint's vanilla"):
+        pipeline.pretrain(rotary, dataclasses.replace(config, max_steps=2), resume=True, **quiet)
+    pipeline.pretrain(rotary, config, overwrite=True, **quiet)
+    assert load_checkpoint(tmp_path / "run").model_config.attention == "rotary"
 
 
 @pytest.mark.parametrize("host", ["this", "other"])
@@ -209,15 +224,22 @@ def test_metrics_have_no_duplicate_steps_after_a_crash_and_resume(tiny_data, tmp
     assert load_checkpoint(run).meta["step"] == 6
 
 
-def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tiny_data, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("log_every, found", [
+    ("1", "the loss became nan by step 4"),  # seen in the step's logged loss
+    ("5", "the weights are no longer finite at step 4"),  # not logged before the checkpoint: its check
+])
+def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tiny_data, tmp_path, monkeypatch, capsys,
+                                                                     log_every, found):
     run = tmp_path / "run"
     monkeypatch.setattr(pipeline, "_loss_fn", lambda config: _failing_loss(3, lambda loss: loss * float("nan")))
-    assert _pretrain(tiny_data, run, *LM, "--max-steps", "6", "--checkpoint-every", "2") == 2
+    assert _pretrain(tiny_data, run, *LM, "--max-steps", "6", "--checkpoint-every", "2",
+                     "--log-every", log_every) == 2
     err = _error(capsys)
-    assert f"{run}: training diverged: the loss became nan by step 4" in err
+    assert f"{run}: training diverged: {found}" in err
     assert f"the last good checkpoint (step 2) stays in {run / 'checkpoint.safetensors'}" in err
     ckpt = load_checkpoint(run)
     assert ckpt.meta["step"] == 2 and all(torch.isfinite(v).all() for v in ckpt.model_state.values())
-    rows = _strict_rows(run)  # valid JSON: the NaN loss is null
-    assert [r["step"] for r in rows] == [1, 2, 3, 4] and rows[-1]["loss"] is None
+    rows = _strict_rows(run)  # valid JSON: a NaN loss is null
+    if log_every == "1":
+        assert [r["step"] for r in rows] == [1, 2, 3, 4] and rows[-1]["loss"] is None
     assert not (run / LOCK_NAME).exists()
