@@ -5,7 +5,6 @@ these; so are tests and benchmarks."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +12,9 @@ from typing import Any, Callable
 
 import torch
 
-from . import distributed
+from . import distributed, rundir
 from .batching import CorruptionBatches, PackedBatches, QABatches
-from .checkpoint import load_checkpoint, load_model
+from .checkpoint import CHECKPOINT_NAME, Checkpoint, load_checkpoint, load_model
 from .config import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, ModelConfig, TrainConfig
 from .data import NameDataset, SpanCorruptionDataset, documents, read_qa, read_text
 from .knowledge import CorpusIndex, Stored, measure_stored, require_person
@@ -49,13 +48,6 @@ def build_model(config: ModelConfig, seed: int) -> GPT:
     return GPT(config)
 
 
-def _log_config(run_dir: Path, **parts: Any) -> None:
-    if not distributed.environment().is_main:  # under torchrun only rank 0 writes files
-        return
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(parts, indent=2, default=str) + "\n")
-
-
 def pretrain(
     model_config: ModelConfig,
     train_config: TrainConfig,
@@ -63,6 +55,7 @@ def pretrain(
     corpus: str | Path = DEFAULT_CORPUS,
     run_dir: str | Path,
     resume: bool = False,
+    overwrite: bool = False,
     device: str | None = None,
     log: Callable[[str], None] = print,
     mix_qa: str | Path | None = DEFAULT_TRAIN,
@@ -72,33 +65,52 @@ def pretrain(
     """Pretraining on the corpus (SPEC 3, 5): span corruption, or next-character prediction on
     packed lines with training-file QA examples mixed in (attnlab/objectives.py). ``mix_qa``
     people also asked in a ``held_out`` file are refused; ``eval_file`` is scored every
-    ``train_config.eval_every`` steps."""
+    ``train_config.eval_every`` steps. A ``run_dir`` holding a checkpoint needs ``resume``
+    (continue that run: the configs and data must be its own, rundir.resumed) or
+    ``overwrite`` (replace it)."""
     run_dir = Path(run_dir)
-    text = read_text(corpus)
-    dataset = SpanCorruptionDataset(text, model_config.block_size)
-    model_config = dataclasses.replace(model_config, vocab_size=dataset.vocab_size)
-    dev = resolve_device(device or train_config.device)
-    model = build_model(model_config, train_config.seed).to(dev)
-    if train_config.objective == "lm":
-        batches, described = _lm_batches(text, dataset.vocab, model_config, train_config, corpus,
-                                          mix_qa, held_out, dev, log)
-        # The course's decay length is defined for span corruption; lm runs anneal over themselves.
-        final_tokens = train_config.final_tokens or _run_tokens(batches, train_config, model_config)
-    else:
-        batches = CorruptionBatches(dataset, train_config.batch_size, dev, train_config.seed)
-        described = f"{len(dataset):,} documents, span corruption"
-        final_tokens = final_tokens_for(len(dataset), model_config.block_size, train_config)
-    log(f"pretraining {model_config.attention} ({model.num_parameters():,} parameters) on {corpus} "
-        f"({described}) on {dev}; outputs in {run_dir}")
-    _log_config(run_dir, stage="pretrain", model=model_config.to_dict(), train=train_config.to_dict(),
-                corpus=str(corpus), mix_qa=str(mix_qa) if train_config.mix_ratio else None)
-    result = train(model, batches, train_config, vocab=dataset.vocab, run_dir=run_dir,
-                   final_tokens=final_tokens, resume=resume,
-                   trim=model_config.causal and train_config.objective == "span",
-                   meta={"stage": "pretrain", "corpus_documents": len(dataset)},
-                   desc="pretrain", log=log, loss_fn=_loss_fn(train_config),
-                   evaluator=_dev_evaluator(eval_file, corpus, dataset.vocab, train_config))
+    with rundir.claim(run_dir, resume=resume, overwrite=overwrite, log=log):
+        ckpt = None
+        if resume:
+            ckpt, model_config, train_config = _resumed(run_dir, "pretrain", model_config.to_dict(), train_config)
+        text = read_text(corpus)
+        dataset = SpanCorruptionDataset(text, model_config.block_size)
+        model_config = dataclasses.replace(model_config, vocab_size=dataset.vocab_size)
+        dev = resolve_device(device or train_config.device)
+        model = build_model(model_config, train_config.seed).to(dev)
+        mixing = train_config.objective == "lm" and train_config.mix_ratio > 0
+        if train_config.objective == "lm":
+            batches, described = _lm_batches(text, dataset.vocab, model_config, train_config, corpus,
+                                              mix_qa, held_out, dev, log)
+            # The course's decay length is defined for span corruption; lm runs anneal over themselves.
+            final_tokens = train_config.final_tokens or _run_tokens(batches, train_config, model_config)
+        else:
+            batches = CorruptionBatches(dataset, train_config.batch_size, dev, train_config.seed)
+            described = f"{len(dataset):,} documents, span corruption"
+            final_tokens = final_tokens_for(len(dataset), model_config.block_size, train_config)
+        files = rundir.data_files(corpus=[corpus], mix_qa=[mix_qa] if mixing else [],
+                                  held_out=[p for p in held_out if mixing and Path(p).is_file()])
+        if ckpt is not None:
+            rundir.check_data(ckpt, files, run_dir / CHECKPOINT_NAME)
+        log(f"pretraining {model_config.attention} ({model.num_parameters():,} parameters) on {corpus} "
+            f"({described}) on {dev}; outputs in {run_dir}")
+        result = train(model, batches, train_config, vocab=dataset.vocab, run_dir=run_dir,
+                       final_tokens=final_tokens, resume=resume, overwrite=overwrite,
+                       trim=model_config.causal and train_config.objective == "span",
+                       meta={"stage": "pretrain", "corpus_documents": len(dataset), "data_files": files},
+                       settings={"stage": "pretrain", "corpus": str(corpus),
+                                 "mix_qa": str(mix_qa) if train_config.mix_ratio else None},
+                       desc="pretrain", log=log, loss_fn=_loss_fn(train_config),
+                       evaluator=_dev_evaluator(eval_file, corpus, dataset.vocab, train_config))
     return model, dataset.vocab, result
+
+
+def _resumed(run_dir: Path, stage: str, model_given: dict[str, Any], train_config: TrainConfig
+             ) -> tuple[Checkpoint, ModelConfig, TrainConfig]:
+    """The checkpoint of the run to continue and its configs: settings given that contradict
+    them are errors; of the training settings, those of rundir.RESUMABLE apply."""
+    ckpt = rundir.resumable(run_dir, stage)
+    return (ckpt, *rundir.resumed_configs(ckpt, model_given, train_config.to_dict(), run_dir / CHECKPOINT_NAME))
 
 
 def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: TrainConfig,
@@ -162,48 +174,84 @@ def finetune(
     corpus: str | Path = DEFAULT_CORPUS,
     train_file: str | Path = DEFAULT_TRAIN,
     resume: bool = False,
+    overwrite: bool = False,
     device: str | None = None,
     log: Callable[[str], None] = print,
     eval_file: str | Path | None = None,
 ) -> tuple[GPT, Vocab, TrainResult]:
     """QA finetuning (SPEC 2, 5), from a pretrained checkpoint (``init``) or from scratch
     (``model_config``), in which case the corpus still defines the vocabulary. ``overrides``
-    change fields of a pretrained model's config that add no parameters (dropout, logit_scale)."""
+    change fields of a pretrained model's config that add no parameters (dropout, logit_scale).
+    A ``run_dir`` holding a checkpoint needs ``resume`` (continue that finetuning run: the
+    configs, ``init`` and data given must be its own) or ``overwrite`` (replace it)."""
     run_dir = Path(run_dir)
-    dev = resolve_device(device or train_config.device)
-    if init is not None:
-        ckpt = load_checkpoint(init)
-        model = ckpt.build_model(**_non_shape_overrides(overrides or {}, init)).to(dev)
-        vocab, corpus_docs = ckpt.vocab, int(ckpt.meta.get("corpus_documents", 0))
-        source = f"the pretrained model {init}"
-    else:
-        if model_config is None:
-            raise ValueError("finetuning without --init needs a model configuration")
-        text = read_text(corpus)
-        corpus_dataset = SpanCorruptionDataset(text, model_config.block_size)
-        vocab, corpus_docs = corpus_dataset.vocab, len(corpus_dataset)
-        model = build_model(dataclasses.replace(model_config, vocab_size=len(vocab)), train_config.seed).to(dev)
-        source = "scratch (no pretraining)"
-    config = model.config
-    if not corpus_docs:
-        corpus_docs = len(SpanCorruptionDataset(read_text(corpus), config.block_size))
-    final_tokens = final_tokens_for(corpus_docs, config.block_size, train_config)
-    if config.qa_format == "recall":
-        batches, questions = _recall_qa_batches(train_file, corpus, vocab, config, train_config, dev)
-    else:
-        dataset = _name_dataset(train_file, VocabSource(vocab, config.block_size), train_config.holdout_fraction)
-        batches, questions = QABatches(dataset, train_config.batch_size, dev, train_config.seed), len(dataset)
-    log(f"finetuning {config.attention} from {source} on {train_file} ({questions:,} questions, "
-        f"{config.qa_format} format) on {dev}; outputs in {run_dir}")
-    _log_config(run_dir, stage="finetune", init=str(init) if init else None, model=config.to_dict(),
-                train=train_config.to_dict(), train_file=str(train_file))
-    result = train(model, batches, train_config, vocab=vocab, run_dir=run_dir, final_tokens=final_tokens,
-                   resume=resume, trim=config.causal and config.qa_format == "direct",
-                   meta={"stage": "finetune", "init": str(init) if init else None,
-                         "corpus_documents": corpus_docs},
-                   desc="finetune", log=log, loss_fn=_loss_fn(train_config),
-                   evaluator=_dev_evaluator(eval_file, corpus, vocab, train_config))
+    with rundir.claim(run_dir, resume=resume, overwrite=overwrite, log=log):
+        ckpt = None
+        if resume:
+            given = {**(model_config.to_dict() if model_config else {}), **(overrides or {})}
+            ckpt, model_config, train_config = _resumed(run_dir, "finetune", given, train_config)
+            init = _same_init(init, ckpt, run_dir / CHECKPOINT_NAME)
+        dev = resolve_device(device or train_config.device)
+        model, vocab, corpus_docs, source = _finetuning_model(ckpt, init, model_config, overrides, corpus,
+                                                              train_config.seed, dev)
+        config = model.config
+        reads_corpus = init is None or config.qa_format == "recall" or not corpus_docs
+        if not corpus_docs:
+            corpus_docs = len(SpanCorruptionDataset(read_text(corpus), config.block_size))
+        final_tokens = final_tokens_for(corpus_docs, config.block_size, train_config)
+        if config.qa_format == "recall":
+            batches, questions = _recall_qa_batches(train_file, corpus, vocab, config, train_config, dev)
+        else:
+            dataset = _name_dataset(train_file, VocabSource(vocab, config.block_size), train_config.holdout_fraction)
+            batches, questions = QABatches(dataset, train_config.batch_size, dev, train_config.seed), len(dataset)
+        files = rundir.data_files(train_file=[train_file], corpus=[corpus] if reads_corpus else [])
+        if ckpt is not None:
+            rundir.check_data(ckpt, files, run_dir / CHECKPOINT_NAME)
+        log(f"finetuning {config.attention} from {source} on {train_file} ({questions:,} questions, "
+            f"{config.qa_format} format) on {dev}; outputs in {run_dir}")
+        init_text = str(init) if init else None
+        result = train(model, batches, train_config, vocab=vocab, run_dir=run_dir, final_tokens=final_tokens,
+                       resume=resume, overwrite=overwrite, trim=config.causal and config.qa_format == "direct",
+                       meta={"stage": "finetune", "init": init_text, "corpus_documents": corpus_docs,
+                             "data_files": files},
+                       settings={"stage": "finetune", "init": init_text, "train_file": str(train_file)},
+                       desc="finetune", log=log, loss_fn=_loss_fn(train_config),
+                       evaluator=_dev_evaluator(eval_file, corpus, vocab, train_config))
     return model, vocab, result
+
+
+def _finetuning_model(ckpt: Checkpoint | None, init, model_config: ModelConfig | None,
+                      overrides: dict[str, Any] | None, corpus, seed: int, dev
+                      ) -> tuple[GPT, Vocab, int, str]:
+    """The model to finetune, its vocabulary, the corpus size that sets the schedule (0: not
+    known) and where it comes from: a resumed run's checkpoint (its weights are restored by
+    the trainer), a pretrained model (``init``) or a new one (``model_config``)."""
+    if ckpt is not None:
+        return (build_model(ckpt.model_config, seed).to(dev), ckpt.vocab,
+                int(ckpt.meta.get("corpus_documents", 0)), f"its checkpoint at step {ckpt.meta['step']}")
+    if init is not None:
+        pretrained = load_checkpoint(init)
+        model = pretrained.build_model(**_non_shape_overrides(overrides or {}, init)).to(dev)
+        return (model, pretrained.vocab, int(pretrained.meta.get("corpus_documents", 0)),
+                f"the pretrained model {init}")
+    if model_config is None:
+        raise ValueError("finetuning without --init needs a model configuration")
+    corpus_dataset = SpanCorruptionDataset(read_text(corpus), model_config.block_size)
+    vocab = corpus_dataset.vocab
+    model = build_model(dataclasses.replace(model_config, vocab_size=len(vocab)), seed).to(dev)
+    return model, vocab, len(corpus_dataset), "scratch (no pretraining)"
+
+
+def _same_init(init: str | Path | None, ckpt: Checkpoint, where: Path) -> str | None:
+    """The pretrained model a resumed finetuning run started from: ``init`` when given must
+    be the checkpoint's (none for a run from scratch)."""
+    stored = ckpt.meta.get("init")
+    if init is None:
+        return stored
+    if stored is None or Path(init).resolve() != Path(stored).resolve():
+        raise rundir.RunDirError(f"--init {init} contradicts the checkpoint's "
+                                 f"{stored or 'none (finetuned from scratch)'} ({where})")
+    return stored
 
 
 def _name_dataset(train_file, source: VocabSource, holdout_fraction: float) -> NameDataset:

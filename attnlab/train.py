@@ -5,7 +5,9 @@ fast/plain switch (attnlab/fastpath.py); the default loss is the language-model 
 
 ``train`` is built from named parts that the benchmarks reuse: ``restore_state`` (fresh or
 resumed), ``prepare_step`` + ``train_step`` (one optimiser step), ``MetricsLog`` (metrics.jsonl)
-and ``_stop_on_interrupt`` (Ctrl-C and SIGTERM end at a step boundary with a checkpoint).
+and ``_stop_on_interrupt`` (Ctrl-C and SIGTERM end at a step boundary with a checkpoint). The
+run directory's rules (its lock, resume or overwrite, config.json) are attnlab/rundir.py's.
+A loss or weights that are no longer finite stop the run (``Diverged``) without a checkpoint.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from . import distributed as dist
+from . import rundir
 from .batching import Batches, length_buckets
-from .checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from .checkpoint import CHECKPOINT_NAME, Checkpoint, save_checkpoint
 from .config import TrainConfig
 from .devices import allow_tf32, switch
 from .fastpath import set_fast
@@ -91,6 +94,11 @@ class TrainState:
     step: int = 0
     tokens: int = 0
     cpu_seconds: float = 0.0
+    saved_step: int | None = None  # of the last checkpoint written (or resumed from)
+
+
+class Diverged(ValueError):
+    """The loss or the weights are no longer finite: the run stops without a checkpoint of them."""
 
 
 def total_steps(config: TrainConfig, steps_per_epoch: float) -> int:
@@ -106,22 +114,18 @@ def _rng_state(device: torch.device) -> dict[str, Tensor]:
 
 
 def restore_state(model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig,
-                  ckpt_path: Path | None, device: torch.device) -> TrainState:
-    """A fresh start (``ckpt_path`` None: seed this rank's dropout stream) or the state of a
-    checkpoint written by ``train``: weights, optimiser, step, tokens, CPU clock and this
-    rank's random stream."""
+                  ckpt: Checkpoint | None, device: torch.device) -> TrainState:
+    """A fresh start (``ckpt`` None: seed this rank's dropout stream) or the state of a
+    checkpoint written by ``train`` (rundir.resumable): weights, optimiser, step, tokens, CPU
+    clock and this rank's random stream."""
     env = dist.environment()
-    if ckpt_path is None:
+    if ckpt is None:
         torch.manual_seed(config.seed + env.rank)  # dropout stream; per-rank offset
         return TrainState()
-    if not ckpt_path.exists():
-        raise FileNotFoundError(f"{ckpt_path}: nothing to resume (no checkpoint in {ckpt_path.parent})")
-    ckpt = load_checkpoint(ckpt_path)
-    if ckpt.optimizer_state is None:
-        raise ValueError(f"{ckpt_path}: this checkpoint has no optimizer state and cannot be resumed")
     model.load_state_dict(ckpt.model_state)
     optimizer.load_state_dict(ckpt.optimizer_state)
-    state = TrainState(int(ckpt.meta["step"]), int(ckpt.meta["tokens"]), float(ckpt.meta.get("train_cpu_s", 0.0)))
+    step = int(ckpt.meta["step"])
+    state = TrainState(step, int(ckpt.meta["tokens"]), float(ckpt.meta.get("train_cpu_s", 0.0)), saved_step=step)
     rng = dist.rng_state_for(ckpt.rng_state, env.rank)  # this rank's own dropout stream
     if rng:
         torch.set_rng_state(rng["cpu"])
@@ -256,7 +260,7 @@ class MetricsLog:
         self.history.append(record)
         if self.write:
             with open(self.path, "a") as f:
-                f.write(json.dumps(record) + "\n")
+                f.write(json_row(record) + "\n")
             self.sink(record)
 
     def close(self) -> None:
@@ -282,6 +286,12 @@ class MetricsLog:
         self.append(record)
 
 
+def json_row(record: dict[str, Any]) -> str:
+    """A metrics row as strict JSON: a NaN or infinite number is written as null."""
+    return json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v
+                       for k, v in record.items()}, allow_nan=False)
+
+
 def train(
     model: nn.Module,
     batches: Batches,
@@ -292,75 +302,121 @@ def train(
     final_tokens: int,
     loss_fn: LossFn = default_loss,
     resume: bool = False,
+    overwrite: bool = False,
     meta: dict[str, Any] | None = None,
+    settings: dict[str, Any] | None = None,
     trim: bool = True,
     desc: str = "train",
     log: Callable[[str], None] = print,
     evaluator: Callable[[nn.Module], dict[str, Any]] | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place; checkpoints and metrics.jsonl go to ``run_dir``.
-    ``evaluator`` (with ``config.eval_every``): scores the model every N steps and at the end;
-    its numbers join metrics.jsonl with the training CPU time so far (evaluation excluded)."""
-    # A little over 60 lines only by its keyword signature: the body wires the named parts
-    # above (restore_state, prepare_step/train_step, MetricsLog, _checkpoint, _stop) together.
-    run_dir = Path(run_dir)
-    env = dist.environment()
-    device = batches.device
-    ckpt_path = run_dir / CHECKPOINT_NAME
-    optimizer = make_optimizer(model, config, device)
-    state = restore_state(model, optimizer, config, ckpt_path if resume else None, device)
-    if resume:
-        log(f"resuming {desc} from {ckpt_path} at step {state.step} ({state.tokens:,} tokens)")
-    steps = total_steps(config, batches.steps_per_epoch)
-    stepper = prepare_step(model, optimizer, config, final_tokens=final_tokens, loss_fn=loss_fn, trim=trim)
-    meta = dict(meta or {}, train_config=config.to_dict(), final_tokens=final_tokens)
-    if env.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    metrics = MetricsLog(run_dir / "metrics.jsonl", env.is_main, state.cpu_seconds,
-                         metrics_sink(run_dir, config.tensorboard and env.is_main))
-    checkpoint = functools.partial(_checkpoint, ckpt_path, stepper, vocab, meta, state, metrics)
-    scores = None if evaluator is None or not config.eval_every or not env.is_main else (lambda: evaluator(model))
-    model.train()
-    start_tokens = state.tokens
-    bar = tqdm(range(state.step, steps), initial=state.step, total=steps, desc=desc,
-               disable=not env.is_main, dynamic_ncols=True, leave=True)
-    # Ctrl-C finishes the current step, writes a checkpoint and stops: no work is lost.
-    with _stop_on_interrupt() as stop:
-        for step in bar:
-            out = train_step(stepper, batches, step, state.tokens, stop.requested)
-            state.tokens = out.tokens
-            metrics.window_tokens += out.batch_tokens
-            last = step == steps - 1 or out.stopping
-            if step % config.log_every == 0 or last:
-                metrics.training(step + 1, out, env)
-                bar.set_postfix(loss=f"{metrics.loss:.3f}", lr=f"{out.lr:.2e}",
-                                tok_s=f"{metrics.history[-1]['tokens_per_s']:,.0f}")
-            if scores and ((step + 1) % config.eval_every == 0 or last) and not out.stopping:
-                metrics.evaluation(step + 1, state.tokens, scores)
-            if out.stopping:
-                _stop(checkpoint, step + 1, bar, ckpt_path, log)
-            if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0 and step + 1 < steps:
-                checkpoint(step + 1)
-    bar.close()
-    metrics.close()
-    checkpoint(steps)
-    dist.barrier(env)
+    """Train ``model`` in place; checkpoints and metrics.jsonl go to ``run_dir``, which the run
+    holds (rundir.claim). A directory holding a checkpoint needs ``resume`` (continue it: the
+    model and ``config`` must agree with it but for rundir.RESUMABLE, and the schedule keeps
+    its final_tokens) or ``overwrite`` (replace it). Once the run starts, config.json records
+    ``settings`` with the model and training configs. ``evaluator`` (with
+    ``config.eval_every``): scores the model every N steps and at the end; its numbers join
+    metrics.jsonl with the training CPU time so far (evaluation excluded)."""
+    with rundir.claim(run_dir, resume=resume, overwrite=overwrite, log=log) as run:
+        env = dist.environment()
+        device = batches.device
+        optimizer = make_optimizer(model, config, device)
+        ckpt = _resumed(run.path, model, config, meta) if resume else None
+        if ckpt is not None:  # the schedule the run started with, whatever its length now
+            final_tokens = int(ckpt.meta.get("final_tokens", final_tokens))
+        state = restore_state(model, optimizer, config, ckpt, device)
+        steps = total_steps(config, batches.steps_per_epoch)
+        _check_steps(steps, state.step, config, run.checkpoint)
+        if resume:
+            log(f"resuming {desc} from {run.checkpoint} at step {state.step} ({state.tokens:,} tokens)")
+        stepper = prepare_step(model, optimizer, config, final_tokens=final_tokens, loss_fn=loss_fn, trim=trim)
+        meta = dict(meta or {}, train_config=config.to_dict(), final_tokens=final_tokens)
+        metrics = MetricsLog(run.path / rundir.METRICS_NAME, env.is_main, state.cpu_seconds,
+                             metrics_sink(run.path, config.tensorboard and env.is_main))
+        run.start(state.step, {**(settings or {}), "model": model.config.to_dict(), "train": config.to_dict()})
+        checkpoint = functools.partial(_checkpoint, run.checkpoint, stepper, vocab, meta, state, metrics)
+        scores = None if evaluator is None or not config.eval_every or not env.is_main else (lambda: evaluator(model))
+        start_tokens = state.tokens
+        _steps(stepper, batches, state, steps, metrics, checkpoint, scores, run.checkpoint, desc, log)
+        checkpoint(steps)
+        dist.barrier(env)
     seconds = time.perf_counter() - metrics.start
     return TrainResult(
         steps=steps, tokens=state.tokens, final_loss=metrics.loss, seconds=seconds,
         tokens_per_second=(state.tokens - start_tokens) / max(seconds, 1e-9),
-        checkpoint=ckpt_path if env.is_main else None, history=metrics.history,
+        checkpoint=run.checkpoint if env.is_main else None, history=metrics.history,
     )
+
+
+def _resumed(run_dir: Path, model: nn.Module, config: TrainConfig, meta: dict[str, Any] | None) -> Checkpoint:
+    """The run directory's checkpoint, which ``model`` and ``config`` must continue."""
+    ckpt = rundir.resumable(run_dir, (meta or {}).get("stage"))
+    rundir.resumed_configs(ckpt, model.config.to_dict(), config.to_dict(), run_dir / CHECKPOINT_NAME)
+    return ckpt
+
+
+def _check_steps(steps: int, at: int, config: TrainConfig, ckpt_path: Path) -> None:
+    """A resumed run may not end before its checkpoint's step: that step is never rewritten."""
+    if steps >= at:
+        return
+    limit = f"--max-steps {config.max_steps}" if config.max_steps == steps else f"--epochs {config.epochs}"
+    raise rundir.RunDirError(f"{limit} ends the run at step {steps}, before the checkpoint's step {at} "
+                             f"({ckpt_path}); give a later end, or start a new run")
+
+
+def _steps(stepper: Stepper, batches: Batches, state: TrainState, steps: int, metrics: MetricsLog,
+           checkpoint: Callable[[int], None], scores, ckpt_path: Path, desc: str, log) -> None:
+    """The optimiser steps from ``state.step`` to ``steps``, with logging, evaluations and
+    checkpoints; a non-finite loss stops them (Diverged)."""
+    config, env = stepper.config, stepper.env
+    stepper.model.train()
+    bar = tqdm(range(state.step, steps), initial=state.step, total=steps, desc=desc,
+               disable=not env.is_main, dynamic_ncols=True, leave=True)
+    # Ctrl-C finishes the current step, writes a checkpoint and stops: no work is lost.
+    try:
+        with _stop_on_interrupt() as stop:
+            for step in bar:
+                out = train_step(stepper, batches, step, state.tokens, stop.requested)
+                state.tokens = out.tokens
+                metrics.window_tokens += out.batch_tokens
+                last = step == steps - 1 or out.stopping
+                if step % config.log_every == 0 or last:
+                    metrics.training(step + 1, out, env)
+                    if not math.isfinite(metrics.loss):  # all ranks see the same reduced loss
+                        raise _diverged(ckpt_path, f"the loss became {metrics.loss} by step {step + 1} "
+                                        f"(learning rate {out.lr:.3g})", state)
+                    bar.set_postfix(loss=f"{metrics.loss:.3f}", lr=f"{out.lr:.2e}",
+                                    tok_s=f"{metrics.history[-1]['tokens_per_s']:,.0f}")
+                if scores and ((step + 1) % config.eval_every == 0 or last) and not out.stopping:
+                    metrics.evaluation(step + 1, state.tokens, scores)
+                if out.stopping:
+                    _stop(checkpoint, step + 1, bar, ckpt_path, log)
+                if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0 and step + 1 < steps:
+                    checkpoint(step + 1)
+    finally:
+        bar.close()
+        metrics.close()
+
+
+def _diverged(ckpt_path: Path, what: str, state: TrainState) -> Diverged:
+    kept = ("no checkpoint was written" if state.saved_step is None
+            else f"the last good checkpoint (step {state.saved_step}) stays in {ckpt_path}")
+    return Diverged(f"{ckpt_path.parent}: training diverged: {what}; stopped without saving these weights, "
+                    f"{kept} (a lower --learning-rate may help)")
 
 
 def _checkpoint(path: Path, s: Stepper, vocab: Vocab, meta: dict[str, Any], state: TrainState,
                 metrics: MetricsLog, at_step: int) -> None:
     """Weights, optimiser, every rank's random stream and where the run stands, into ``path``
-    (collective: every rank calls it; rank 0 writes)."""
+    (collective: every rank calls it; rank 0 writes). Weights that are no longer finite are
+    never written (Diverged; every rank holds the same weights, so all stop)."""
+    if not bool(torch.stack([torch.isfinite(p).all() for p in s.model.parameters()]).all()):
+        raise _diverged(path, f"the weights are no longer finite at step {at_step}", state)
     rng = dist.gather_rng_states(_rng_state(s.device), s.env)
     if s.env.is_main:
         save_checkpoint(path, s.model, vocab, dict(meta, step=at_step, tokens=state.tokens,
                         train_cpu_s=round(metrics.clock.seconds(), 2)), s.optimizer, rng)
+    state.saved_step = at_step
 
 
 def _stop(checkpoint: Callable[[int], None], at_step: int, bar, ckpt_path: Path, log) -> None:

@@ -84,6 +84,23 @@ def resume(parser: argparse.ArgumentParser) -> None:
                         help="continue from the run directory's checkpoint (default: start afresh)")
 
 
+def resume_or_overwrite(parser: argparse.ArgumentParser) -> None:
+    """Training commands: what to do with an output directory that already holds a run
+    (attnlab/rundir.py; the flags a resumed run may change are rundir.RESUMABLE)."""
+    from ..rundir import resumable_flags
+
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--resume", action="store_true",
+                       help="continue the run in the output directory from its checkpoint: the model, "
+                            "schedule, data and settings are the checkpoint's (--preset is not used), and "
+                            "a flag given must agree with them, except " + resumable_flags() +
+                            " (--max-steps, --epochs: not ending before the checkpoint's step) (default: off)")
+    group.add_argument("--overwrite", action="store_true",
+                       help="replace the run in the output directory (checkpoint, metrics.jsonl, "
+                            "config.json); without --resume or --overwrite a directory holding a "
+                            "checkpoint is refused (default: off)")
+
+
 def mixing(parser: argparse.ArgumentParser) -> None:
     """What lm pretraining may mix in, and what it never may."""
     parser.add_argument("--mix-qa", default=DEFAULT_TRAIN.as_written, metavar="FILE",
