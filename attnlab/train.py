@@ -25,8 +25,8 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from . import cpu_settings, rundir
 from . import distributed as dist
-from . import rundir
 from .batching import Batches, length_buckets
 from .checkpoint import CHECKPOINT_NAME, Checkpoint, save_checkpoint
 from .config import TrainConfig
@@ -369,6 +369,10 @@ def _steps(stepper: Stepper, batches: Batches, state: TrainState, steps: int, me
     """The optimiser steps from ``state.step`` to ``steps``, with logging, evaluations and
     checkpoints; a non-finite loss stops them (Diverged)."""
     config, env = stepper.config, stepper.env
+    # Under the `attnlab` program: fewer threads while another process takes a core (a team
+    # thread sharing a core stalls every parallel region; BENCHMARKS.md "Training next to a
+    # busy core"), all of them again when it is free.
+    threads = cpu_settings.thread_adapter() if stepper.device.type == "cpu" else None
     stepper.model.train()
     bar = tqdm(range(state.step, steps), initial=state.step, total=steps, desc=desc,
                disable=not env.is_main, dynamic_ncols=True, leave=True)
@@ -377,6 +381,8 @@ def _steps(stepper: Stepper, batches: Batches, state: TrainState, steps: int, me
         with _stop_on_interrupt() as stop:
             for step in bar:
                 out = train_step(stepper, batches, step, state.tokens, stop.requested)
+                if threads is not None:
+                    threads.check()
                 state.tokens = out.tokens
                 metrics.window_tokens += out.batch_tokens
                 last = step == steps - 1 or out.stopping

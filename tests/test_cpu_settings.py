@@ -161,3 +161,25 @@ def test_library_calls_leave_threads_alone():
     from attnlab import cpu_settings
 
     assert cpu_settings.thread_adapter() is None  # this process never called apply()
+
+
+def test_training_adapts_threads_when_the_program_asks(monkeypatch, tmp_path):
+    """Under the `attnlab` program (apply() turned adapting on) each training step checks the
+    load; with another process on a core the run continues on one thread."""
+    import torch
+
+    from attnlab import cpu_settings
+    from tests.tiny_runs import train_tiny
+
+    clock = iter(range(10_000))
+    # Each sample: a second later, the machine 2 cores busy, this process 1 core of them.
+    monkeypatch.setattr(cpu_settings.AdaptiveThreads, "_sample",
+                        lambda self: (lambda t: (float(t), 2.0 * t, 1.0 * t))(next(clock)))
+    monkeypatch.setattr(cpu_settings, "_adapt_threads", True)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        train_tiny(tmp_path / "run")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
