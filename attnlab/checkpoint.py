@@ -162,8 +162,11 @@ def _umask() -> int:
 
 
 def _reason(e: Exception) -> str:
-    if isinstance(e, OSError) and e.errno:
-        return e.strerror or os.strerror(e.errno)
+    """The error in words; a bare errno (OSError(errno.ENOSPC)) spelled out."""
+    if isinstance(e, OSError):
+        code = e.errno or next(iter(e.args), None)
+        if isinstance(code, int):
+            return e.strerror or os.strerror(code)
     return str(e)
 
 

@@ -96,7 +96,8 @@ def data_file(path: Any) -> dict[str, Any]:
     return {"path": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None}
 
 
-def settings_differences(stored: dict[str, Any], current: dict[str, Any], prefix: str = "") -> list[tuple[str, str, str]]:
+def settings_differences(stored: dict[str, Any], current: dict[str, Any],
+                         prefix: str = "") -> list[tuple[str, str, str]]:
     """(setting, stored value, current value) for every setting that differs, in the order of
     ``current``; data files compare by content, logging and checkpoint cadence not at all."""
     differences = []
@@ -251,7 +252,8 @@ class Runner:
                                         resume=resume, log=self.log)
             return model, result
 
-        stages: list[Stage] = [("pretrain", where / "pretrain", pretrained), ("finetune", where / "finetune", finetuned)]
+        stages: list[Stage] = [("pretrain", where / "pretrain", pretrained),
+                               ("finetune", where / "finetune", finetuned)]
         return self._row(where, model_config, Row(label, kind, run_dir=str(shown or where)), stages,
                          scored=where / "finetune")
 
@@ -495,7 +497,8 @@ def compare(
     run.out.mkdir(parents=True, exist_ok=True)
     log(f"== attnlab compare: {', '.join(variants)}; outputs in {run.out}")
     try:
-        rows = _compare_rows(run, model_config, pretrain_config, finetune_config, scratch_config, variants, scratch)
+        rows = _compare_rows(run, model_config, pretrain_config, finetune_config, scratch_config, variants,
+                             scratch)
     except KeyboardInterrupt:
         log(f"compare interrupted: finished stages are kept in {run.out}; continue with the same command "
             "plus --resume (in place of --overwrite or --reuse)")

@@ -236,7 +236,8 @@ def test_a_second_signal_lets_the_checkpoint_write_finish(tmp_path, monkeypatch)
 
 def test_stale_temporary_files_are_removed_by_the_next_write(tmp_path):
     model, vocab = _small_model()
-    stale, fresh, other = tmp_path / ".tmp-k1l2.safetensors", tmp_path / ".tmp-m3n4.safetensors", tmp_path / ".tmp-notes.txt"
+    stale, fresh = tmp_path / ".tmp-k1l2.safetensors", tmp_path / ".tmp-m3n4.safetensors"
+    other = tmp_path / ".tmp-notes.txt"
     for p in (stale, fresh, other):
         p.write_bytes(b"partial")
     hour_ago = time.time() - 3600
