@@ -300,8 +300,10 @@ def evaluate_file(
     log: Callable[[str], None] = print,
     stored_corpus: str | Path | None = None,
 ) -> tuple[list[Answer], Score | None, Path]:
-    """Answer every question of a QA file, write the predictions, score them if labelled;
-    with ``stored_corpus`` also report how many of the places the model stored."""
+    """Answer every question of a QA file, write the predictions (default: beside the
+    checkpoint, in a file of their own when ``overrides`` change the model: predictions_name),
+    score them if labelled; with ``stored_corpus`` also report how many of the places the
+    model stored."""
     dev = resolve_device(device)
     model, vocab, ckpt = load_model(checkpoint, device=str(dev), **(overrides or {}))
     examples = read_qa(path)
@@ -316,7 +318,7 @@ def evaluate_file(
         result = score([a.answer for a in answers], examples)
     seconds = time.perf_counter() - start
     if out is None:  # beside the checkpoint; a shipped model's go to runs/NAME instead
-        out = output_dir(checkpoint) / f"predictions-{Path(path).stem}.txt"
+        out = output_dir(checkpoint) / predictions_name(path, ckpt.model_config, model.config)
     out = Path(out)
     if not env.is_main:  # rank 0 alone writes and reports
         return answers, result, out
@@ -332,6 +334,14 @@ def evaluate_file(
             f"person's {stored_corpus} line up to the place) {stored} of the {stored.total} people "
             "whose place the line states")
     return answers, result, out
+
+
+def predictions_name(path: str | Path, stored: ModelConfig, used: ModelConfig) -> str:
+    """predictions-STEM.txt for the checkpoint's own model; a model changed by overrides gets its
+    own file (predictions-STEM-argmax.txt), so it never replaces the plain model's predictions."""
+    changed = [f.name for f in dataclasses.fields(ModelConfig) if getattr(stored, f.name) != getattr(used, f.name)]
+    parts = [str(getattr(used, k)) if k == "attention" else f"{k}{getattr(used, k)}" for k in changed]
+    return f"predictions-{'-'.join([Path(path).stem, *parts])}.txt"
 
 
 def baseline(train_file: str | Path = DEFAULT_TRAIN, eval_file: str | Path = DEFAULT_DEV) -> tuple[str, Score | None]:

@@ -488,9 +488,13 @@ class _StopFlag:
 def _stop_on_interrupt():
     """Turn SIGINT (Ctrl-C) and SIGTERM (torchrun, job schedulers) into a flag checked between
     steps, so the run stops at a step boundary with a checkpoint; a second signal interrupts
-    at once. Main thread only (signal handlers cannot be set elsewhere)."""
+    at once, except during a checkpoint write, which it lets finish first (the interrupt is
+    raised when the file is complete: checkpoint.defer_interrupt). Main thread only (signal
+    handlers cannot be set elsewhere)."""
     import signal
     import threading
+
+    from .checkpoint import defer_interrupt
 
     flag = _StopFlag()
     if threading.current_thread() is not threading.main_thread():
@@ -498,9 +502,10 @@ def _stop_on_interrupt():
         return
 
     def handler(signum, frame):
-        if flag.requested:
+        if not flag.requested:
+            flag.requested = True
+        elif not defer_interrupt():
             raise KeyboardInterrupt
-        flag.requested = True
 
     signals = (signal.SIGINT, signal.SIGTERM)
     previous = {s: signal.signal(s, handler) for s in signals}

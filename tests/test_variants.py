@@ -73,12 +73,13 @@ def test_compare_trains_every_chosen_variant_and_writes_its_report(tmp_path, cap
                         lambda rows, title: titles.append(title) or drawn(rows, title))
     paths = write_data(tmp_path)
     out = tmp_path / "compare"
-    code = run_cli(["compare", "--preset", "tiny", "--variants", "vanilla,rotary", "--max-steps", "1",
-                    "--n-layer", "1", "--n-embd", "16", "--block-size", "48", "--batch-size", "4",
-                    "--corpus", str(paths["corpus"]), "--train-file", str(paths["train"]),
-                    "--eval-file", str(paths["dev"]), "--out-dir", str(out), "--device", "cpu"])
+    argv = ["compare", "--preset", "tiny", "--variants", "vanilla,rotary", "--max-steps", "1",
+            "--n-layer", "1", "--n-embd", "16", "--block-size", "48", "--batch-size", "4",
+            "--corpus", str(paths["corpus"]), "--train-file", str(paths["train"]),
+            "--eval-file", str(paths["dev"]), "--out-dir", str(out), "--device", "cpu"]
+    code = run_cli(argv)
     assert code == 0
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((out / "results.json").read_text())["rows"]
     assert [r["model"] for r in results] == ['baseline ("London")', "vanilla, no pretraining", "vanilla", "rotary"]
     dev_total = len(paths["dev"].read_text().splitlines())
     assert all(r["dev_total"] == dev_total for r in results)
@@ -91,7 +92,7 @@ def test_compare_trains_every_chosen_variant_and_writes_its_report(tmp_path, cap
     from attnlab.checkpoint import load_checkpoint
 
     assert load_checkpoint(out / "rotary" / "finetune").model_config.attention == "rotary"
-    table = (out / "results.md").read_text()
+    table = (out / "results.md").read_text().split("\n\n", 1)[1]  # after the settings header
     assert table.startswith("| variant | parameters | pretrain loss | dev extracted (95% CI) | dev stored | time |")
     assert table.count("\n") == 2 + len(results)
     png = (out / "dev_accuracy.png").read_bytes()
@@ -101,10 +102,8 @@ def test_compare_trains_every_chosen_variant_and_writes_its_report(tmp_path, cap
 
     # --reuse gathers finished runs instead of retraining them (checkpoints stay untouched)
     stamp = (out / "rotary" / "finetune" / "checkpoint.safetensors").stat().st_mtime_ns
-    code = run_cli(["compare", "--preset", "tiny", "--variants", "vanilla,rotary", "--reuse",
-                    "--corpus", str(paths["corpus"]), "--train-file", str(paths["train"]),
-                    "--eval-file", str(paths["dev"]), "--out-dir", str(out), "--device", "cpu"])
-    assert code == 0 and json.loads((out / "results.json").read_text()) == results
+    code = run_cli([*argv, "--reuse"])
+    assert code == 0 and json.loads((out / "results.json").read_text())["rows"] == results
     assert (out / "rotary" / "finetune" / "checkpoint.safetensors").stat().st_mtime_ns == stamp
     assert capsys.readouterr().out.count("reusing the finished run") == 3
 

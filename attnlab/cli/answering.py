@@ -60,7 +60,8 @@ def register(command) -> None:
     p.add_argument("checkpoint", help="checkpoint file or run directory")
     flags.eval_file(p, "questions, with or without <TAB>place labels", old=("--file",))
     p.add_argument("--predictions", default=None, metavar="FILE",
-                   help="predictions file (default: RUN_DIR/predictions-FILESTEM.txt)")
+                   help="predictions file (default: RUN_DIR/predictions-FILESTEM.txt; with --attention, "
+                        "RUN_DIR/predictions-FILESTEM-VARIANT.txt, so the plain predictions stay)")
     p.add_argument("--out", dest="predictions", action=flags.Deprecated, new="--predictions",
                    help=argparse.SUPPRESS, default=argparse.SUPPRESS)
     flags.attention_view(p)

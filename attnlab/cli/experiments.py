@@ -13,7 +13,8 @@ from . import flags
 def cmd_demo(args: argparse.Namespace) -> int:
     from ..experiments import demo
 
-    demo(args.preset, out=args.out_dir, attention=args.attention, device=args.device, shipped=args.shipped or None)
+    demo(args.preset, out=args.out_dir, attention=args.attention, device=args.device, shipped=args.shipped or None,
+         resume=args.resume, overwrite=args.overwrite)
     return 0
 
 
@@ -26,8 +27,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     compare(flags.model_config_from(args), flags.train_config_from(args, "pretrain"),
             flags.train_config_from(args, "finetune"), flags.train_config_from(args, "finetune_scratch"),
             variants=variants, corpus=args.corpus, train_file=args.train_file, dev_file=args.eval_file,
-            out=args.out_dir, device=args.device, scratch=args.scratch, reuse=args.reuse,
-            preset=args.preset)
+            out=args.out_dir, device=args.device, scratch=args.scratch, reuse=args.reuse, resume=args.resume,
+            overwrite=args.overwrite, preset=args.preset)
     return 0
 
 
@@ -54,6 +55,16 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _continuing(group, name: str) -> None:
+    """--resume and --overwrite: what to do with an --out-dir that holds an earlier run."""
+    group.add_argument("--resume", action="store_true",
+                       help=f"continue an interrupted {name} in --out-dir: finished runs are kept, an "
+                            "interrupted one continues from its checkpoint; settings that differ from the "
+                            "stored runs' are an error (default: --out-dir must hold no earlier results)")
+    group.add_argument("--overwrite", action="store_true",
+                       help=f"start over: remove the earlier {name}'s results and runs in --out-dir")
+
+
 def register(command) -> None:
     p = command("demo", "the main job: baseline, no pretraining, a recipe trained now and the shipped "
                 "model, scored on dev (extracted and stored)", cmd_demo)
@@ -62,6 +73,7 @@ def register(command) -> None:
     flags.out_dir(p, "runs/demo", "output directory", old=("--out",))
     p.add_argument("--attention", default="vanilla", help="attention variant to demonstrate")
     flags.device(p)
+    _continuing(p.add_mutually_exclusive_group(), "demo")
 
     p = command("compare", "every attention variant through pretrain -> finetune -> dev evaluation, "
                 "same preset, seed and data; a markdown table and a bar chart", cmd_compare)
@@ -74,9 +86,12 @@ def register(command) -> None:
     flags.eval_file(p, "labelled file every model is scored on", old=("--dev-file",))
     p.add_argument("--scratch", action=argparse.BooleanOptionalAction, default=True,
                    help="also finetune vanilla without pretraining as a reference row")
-    p.add_argument("--reuse", action="store_true",
-                   help="reuse runs already finished in --out-dir (their row.json) instead of retraining "
-                        "(default: retrain everything)")
+    continuing = p.add_mutually_exclusive_group()
+    _continuing(continuing, "compare")
+    continuing.add_argument("--reuse", action="store_true",
+                            help="keep the runs already finished in --out-dir (their row.json; made with the "
+                                 "same settings) and train the others; an unfinished run is an error "
+                                 "(default: a fresh --out-dir)")
     flags.model_flags(p)
     flags.train_flags(p, ("pretrain", "finetune", "finetune_scratch"))
 
