@@ -7,7 +7,9 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
-from ..config import ModelConfig
+from .. import paths
+from ..config import ModelConfig, TrainConfig
+from ..data import read_corpus, read_qa, read_questions
 from . import flags
 
 
@@ -19,13 +21,27 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     from .. import distributed
     from ..pipeline import pretrain
 
+    args.out_dir = args.out_dir or f"runs/pretrain-{args.attention or 'vanilla'}"
+    model_config, config = flags.model_config_from(args), flags.train_config_from(args, "pretrain")
+    _check_pretrain_files(args, config)
     with distributed.session(args.device) as (env, device):
-        config = dataclasses.replace(flags.train_config_from(args, "pretrain"), device=device)
-        pretrain(flags.model_config_from(args), config, corpus=args.corpus,
-                 run_dir=args.out_dir or f"runs/pretrain-{args.attention or 'vanilla'}",
+        config = dataclasses.replace(config, device=device)
+        pretrain(model_config, config, corpus=args.corpus, run_dir=args.out_dir,
                  resume=args.resume, log=_main_log(env), mix_qa=args.mix_qa,
                  held_out=tuple(args.held_out), eval_file=args.eval_file or None)
     return 0
+
+
+def _check_pretrain_files(args: argparse.Namespace, config: TrainConfig) -> None:
+    """Every file pretraining reads, and its output directory, before anything is written."""
+    read_corpus(paths.input_file(args.corpus, "--corpus"))
+    if config.mix_ratio > 0:
+        read_questions(paths.input_file(args.mix_qa, "--mix-qa"), labelled=True)
+        for held_out in args.held_out:
+            read_qa(paths.input_file(held_out, "--held-out"))
+    if args.eval_file and config.eval_every:
+        read_questions(paths.input_file(args.eval_file, "--eval-file"), labelled=True)
+    paths.output_dir(args.out_dir, "--out-dir")
 
 
 def cmd_finetune(args: argparse.Namespace) -> int:
@@ -33,17 +49,37 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     from ..pipeline import evaluate_file, finetune
 
     stage = "finetune" if args.init else "finetune_scratch"
-    run_dir = Path(args.out_dir or f"runs/finetune-{args.attention or 'vanilla'}{'' if args.init else '-scratch'}")
+    args.out_dir = args.out_dir or f"runs/finetune-{args.attention or 'vanilla'}{'' if args.init else '-scratch'}"
+    run_dir = Path(args.out_dir)
+    config = flags.train_config_from(args, stage)
+    model_config = None if args.init else flags.model_config_from(args)
+    _check_finetune_files(args)
     with distributed.session(args.device) as (env, device):
-        config = dataclasses.replace(flags.train_config_from(args, stage), device=device)
-        finetune(config, run_dir=run_dir, init=args.init,
-                 model_config=None if args.init else flags.model_config_from(args),
+        config = dataclasses.replace(config, device=device)
+        finetune(config, run_dir=run_dir, init=args.init, model_config=model_config,
                  overrides=flags.overrides(args, ModelConfig) if args.init else None,
                  corpus=args.corpus, train_file=args.train_file, resume=args.resume, log=_main_log(env),
                  eval_file=args.eval_file or None)
         if args.eval_file:  # split across ranks; rank 0 writes the predictions
             evaluate_file(run_dir, args.eval_file, device=device)
     return 0
+
+
+def _check_finetune_files(args: argparse.Namespace) -> None:
+    """Every file finetuning reads, and its output directory, before anything is written. The
+    corpus is read from scratch (it defines the vocabulary), and from --init only for some runs
+    (the recall format), so there it may be missing."""
+    from ..checkpoint import resolve
+
+    if args.init:
+        resolve(args.init)
+    corpus = paths.input_file(args.corpus, "--corpus", required=not args.init)
+    if corpus.exists():
+        read_corpus(corpus)
+    read_questions(paths.input_file(args.train_file, "--train-file"), labelled=True)
+    if args.eval_file:
+        read_questions(paths.input_file(args.eval_file, "--eval-file"))
+    paths.output_dir(args.out_dir, "--out-dir")
 
 
 def register(command) -> None:
