@@ -14,7 +14,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from .. import bounds, datafiles
+from .. import datafiles
 from ..attention import names as attention_names
 from ..config import (DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, PRESETS, ModelConfig,
                       TrainConfig, cli_fields, get_preset)
