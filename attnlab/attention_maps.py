@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from .attention import masks
 from .model import GPT, evaluating
+from .paths import save_figure
 from .shaping import head_statistics
 from .vocab import PAD_ID, Vocab, visible
 
@@ -63,9 +64,7 @@ def plot_layer(weights: np.ndarray, chars: list[str], path: str | Path, title: s
     import matplotlib.pyplot as plt
 
     fig, drawn = layer_figure(weights, chars, title)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
+    save_figure(fig, path, dpi=DPI)
     plt.close(fig)
     return drawn
 

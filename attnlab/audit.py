@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from .paths import save_figure
+
 _NAME = re.compile(r"^[A-Z][\w'-]*( [A-Z][\w'.-]*)+$")
 
 
@@ -131,7 +133,7 @@ def plot_audit(report: AuditReport, unrestricted: AuditReport, path: str | Path)
                     fontsize=9)
     fig.suptitle(textwrap.fill(report.policy, 150), fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
     return path
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .data import QAExample, read_qa
+from .paths import save_figure
 
 N_BINS = 15
 COVERAGES = (0.1, 0.3, 0.5, 1.0)
@@ -195,7 +196,7 @@ def plot_reliability(bins: list[Bin], path: str | Path, title: str) -> Path:
     ax.set_title(title, fontsize=9)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
     return path
 
@@ -225,6 +226,6 @@ def plot_coverage(confidence: Sequence[float], correct: Sequence[bool], path: st
     ax.set_title(title, fontsize=9)
     ax.legend(loc="lower left", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
     return path

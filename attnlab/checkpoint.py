@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 from torch import Tensor
 
-from .config import ModelConfig
+from .config import ModelConfig, TrainConfig
 from .model import GPT
 from .vocab import Vocab
 
@@ -47,6 +47,7 @@ class Checkpoint:
     meta: dict[str, Any] = field(default_factory=dict)  # train config, step, tokens, ...
     optimizer_state: dict | None = None
     rng_state: dict[str, Tensor] | None = None
+    path: Path | None = None  # the file it was read from, named in every error about it
 
     def build_model(self, **overrides: Any) -> GPT:
         """The model with its weights; ``overrides`` change config fields that do not change
@@ -57,14 +58,36 @@ class Checkpoint:
             overrides = {**overrides, "attention": attention_override(
                 self.model_config.attention, overrides["attention"])}
         config = ModelConfig.from_dict({**self.model_config.to_dict(), **overrides})
+        self.check_weights(config)
         model = GPT(config)
-        missing, unexpected = model.load_state_dict(self.model_state, strict=False)
-        if missing or unexpected:
-            raise CheckpointError(
-                f"checkpoint weights do not fit attention={config.attention!r}: "
-                f"missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}"
-            )
+        model.load_state_dict(self.model_state)
         return model
+
+    def check_weights(self, config: ModelConfig | None = None) -> None:
+        """Every tensor the model of ``config`` (default: the stored one) has, with its shape
+        and dtype, and no other; a CheckpointError naming the first tensor that disagrees. The
+        model is laid out on the meta device, so nothing is allocated, however large a damaged
+        config says the model is."""
+        config = config or self.model_config
+        where = self.path or "checkpoint"
+        try:
+            with torch.device("meta"):
+                expected = GPT(config).state_dict()
+        except (ValueError, RuntimeError) as e:  # an unknown variant; sizes past what torch can index
+            raise CheckpointError(f"{where}: no model can be built from its config ({_flat(e)})") from None
+        missing = sorted(expected.keys() - self.model_state.keys())
+        unexpected = sorted(self.model_state.keys() - expected.keys())
+        if missing or unexpected:
+            raise CheckpointError(f"{where}: checkpoint weights do not fit attention={config.attention!r}: "
+                                  f"missing {missing[:3]}, unexpected {unexpected[:3]}")
+        for name, want in expected.items():
+            got = self.model_state[name]
+            if got.shape != want.shape:
+                raise CheckpointError(f"{where}: tensor model.{name} has shape {list(got.shape)}, but the "
+                                      f"model config gives it {list(want.shape)}")
+            if got.dtype != want.dtype:
+                raise CheckpointError(f"{where}: tensor model.{name} is {got.dtype}, but the model's "
+                                      f"weights are {want.dtype}")
 
 
 def resolve(path: str | os.PathLike) -> Path:
@@ -227,62 +250,134 @@ def _checksums(tensors: dict[str, Tensor]) -> dict[str, str]:
     return {group: h.hexdigest() for group, h in hashes.items()}
 
 
-def _verify_checksums(path: Path, header: dict[str, Any], tensors: dict[str, Tensor]) -> None:
+def _verify_checksums(path: Path, header: dict[str, Any], tensors: dict[str, Tensor], *,
+                      every_group: bool = True) -> None:
     """Refuse weights that changed after they were written; files written before the
-    checksums (no "sha256" in the metadata) load as they are."""
+    checksums (no "sha256" in the metadata) load as they are. ``every_group=False``: only the
+    groups read (answering reads the model's tensors alone)."""
     stored = header.get("sha256")
     if stored is None:
         return
     if not isinstance(stored, dict):
         raise CheckpointError(f"{path}: checkpoint metadata is damaged (sha256 is not a table)")
     actual = _checksums(tensors)
-    for group in sorted(set(stored) | set(actual)):
+    for group in sorted(set(stored) | set(actual) if every_group else set(actual)):
         if stored.get(group) != actual.get(group):
             raise CheckpointError(f"{path}: the {group} tensors do not match the checksum written with them "
                                   "(the file was changed or damaged after it was written)")
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu") -> Checkpoint:
-    """Read and validate a checkpoint; errors name the file and the problem in one line."""
+def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu", *,
+                    training_state: bool = True) -> Checkpoint:
+    """Read and validate a checkpoint: its metadata (every key and JSON type) and its weights
+    (each tensor's shape and dtype against the stored model config). Every error is a one-line
+    CheckpointError naming the file. ``training_state=False`` (answering, evaluating): the
+    optimiser and random state are neither read nor needed, so damage there does not matter."""
     p = resolve(path)
     try:
-        from safetensors import safe_open
-
-        with safe_open(str(p), framework="pt") as f:
+        with safe_open(str(p), framework="pt", device=map_location) as f:
             metadata = f.metadata() or {}
-        tensors = load_file(str(p), device=map_location)
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{p}: not a readable safetensors checkpoint ({e})") from None
-    try:
-        header = json.loads(metadata["attnlab"])
-        if header.get("format") != FORMAT:
-            raise CheckpointError(f"{p}: unknown checkpoint format {header.get('format')!r}")
-        config = ModelConfig.from_dict(header["model_config"])
-        vocab = Vocab.from_list(header["vocab"])
-    except (KeyError, json.JSONDecodeError, TypeError) as e:
-        raise CheckpointError(f"{p}: checkpoint metadata is missing or damaged ({e})") from None
-    _verify_checksums(p, header, tensors)
-    if len(vocab) != config.vocab_size:
-        raise CheckpointError(f"{p}: vocabulary has {len(vocab)} entries but the model expects {config.vocab_size}")
+            tensors = {k: f.get_tensor(k) for k in f.keys() if training_state or k.startswith("model.")}
+    except (SafetensorError, OSError, RuntimeError) as e:
+        raise CheckpointError(f"{p}: not a readable safetensors checkpoint ({_flat(e)})") from None
+    header = _header(p, metadata)
+    config, vocab, meta = _configs(p, header)
+    _verify_checksums(p, header, tensors, every_group=training_state)
     groups: dict[str, dict[str, Tensor]] = {"model": {}, "optim": {}, "rng": {}}
     for name, value in tensors.items():
         prefix, _, rest = name.partition(".")
         groups.setdefault(prefix, {})[rest if prefix != "optim" else name] = value
     optimizer_state = None
-    if "optimizer" in header:
-        optimizer_state = _unflatten_optimizer(groups["optim"], header["optimizer"])
-    return Checkpoint(
+    if training_state and "optimizer" in header:
+        optimizer_state = _optimizer_state(p, groups["optim"], header["optimizer"], meta)
+    ckpt = Checkpoint(
         model_config=config,
         vocab=vocab,
         model_state=groups["model"],
-        meta=header.get("meta", {}),
+        meta=meta,
         optimizer_state=optimizer_state,
-        rng_state=groups["rng"] or None,
+        rng_state=(groups["rng"] or None) if training_state else None,
+        path=p,
     )
+    ckpt.check_weights()
+    return ckpt
+
+
+def _flat(e: BaseException) -> str:
+    return " ".join(str(e).splitlines())
+
+
+def _header(p: Path, metadata: dict[str, str]) -> dict[str, Any]:
+    if "attnlab" not in metadata:
+        raise CheckpointError(f"{p}: no attnlab metadata in this safetensors file (not an attnlab checkpoint)")
+    try:
+        header = json.loads(metadata["attnlab"])
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{p}: checkpoint metadata is not valid JSON ({e.msg})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{p}: checkpoint metadata is a JSON {type(header).__name__}, not an object")
+    if header.get("format") != FORMAT:
+        raise CheckpointError(f"{p}: unknown checkpoint format {header.get('format')!r}")
+    for key in ("model_config", "vocab"):
+        if key not in header:
+            raise CheckpointError(f"{p}: checkpoint metadata has no '{key}'")
+    return header
+
+
+# The training state a checkpoint's meta may carry, by key: its JSON type (absent is fine).
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    "stage": (str,), "init": (str, type(None)), "corpus_documents": (int,), "final_tokens": (int,),
+    "step": (int,), "tokens": (int,), "train_cpu_s": (int, float), "train_config": (dict,)}
+
+
+def _configs(p: Path, header: dict[str, Any]) -> tuple[ModelConfig, Vocab, dict[str, Any]]:
+    """The model config, vocabulary and meta of a header, each checked."""
+    try:
+        config = ModelConfig.from_dict(header["model_config"])
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{p}: model_config: {_flat(e)}") from None
+    if not isinstance(header["vocab"], list):
+        raise CheckpointError(f"{p}: vocab must be a list of characters, got a JSON {type(header['vocab']).__name__}")
+    try:
+        vocab = Vocab.from_list(header["vocab"])
+    except ValueError as e:
+        raise CheckpointError(f"{p}: vocab: {_flat(e)}") from None
+    if len(vocab) != config.vocab_size:
+        raise CheckpointError(f"{p}: vocabulary has {len(vocab)} entries but the model expects {config.vocab_size}")
+    meta = header.get("meta", {})
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{p}: meta must be an object, got a JSON {type(meta).__name__}")
+    for key, types in _META_TYPES.items():
+        value = meta.get(key)
+        if key in meta and (not isinstance(value, types) or isinstance(value, bool)):
+            raise CheckpointError(f"{p}: meta.{key} has the wrong type ({value!r})")
+    if "train_config" in meta:
+        try:
+            TrainConfig.from_dict(meta["train_config"])
+        except (TypeError, ValueError) as e:
+            raise CheckpointError(f"{p}: meta.train_config: {_flat(e)}") from None
+    return config, vocab, meta
+
+
+def _optimizer_state(p: Path, tensors: dict[str, Tensor], info: Any, meta: dict[str, Any]) -> dict:
+    """The optimiser state of a resumable checkpoint, which must also say where the run stood."""
+    for key in ("step", "tokens"):
+        if key not in meta:
+            raise CheckpointError(f"{p}: a resumable checkpoint needs meta.{key}, and this one has none")
+    groups = info.get("param_groups") if isinstance(info, dict) else None
+    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+        raise CheckpointError(f"{p}: the optimizer state is damaged (param_groups is not a list of objects); "
+                              "answering does not need it, resuming does")
+    try:
+        return _unflatten_optimizer(tensors, info)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"{p}: the optimizer state is damaged ({type(e).__name__}: {_flat(e)}); "
+                              "answering does not need it, resuming does") from None
 
 
 def load_model(path: str | os.PathLike, device: str = "cpu", **overrides: Any) -> tuple[GPT, Vocab, Checkpoint]:
-    ckpt = load_checkpoint(path)
+    """The model of a checkpoint, in eval mode, for answering (no optimiser state read)."""
+    ckpt = load_checkpoint(path, training_state=False)
     model = ckpt.build_model(**overrides).to(device)
     model.eval()
     return model, ckpt.vocab, ckpt

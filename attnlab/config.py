@@ -11,16 +11,38 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import bounds as b
 from .datafiles import DataFile
 
 POSITION_SCHEMES = ("learned", "sinusoidal", "none")
 POSITION_MODES = ("add", "concat")
 QA_FORMATS = ("direct", "recall")  # attnlab/knowledge.py
 OBJECTIVES = ("span", "lm")  # attnlab/objectives.py
+SWITCH = ("on", "off", "auto")  # attnlab/devices.py switch()
+ATTN_LOSSES = ("none", "focus", "near")  # none, or attnlab/shaping.py SHAPING_LOSSES
+MIX_OVERLAPS = ("refuse", "drop")
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
+    """A config field: its help text and, for a number, its ``bound`` (attnlab/bounds.py), for
+    a name, its ``choices``; the flag's parser, the config's own check and config files all
+    read them from here."""
     return field(default=default, metadata={"help": help, **kw})
+
+
+def field_problem(f: dataclasses.Field, value: Any) -> str | None:
+    """What is wrong with ``value`` for field ``f`` ('must be ..., got ...'), or None."""
+    kind = str(f.type)
+    if "bound" in f.metadata:
+        return f.metadata["bound"].problem(value)
+    if kind == "bool":
+        return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
+    if not isinstance(value, str):
+        return f"must be a string, got {value!r}"
+    choices = f.metadata.get("choices")
+    if choices and value not in choices:
+        return f"must be one of {', '.join(choices)}, got {value!r}"
+    return None
 
 
 class _Serialisable:
@@ -30,8 +52,17 @@ class _Serialisable:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload]
 
+    def _check_fields(self) -> None:
+        """Every field of the right type and in its bounds (ValueError naming the field)."""
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            problem = field_problem(f, getattr(self, f.name))
+            if problem:
+                raise ValueError(f"{f.name} {problem}")
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]):
+        if not isinstance(d, dict):
+            raise TypeError(f"expected an object of {cls.__name__} settings, got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         return cls(**{k: v for k, v in d.items() if k in known})
 
@@ -40,36 +71,33 @@ class _Serialisable:
 class ModelConfig(_Serialisable):
     """The GPT's shape (SPEC section 4). Keyword defaults are the course ("spec") numbers."""
 
-    vocab_size: int = _f(256, "vocabulary size (set from the corpus, never by hand)", cli=False)
-    block_size: int = _f(128, "longest sequence the model sees (the span-corruption block)")
-    n_layer: int = _f(4, "number of transformer blocks")
-    n_head: int = _f(8, "attention heads per block")
-    n_embd: int = _f(256, "model width")
+    vocab_size: int = _f(256, "vocabulary size (set from the corpus, never by hand)", cli=False, bound=b.at_least(3))
+    block_size: int = _f(128, "longest sequence the model sees (the span-corruption block)", bound=b.at_least(2))
+    n_layer: int = _f(4, "number of transformer blocks", bound=b.POSITIVE_INT)
+    n_head: int = _f(8, "attention heads per block", bound=b.POSITIVE_INT)
+    n_embd: int = _f(256, "model width", bound=b.POSITIVE_INT)
     attention: str = _f("vanilla", "attention variant, by registry name (see `attnlab variants`)")
-    positions: str = _f("learned", "absolute position scheme: learned, sinusoidal or none")
-    position_mode: str = _f("add", "how absolute positions join the token embedding: add or concat")
-    position_dim: int = _f(0, "width of the position part with --position-mode concat (0 = n_embd/2)")
+    positions: str = _f("learned", "absolute position scheme: learned, sinusoidal or none",
+                         choices=POSITION_SCHEMES)
+    position_mode: str = _f("add", "how absolute positions join the token embedding: add or concat",
+                             choices=POSITION_MODES)
+    position_dim: int = _f(0, "width of the position part with --position-mode concat (0 = n_embd/2)",
+                           bound=b.NON_NEGATIVE_INT)
     causal: bool = _f(True, "causal (decoder) masking; --no-causal gives an encoder for analysis")
-    dropout: float = _f(0.1, "dropout on embeddings, attention probabilities and residuals")
-    rel_clip: int = _f(0, "relative attention: clip distances to |i-j| <= k (0 = no clipping)")
-    logit_scale: float = _f(1.0, "output-softmax temperature beta: logits are multiplied by it")
+    dropout: float = _f(0.1, "dropout on embeddings, attention probabilities and residuals", bound=b.FRACTION)
+    rel_clip: int = _f(0, "relative attention: clip distances to |i-j| <= k (0 = no clipping)",
+                       bound=b.NON_NEGATIVE_INT)
+    logit_scale: float = _f(1.0, "output-softmax temperature beta: logits are multiplied by it", bound=b.POSITIVE)
     qa_format: str = _f("direct", "how the model answers: direct (question⁇place⁇, SPEC 2) or recall "
                         "(it first writes what it remembers of the person from 'NAME.', then the place; "
-                        "attnlab/knowledge.py)")
+                        "attnlab/knowledge.py)", choices=QA_FORMATS)
     recall_chars: int = _f(96, "recall format: characters of the person's line the model recalls "
-                           "before answering (training lines are cut there)")
+                           "before answering (training lines are cut there)", bound=b.POSITIVE_INT)
 
     def __post_init__(self) -> None:
+        self._check_fields()
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
-        if self.positions not in POSITION_SCHEMES:
-            raise ValueError(f"positions must be one of {POSITION_SCHEMES}, not {self.positions!r}")
-        if self.position_mode not in POSITION_MODES:
-            raise ValueError(f"position_mode must be one of {POSITION_MODES}, not {self.position_mode!r}")
-        if self.block_size < 2 or self.n_layer < 1 or self.vocab_size < 3:
-            raise ValueError("block_size must be >= 2, n_layer >= 1 and vocab_size >= 3")
-        if self.qa_format not in QA_FORMATS:
-            raise ValueError(f"qa_format must be one of {QA_FORMATS}, not {self.qa_format!r}")
         if self.qa_format == "recall" and not 0 < self.recall_chars < self.block_size:
             raise ValueError(f"recall_chars must be between 1 and block_size-1, got {self.recall_chars}")
         if self.position_mode == "concat" and not 0 < self.pos_width < self.n_embd:
@@ -96,53 +124,54 @@ GPTConfig = ModelConfig
 class TrainConfig(_Serialisable):
     """One training run (SPEC section 5): optimiser, schedule, batching, checkpoints."""
 
-    epochs: float = _f(650, "passes over the dataset (fractions allowed)")
-    batch_size: int = _f(128, "global batch size (examples per optimiser step)")
-    learning_rate: float = _f(6e-3, "peak learning rate")
-    beta1: float = _f(0.9, "AdamW beta1")
-    beta2: float = _f(0.95, "AdamW beta2")
-    weight_decay: float = _f(0.1, "AdamW weight decay on weight matrices (not biases, LayerNorm, embeddings)")
-    grad_clip: float = _f(1.0, "clip the global gradient norm to this (0 = off)")
-    warmup_tokens: int = _f(10_240, "linear learning-rate warmup over this many tokens")
-    final_tokens: int = _f(0, "tokens at which cosine decay reaches the floor (0 = 200 * len(pretrain corpus) * block_size)")
-    lr_floor: float = _f(0.1, "learning-rate floor as a fraction of the peak")
-    seed: int = _f(0, "random seed (weights, data order, span corruption)")
-    length_buckets: int = _f(0, "split each batch into this many length-sorted micro-batches, each trimmed to its longest example (exact; saves padding work); 0 = auto: 8 on CPU, 1 on CUDA")
-    micro_batch_size: int = _f(0, "most examples one process puts through the model at once; a larger share of the batch is split and its gradients accumulated (0 = no limit)")
+    epochs: float = _f(650, "passes over the dataset (fractions allowed)", bound=b.POSITIVE)
+    batch_size: int = _f(128, "global batch size (examples per optimiser step)", bound=b.POSITIVE_INT)
+    learning_rate: float = _f(6e-3, "peak learning rate", bound=b.POSITIVE)
+    beta1: float = _f(0.9, "AdamW beta1", bound=b.FRACTION)
+    beta2: float = _f(0.95, "AdamW beta2", bound=b.FRACTION)
+    weight_decay: float = _f(0.1, "AdamW weight decay on weight matrices (not biases, LayerNorm, embeddings)",
+                              bound=b.NON_NEGATIVE)
+    grad_clip: float = _f(1.0, "clip the global gradient norm to this (0 = off)", bound=b.NON_NEGATIVE)
+    warmup_tokens: int = _f(10_240, "linear learning-rate warmup over this many tokens", bound=b.NON_NEGATIVE_INT)
+    final_tokens: int = _f(0, "tokens at which cosine decay reaches the floor (0 = 200 * len(pretrain corpus) * block_size)",
+                          bound=b.NON_NEGATIVE_INT)
+    lr_floor: float = _f(0.1, "learning-rate floor as a fraction of the peak", bound=b.UNIT)
+    seed: int = _f(0, "random seed (weights, data order, span corruption)", bound=b.SEED)
+    length_buckets: int = _f(0, "split each batch into this many length-sorted micro-batches, each trimmed to its longest example (exact; saves padding work); 0 = auto: 8 on CPU, 1 on CUDA", bound=b.NON_NEGATIVE_INT)
+    micro_batch_size: int = _f(0, "most examples one process puts through the model at once; a larger share of the batch is split and its gradients accumulated (0 = no limit)", bound=b.NON_NEGATIVE_INT)
     rank_streams: bool = _f(True, "multi-process runs: each process corrupts its share of the batch with its own random stream (--no-rank-streams: all share one stream, so N processes train exactly like 1)")
-    max_steps: int = _f(0, "stop after this many optimiser steps (0 = run all epochs)")
-    checkpoint_every: int = _f(500, "write a checkpoint every N steps (0 = only at the end)")
-    log_every: int = _f(10, "append metrics to metrics.jsonl every N steps")
+    max_steps: int = _f(0, "stop after this many optimiser steps (0 = run all epochs)", bound=b.NON_NEGATIVE_INT)
+    checkpoint_every: int = _f(500, "write a checkpoint every N steps (0 = only at the end)", bound=b.NON_NEGATIVE_INT)
+    log_every: int = _f(10, "append metrics to metrics.jsonl every N steps", bound=b.POSITIVE_INT)
     device: str = _f("auto", "cpu, cuda, cuda:N or auto")
-    compile: str = _f("auto", "torch.compile the model: on, off, or auto (on for CUDA)")
-    amp: str = _f("auto", "bf16 autocast: on, off, or auto (on for CUDA)")
+    compile: str = _f("auto", "torch.compile the model: on, off, or auto (on for CUDA)", choices=SWITCH)
+    amp: str = _f("auto", "bf16 autocast: on, off, or auto (on for CUDA)", choices=SWITCH)
     fast: bool = _f(True, "the fast path: fused scaled_dot_product_attention where the variant allows it and, on CPU, cheap dropout masks (--no-fast: explicit softmax attention, separate q/k/v products, torch's dropout: the same function, slower)")
-    attn_loss: str = _f("none", "attention-shaping loss added to the LM loss: none, focus or near")
-    attn_loss_weight: float = _f(0.0, "weight lambda of the attention-shaping loss")
-    near_max: float = _f(16.0, "L_max: per-row cap of the near (locality) loss")
+    attn_loss: str = _f("none", "attention-shaping loss added to the LM loss: none, focus or near",
+                        choices=ATTN_LOSSES)
+    attn_loss_weight: float = _f(0.0, "weight lambda of the attention-shaping loss", bound=b.NON_NEGATIVE)
+    near_max: float = _f(16.0, "L_max: per-row cap of the near (locality) loss", bound=b.POSITIVE)
     objective: str = _f("span", "pretraining objective: span (span corruption, SPEC 3) or lm (next "
-                        "character on corpus lines, several packed exactly into each row)", stages=("pretrain",))
+                        "character on corpus lines, several packed exactly into each row)", stages=("pretrain",),
+                        choices=OBJECTIVES)
     mix_ratio: float = _f(0.0, "lm objective: question-answer examples of --mix-qa people mixed in, per "
-                          "corpus line and epoch (0 = none)", stages=("pretrain",))
+                          "corpus line and epoch (0 = none)", stages=("pretrain",),
+                          bound=b.NON_NEGATIVE)
     mix_overlap: str = _f("refuse", "a --mix-qa question also asked in a --held-out file: refuse (an error) or "
-                          "drop (leave it out of the mix, and say so)", stages=("pretrain",))
+                          "drop (leave it out of the mix, and say so)", stages=("pretrain",),
+                          choices=MIX_OVERLAPS)
     holdout_fraction: float = _f(0.0, "hold the last fraction of the training file out of finetuning (and of "
                                  "pretraining's QA mix), so that `calibrate` and `--abstain auto` fit on "
-                                 "people whose labels the model never saw (0 = train on all)")
+                                 "people whose labels the model never saw (0 = train on all)",
+                                 bound=b.FRACTION)
     eval_every: int = _f(0, "score the dev file (answers and stored facts) every N steps and at the end, "
-                         "into metrics.jsonl (0 = only finetuning's final evaluation)")
+                         "into metrics.jsonl (0 = only finetuning's final evaluation)",
+                         bound=b.NON_NEGATIVE_INT)
     tensorboard: bool = _f(False, "also write the metrics as TensorBoard event files next to metrics.jsonl "
                            "(needs the tensorboard extra: pip install 'attnlab[tensorboard]')")
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {OBJECTIVES}, not {self.objective!r}")
-        if self.mix_ratio < 0 or self.mix_ratio != self.mix_ratio:
-            raise ValueError(f"mix_ratio must be >= 0, got {self.mix_ratio}")
-        if self.mix_overlap not in ("refuse", "drop"):
-            raise ValueError(f"mix_overlap must be refuse or drop, not {self.mix_overlap!r}")
-        if not 0 <= self.holdout_fraction < 1:
-            raise ValueError(f"holdout_fraction must lie in [0, 1), got {self.holdout_fraction}")
+        self._check_fields()
         if self.mix_ratio > 0 and self.objective != "lm":
             raise ValueError("mix_ratio needs the lm objective (span corruption mixes nothing in)")
 

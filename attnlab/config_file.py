@@ -17,17 +17,19 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .config import ModelConfig, TrainConfig, cli_fields
-from .data import DataError
+from .config import ModelConfig, TrainConfig, cli_fields, field_problem
+from .data import DataError, read_text
+from .paths import input_file
 
 SECTIONS = {"model": ModelConfig, "train": TrainConfig}
 MACHINE_SETTINGS = {"device"}
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """The file's settings as {option dest: value}, every name checked."""
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")  # FileNotFoundError names the file
+    """The file's settings as {option dest: value}, every name and every config value checked
+    (DataError or PathError naming the file, and the key)."""
+    path = input_file(path, "config file")
+    text = read_text(path)  # bytes that are not UTF-8: a DataError naming the line
     if path.suffix == ".toml":
         import tomllib
 
@@ -54,10 +56,14 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 def _section(path: Path, name: str, table: Any) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise DataError(str(path), None, f"'{name}' must be a table of settings")
-    known = {f.name for f in dataclasses.fields(SECTIONS[name])}
+    fields = {f.name: f for f in dataclasses.fields(SECTIONS[name])}
     flags = {f.name for f in cli_fields(SECTIONS[name])}
-    unknown = sorted(set(table) - known)
+    unknown = sorted(set(table) - set(fields))
     if unknown:
         raise DataError(str(path), None, f"unknown setting {name}.{unknown[0]} (settings are the fields "
                         f"of {SECTIONS[name].__name__}, attnlab/config.py)")
+    for key, value in table.items():
+        problem = field_problem(fields[key], value)
+        if problem:
+            raise DataError(str(path), None, f"{name}.{key} {problem}")
     return {f"{name}.{k}": v for k, v in table.items() if k in flags and k not in MACHINE_SETTINGS}

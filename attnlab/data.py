@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -71,6 +72,20 @@ def read_text(path: str | os.PathLike[str]) -> str:
 def documents(text: str) -> list[str]:
     """The corpus documents: one per line, empty lines dropped (the course's ``split('\\n')``)."""
     return [line for line in text.split("\n") if line]
+
+
+def read_corpus(path: str | os.PathLike[str]) -> str:
+    """A corpus file's text, refused (DataError naming the file, and the line) when it has no
+    text or holds a character reserved for PAD or MASK."""
+    text = read_text(path)
+    if not any(line.strip() for line in text.split("\n")):
+        raise DataError(os.fspath(path), None, "the corpus is empty (no line with text)")
+    for reserved in (PAD_CHAR, MASK_CHAR):
+        if reserved in text:
+            line = text.count("\n", 0, text.index(reserved)) + 1
+            raise DataError(os.fspath(path), line, f"contains the reserved character {reserved!r} "
+                            f"(U+{ord(reserved):04X}), which cannot be in a corpus")
+    return text
 
 
 # ----------------------------------------------------------------------------- QA (SPEC 2)
@@ -129,6 +144,14 @@ def parse_qa(
 def read_qa(path: str | os.PathLike[str], *, labelled: bool | None = None) -> list[QAExample]:
     """``parse_qa`` of a file, with errors naming the real path."""
     return parse_qa(read_text(path), os.fspath(path), labelled=labelled)
+
+
+def read_questions(path: str | os.PathLike[str], *, labelled: bool | None = None) -> list[QAExample]:
+    """``read_qa``, refusing a file without a single question (DataError naming it)."""
+    examples = read_qa(path, labelled=labelled)
+    if not examples:
+        raise DataError(os.fspath(path), None, "no questions (the file has no line with text)")
+    return examples
 
 
 def qa_string(question: str, answer: str, block_size: int) -> str:

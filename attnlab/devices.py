@@ -7,14 +7,35 @@ import torch
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` (CUDA when there is one, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``; a CUDA
-    device on a machine without CUDA is a one-line error, not a crash deep inside torch."""
-    if name == "auto":
+    """``auto`` (CUDA when there is one, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``; a
+    device this machine does not have is a one-line error (``check_device``), not a crash deep
+    inside torch."""
+    if check_device(name) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r}: CUDA is not available on this machine")
-    return device
+    return torch.device(name)
+
+
+def check_device(name: str) -> str:
+    """``name`` if this machine has that device (auto, cpu, cuda, cuda:N, or mps where there is
+    one); else a ValueError saying why. The command line checks --device with it as it parses."""
+    if name == "auto":
+        return name
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"device {name!r} is not a device name; use cpu, cuda, cuda:N or auto") from None
+    if device.type == "cpu":
+        return name
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {name!r}: CUDA is not available on this machine")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"device {name!r}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+        return name
+    if device.type == "mps" and torch.backends.mps.is_available():
+        return name
+    raise ValueError(f"device {name!r} is not available on this machine; use cpu, cuda, cuda:N or auto")
 
 
 def switch(value: str, device: torch.device) -> bool:

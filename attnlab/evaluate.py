@@ -13,10 +13,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .data import QAExample
+from .data import DataError, QAExample
 from .generate import generate
 from .knowledge import answer_by_recall, require_person
 from .model import GPT
+from .paths import write_atomically
 from .vocab import MASK_CHAR, MASK_ID, Vocab
 
 MAX_NEW_CHARS = 32
@@ -86,6 +87,10 @@ def answer_questions(
     if model.config.qa_format == "recall":
         return _answers_by_recall(model, vocab, examples, batch_size, max_new)
     prompts = [vocab.encode(e.question + MASK_CHAR, source=e.source, line=e.line) for e in examples]
+    for e, prompt in zip(examples, prompts):
+        if len(prompt) > model.config.block_size:  # a question the model cannot even read
+            raise DataError(e.source, e.line, f"the question and its mark are {len(prompt)} characters, "
+                            f"more than the model's block_size {model.config.block_size}")
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     answers: list[Answer | None] = [None] * len(prompts)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
@@ -125,13 +130,9 @@ def most_frequent_place(train: list[QAExample]) -> str:
 
 
 def write_predictions(path: str | os.PathLike, predictions: list[str]) -> Path:
-    """One answer per line in input order, written atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text("".join(p.replace("\n", " ") + "\n" for p in predictions), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    """One answer per line in input order, written atomically: a failed write (a full disk)
+    leaves the earlier predictions as they were and no temporary file (paths.py)."""
+    return write_atomically(path, "".join(p.replace("\n", " ") + "\n" for p in predictions))
 
 
 @torch.no_grad()

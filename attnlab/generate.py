@@ -15,6 +15,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .attention import KVCache, masks
+from .data import DataError
 from .model import GPT, evaluating
 from .positions import left_padded_positions
 from .vocab import PAD_ID, Vocab
@@ -144,6 +145,10 @@ def continue_texts(model: GPT, vocab: Vocab, prompts: list[str], *, max_new: int
     generator = torch.Generator(device=device).manual_seed(seed)
     stop_id = None if stop is None else vocab.encode(stop, source="--stop")[0]
     encoded = [vocab.encode(p, source=source, line=i + 1) for i, p in enumerate(prompts)]
+    for i, ids in enumerate(encoded):
+        if len(ids) > model.config.block_size:
+            raise DataError(source, i + 1, f"the prompt is {len(ids)} characters, more than the model's "
+                            f"block_size {model.config.block_size}")
     out: list[str] = []
     starts = range(0, len(encoded), batch_size)
     for s in tqdm(starts, desc="generate", disable=not progress):

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .data import DataError, QAExample
-from .knowledge import CorpusIndex, person_of, recall_string, require_person
+from .knowledge import CorpusIndex, recall_string, require_person
 from .vocab import MASK_CHAR, PAD_ID, Vocab
 
 OBJECTIVES = ("span", "lm")

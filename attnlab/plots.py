@@ -9,11 +9,13 @@ interval, all against tokens seen, one colour per run.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .data import DataError
+from .paths import save_figure
 
 METRICS_NAME = "metrics.jsonl"
 
@@ -53,6 +55,9 @@ def read_metrics(run: str | Path) -> RunMetrics:
             raise DataError(str(path), number, f"not a JSON object ({e.msg})") from None
         if not isinstance(row, dict) or "tokens" not in row:
             raise DataError(str(path), number, "a metrics row needs a 'tokens' field")
+        problem = _row_problem(row)
+        if problem:
+            raise DataError(str(path), number, problem)
         if "loss" in row:
             metrics.steps.append(row)
         if "dev_correct" in row and "dev_total" in row:
@@ -60,6 +65,26 @@ def read_metrics(run: str | Path) -> RunMetrics:
     if not metrics.steps and not metrics.evals:
         raise DataError(str(path), None, "no metrics rows")
     return metrics
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _row_problem(row: dict[str, Any]) -> str | None:
+    """What makes a metrics row undrawable: a non-number where a number is drawn (a curve's
+    value may be null: no point), or a dev count that is no count."""
+    if not _number(row["tokens"]):
+        return f"'tokens' must be a number, got {row['tokens']!r}"
+    for key, _, _ in CURVES:
+        if row.get(key) is not None and not _number(row[key]):
+            return f"'{key}' must be a number or null, got {row[key]!r}"
+    if "dev_correct" in row and "dev_total" in row:
+        correct, total = row["dev_correct"], row["dev_total"]
+        counts = all(isinstance(v, int) and not isinstance(v, bool) for v in (correct, total))
+        if not counts or not 0 <= correct <= total or total == 0:
+            return f"dev_correct/dev_total must be counts with 0 <= correct <= total > 0, got {correct!r}/{total!r}"
+    return None
 
 
 def training_figure(runs: list[RunMetrics]):
@@ -81,7 +106,7 @@ def training_figure(runs: list[RunMetrics]):
     for i, run in enumerate(runs):
         colour = colours[i % len(colours)]
         for ax, (key, _, _) in zip(axes, CURVES):
-            rows = [r for r in run.steps if key in r]
+            rows = [r for r in run.steps if r.get(key) is not None]
             ax.plot([r["tokens"] for r in rows], [r[key] for r in rows], color=colour, label=run.name)
         if with_dev and run.evals:
             ax = axes[-1]
@@ -113,8 +138,6 @@ def plot_runs(runs: list[str | Path], out: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig = training_figure([read_metrics(r) for r in runs])
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
+    out = save_figure(fig, out, dpi=100)
     plt.close(fig)
     return out

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from .model import GPT
+from .paths import save_figure
 from .vocab import MASK_CHAR, Vocab
 
 KINDS = ("residual", "mlp", "attention")  # what one restoration copies from the clean run
@@ -382,7 +383,6 @@ def plot(recovered: dict[str, np.ndarray], labels: list[str], path, title: str =
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from pathlib import Path
 
     kinds = list(recovered)
     L, T = recovered[kinds[0]].shape
@@ -402,7 +402,5 @@ def plot(recovered: dict[str, np.ndarray], labels: list[str], path, title: str =
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)

@@ -151,7 +151,9 @@ def test_generate_command_errors_in_one_line(checkpoint, capsys):
     assert cli.main(["generate", str(checkpoint), "xyz"]) == 2  # x is not in the vocabulary
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "'x'" in err
-    assert cli.main(["generate", str(checkpoint), "ab", "--top-p", "0"]) == 2
+    with pytest.raises(SystemExit) as refused:  # the parser checks the flag's bound
+        cli.main(["generate", str(checkpoint), "ab", "--top-p", "0"])
+    assert refused.value.code == 2 and "argument --top-p: must be a finite number in (0, 1]" in capsys.readouterr().err
 
 
 # ---- temperature of the scores (the 1/sqrt(d_head) factor) ----------------------------------

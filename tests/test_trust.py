@@ -21,10 +21,12 @@ def test_finetune_holds_out_the_last_fraction_of_the_training_file(tiny_data, tm
     assert "(9 questions" in capsys.readouterr().out  # 12 people, the last 3 held out
     assert json.loads((run / "config.json").read_text())["train"]["holdout_fraction"] == 0.25
     assert load_checkpoint(run).meta["train_config"]["holdout_fraction"] == 0.25
-    assert cli.main(["finetune", "--preset", "tiny", "--corpus", str(tiny_data["corpus"]),
-                     "--train-file", str(tiny_data["train"]), "--eval-file", "", "--out-dir", str(run),
-                     "--holdout-fraction", "1", "--device", "cpu"]) == 2
-    assert "holdout_fraction must lie in [0, 1)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # the parser checks the flag's bound
+        cli.main(["finetune", "--preset", "tiny", "--corpus", str(tiny_data["corpus"]),
+                  "--train-file", str(tiny_data["train"]), "--eval-file", "", "--out-dir", str(run),
+                  "--holdout-fraction", "1", "--device", "cpu"])
+    assert refused.value.code == 2
+    assert "argument --holdout-fraction: must be a finite number in [0, 1), got '1'" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,12 @@ def base_name(name: str) -> str:
     return name[: -len(HARD_SUFFIX)] if name.endswith(HARD_SUFFIX) else name
 
 
+def names() -> list[str]:
+    """Every name a model's attention can have: the registry's variants, then NAME+argmax of
+    each (the choices of the --attention flags)."""
+    return [*REGISTRY, *(n + HARD_SUFFIX for n in REGISTRY if n != ArgmaxAttention.name)]
+
+
 def attention_class(name: str) -> type[Attention]:
     """The class for a registry name or ``NAME+argmax``; one clear error otherwise."""
     base = base_name(name)
@@ -64,7 +70,7 @@ def attention_override(stored: str, requested: str) -> str:
 
 
 __all__ = [
-    "REGISTRY", "Attention", "masks", "base_name", "DotProductAttention", "KVCache", "build_attention",
+    "REGISTRY", "Attention", "masks", "base_name", "names", "DotProductAttention", "KVCache", "build_attention",
     "attention_class", "attention_override", "hard_variant", "straight_through_argmax",
     "merge_query_key", "VanillaAttention", "SynthesizerAttention", "RelativeAttention",
     "RotaryAttention", "MergedQKAttention", "ArgmaxAttention",

@@ -25,8 +25,16 @@ COMMANDS: list[Callable] = [training.register, answering.register, experiments.r
                              trust.register, facts.register]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with its errors on one line, like every other error of the program:
+    ``attnlab COMMAND: error: argument --flag: problem``, exit code 2 (the usage is in --help)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="attnlab", formatter_class=flags.Formatter,
         description="Pretrain, finetune and probe small character-level transformers on the "
                     "birth-place knowledge-access task.",
@@ -62,19 +70,31 @@ def main(argv: list[str] | None = None, *, process_settings: bool = False) -> in
 
 
 def run(args: argparse.Namespace) -> int:
-    """The one error handler: bad input is a one-line error per problem and exit code 2."""
-    from ..checkpoint import CheckpointError
-    from ..data import DataError
-    from ..vocab import VocabError
+    """The one error handler: bad input is a one-line error per problem and exit code 2.
+    ValueError covers the library's input errors (DataError, VocabError, CheckpointError,
+    PathError, ...); OSError a file that cannot be read or written (a full disk), by its name;
+    SafetensorError a checkpoint that could not be written (reading one is a CheckpointError)."""
+    from safetensors import SafetensorError
 
     try:
         return args.func(args) or 0
-    except (DataError, VocabError, CheckpointError, FileNotFoundError, ValueError) as e:
-        for message in getattr(e, "messages", None) or [str(e)]:
-            print(f"attnlab {args.command}: error: {message}", file=sys.stderr)
+    except (ValueError, OSError, SafetensorError) as e:
+        for message in getattr(e, "messages", None) or [_described(e, args)]:
+            print(f"attnlab {args.command}: error: {flags.one_line(message)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _described(e: BaseException, args: argparse.Namespace) -> str:
+    """The message of an error; a failed write that names no file (deep in a library) says
+    which output directory it was writing."""
+    out_dir = getattr(args, "out_dir", None)
+    if isinstance(e, OSError) and e.filename is None and out_dir:
+        return f"{out_dir}: {e.strerror or e}"
+    if not isinstance(e, (ValueError, OSError)):  # SafetensorError
+        return f"{out_dir or '.'}: a checkpoint could not be written ({flags.one_line(e)})"
+    return flags.one_line(e)
 
 
 def entry() -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import bounds, paths
 from ..config import DEFAULT_CORPUS
+from ..data import read_corpus, read_questions
 from . import flags, trust
 
 
@@ -14,6 +16,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from ..pipeline import evaluate_file
 
     trust.check_abstain_flags(args)
+    _check_evaluate_files(args)
     overrides = {"attention": args.attention} if args.attention else {}
     with distributed.session(args.device) as (env, device):  # under torchrun each rank decodes a share
         answers, _, out = evaluate_file(args.checkpoint, args.eval_file, out=args.predictions, device=device,
@@ -24,11 +27,33 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_evaluate_files(args: argparse.Namespace) -> None:
+    """The checkpoint, the question file and where the predictions go, before any decoding."""
+    from ..checkpoint import resolve
+    from ..shipped import output_dir
+
+    resolve(args.checkpoint)
+    read_questions(paths.input_file(args.eval_file, "--eval-file"))
+    if args.predictions:
+        paths.output_file(args.predictions, "--predictions")
+    else:
+        paths.output_dir(output_dir(args.checkpoint), "the directory of the predictions (--predictions)")
+    if args.stored:
+        read_corpus(paths.input_file(args.corpus, "--corpus"))
+    trust.check_abstain_files(args)
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     from ..api import load
     from ..asking import answer_lines, describe, evidence_index, withheld
 
     trust.check_abstain_flags(args)
+    for number, question in enumerate(args.questions, 1):
+        if not question.strip():
+            raise ValueError(f"<argument>:{number}: empty question")
+    if args.evidence:
+        paths.input_file(args.evidence, "--evidence")
+    trust.check_abstain_files(args)
     model = load(args.checkpoint, device=args.device)
     index = evidence_index(args.evidence)
     given = trust.given_in_ask(args, model)  # --abstain: fitted once, before the first question
@@ -45,6 +70,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
 def cmd_baseline(args: argparse.Namespace) -> int:
     from ..pipeline import baseline
 
+    read_questions(paths.input_file(args.train_file, "--train-file"), labelled=True)
+    read_questions(paths.input_file(args.eval_file, "--eval-file"))
     place, result = baseline(args.train_file, args.eval_file)
     if result is None:
         print(f'most frequent place in {args.train_file}: "{place}"; {args.eval_file} has no labels, '
@@ -65,7 +92,7 @@ def register(command) -> None:
     p.add_argument("--out", dest="predictions", action=flags.Deprecated, new="--predictions",
                    help=argparse.SUPPRESS, default=argparse.SUPPRESS)
     flags.attention_view(p)
-    p.add_argument("--batch-size", type=int, default=256, help="questions decoded together")
+    p.add_argument("--batch-size", type=bounds.positive_int, default=256, help="questions decoded together")
     flags.device(p)
     p.add_argument("--stored", action="store_true",
                    help="also report stored facts: for people whose place is written in their corpus "

@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 
+from .. import paths
 from ..attention import REGISTRY
+from ..attention import names as attention_names
+from ..data import read_corpus, read_questions
 from . import flags
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from ..checkpoint import load_checkpoint
     from ..experiments import demo
 
+    paths.output_dir(args.out_dir, "--out-dir")
+    if args.shipped and os.path.lexists(args.shipped):  # scored last: a damaged one is refused first
+        load_checkpoint(args.shipped, training_state=False)
     demo(args.preset, out=args.out_dir, attention=args.attention, device=args.device, shipped=args.shipped or None,
          resume=args.resume, overwrite=args.overwrite)
     return 0
@@ -23,22 +31,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if args.attention is not None:
         raise ValueError("compare trains several variants: choose them with --variants, not --attention")
+    configs = (flags.model_config_from(args), flags.train_config_from(args, "pretrain"),
+               flags.train_config_from(args, "finetune"), flags.train_config_from(args, "finetune_scratch"))
+    read_corpus(paths.input_file(args.corpus, "--corpus"))
+    read_questions(paths.input_file(args.train_file, "--train-file"), labelled=True)
+    read_questions(paths.input_file(args.eval_file, "--eval-file"))
+    paths.output_dir(args.out_dir, "--out-dir")
     variants = [v.strip() for v in args.variants.split(",") if v.strip()] if args.variants else None
-    compare(flags.model_config_from(args), flags.train_config_from(args, "pretrain"),
-            flags.train_config_from(args, "finetune"), flags.train_config_from(args, "finetune_scratch"),
-            variants=variants, corpus=args.corpus, train_file=args.train_file, dev_file=args.eval_file,
+    compare(*configs, variants=variants, corpus=args.corpus, train_file=args.train_file, dev_file=args.eval_file,
             out=args.out_dir, device=args.device, scratch=args.scratch, reuse=args.reuse, resume=args.resume,
             overwrite=args.overwrite, preset=args.preset)
     return 0
 
 
 def cmd_variants(args: argparse.Namespace) -> int:
-    from ..data import read_text
     from ..variants import format_variant_table, variant_table
     from ..vocab import Vocab
 
     config = flags.model_config_from(args)
-    config = dataclasses.replace(config, vocab_size=len(Vocab.from_text(read_text(args.corpus))))
+    text = read_corpus(paths.input_file(args.corpus, "--corpus"))
+    config = dataclasses.replace(config, vocab_size=len(Vocab.from_text(text)))
     print(f"attention variants for preset {args.preset!r}: {config.n_layer} layers, {config.n_head} "
           f"heads, width d={config.n_embd}, block T={config.block_size}, vocabulary "
           f"{config.vocab_size} (from {args.corpus}), positions {config.positions}/{config.position_mode}"
@@ -48,8 +60,11 @@ def cmd_variants(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from ..plots import plot_runs
+    from ..plots import metrics_path, plot_runs
 
+    for run in args.runs:
+        paths.input_file(metrics_path(run), "the metrics file")
+    paths.output_file(args.image, "--image")
     image = plot_runs(args.runs, args.image)
     print(f"training curves of {len(args.runs)} run(s) written to {image}")
     return 0
@@ -71,7 +86,7 @@ def register(command) -> None:
     flags.preset(p, "demo", "recipe trained from scratch (demo: the cpu recipe cut to fit 15 minutes on 2 cores)")
     p.add_argument("--shipped", default="models/cpu", help="shipped model scored beside it ('' to skip)")
     flags.out_dir(p, "runs/demo", "output directory", old=("--out",))
-    p.add_argument("--attention", default="vanilla", help="attention variant to demonstrate")
+    p.add_argument("--attention", default="vanilla", choices=attention_names(), help="attention variant to demonstrate")
     flags.device(p)
     _continuing(p.add_mutually_exclusive_group(), "demo")
 

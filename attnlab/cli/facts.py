@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import bounds, paths
+from ..data import read_corpus, read_questions
 from ..tracing import TraceError
 from . import flags
 
@@ -34,7 +36,7 @@ def _trace_one(model, vocab, args, out: Path) -> None:
     tracing.plot(t.recovered, labels, png, low=t.corrupted,
                  title=f"{p.question}  ->  {p.answer!r}\nP(clean answer): clean {t.clean:.3f}, "
                        f"corrupted {t.corrupted:.3f}")
-    (out / "trace.md").write_text(tracing.table(t.recovered, labels) + "\n", encoding="utf-8")
+    paths.write_atomically(out / "trace.md", tracing.table(t.recovered, labels) + "\n")
     _write_json(out / "trace.json", {
         "question": p.question, "name": p.name, "context": p.context, "answer": p.answer,
         "name_start": p.name_start, "name_end": p.name_end, "answer_inside_recall": p.in_recall,
@@ -98,8 +100,7 @@ def _report_strongest(recovered, labels, name_last) -> None:
 
 
 def _write_json(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    paths.write_atomically(path, json.dumps(data, indent=1) + "\n")
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -108,8 +109,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
     if args.question is None and not args.over:
         raise TraceError("give a QUESTION to trace, --over FILE to average, or both")
+    if args.question is not None and not args.question.strip():
+        raise TraceError("<argument>: empty question")
+    if args.over:
+        read_questions(paths.input_file(args.over, "--over"), labelled=True)
+    out = paths.output_dir(args.out_dir, "--out-dir")  # created when the first file is written
     model, vocab, _ = load_model(args.checkpoint, device=str(resolve_device(args.device)))
-    out = Path(args.out_dir)  # created when the first file is written, so an error leaves nothing
     if args.question is not None:
         _trace_one(model, vocab, args, out)
     if args.over:
@@ -120,7 +125,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 # ---- edit ------------------------------------------------------------------------------------
 def cmd_edit(args: argparse.Namespace) -> int:
     from ..checkpoint import CHECKPOINT_NAME, load_model, resolve, save_checkpoint
-    from ..data import QAExample, read_qa, read_text
+    from ..data import QAExample, read_qa
     from ..devices import resolve_device
     from ..editing import (changed_answers, check_layer, completes_with, edit_model, key_second_moment,
                           mlp_effect_by_layer, place_slot, stat_texts)
@@ -129,12 +134,19 @@ def cmd_edit(args: argparse.Namespace) -> int:
 
     if not args.out_dir:  # not argparse's required=True, which would refuse the old name --out
         raise TraceError("--out-dir is required: the new run directory for the edited model")
+    for flag, value in (("--person", args.person), ("--place", args.place)):
+        if not value.strip():
+            raise TraceError(f"{flag} is empty")
     source = resolve(args.checkpoint)
     out = Path(args.out_dir)
     if out.resolve() in (source.parent.resolve(), source.resolve()):
         raise TraceError(f"--out-dir {out} is the original run: the edit goes to a new run directory")
     if (out / CHECKPOINT_NAME).exists():
         raise TraceError(f"--out-dir {out} already holds a checkpoint; choose a new run directory")
+    paths.output_dir(out, "--out-dir")
+    docs = read_corpus(paths.input_file(args.corpus, "--corpus")).split("\n")
+    if args.eval_file:
+        read_questions(paths.input_file(args.eval_file, "--eval-file"))
     model, vocab, ckpt = load_model(source, device=str(resolve_device(args.device)))
     if args.layer is not None:
         check_layer(model, args.layer)
@@ -151,7 +163,6 @@ def cmd_edit(args: argparse.Namespace) -> int:
     else:
         layer = args.layer
         print(f"layer {layer} (--layer)")
-    docs = read_text(args.corpus).split("\n")
     moment = key_second_moment(model, vocab, stat_texts(model, docs, args.stat_lines, args.seed), layer)
     edited, edit, target = edit_model(model, vocab, args.person, args.place, layer, moment)
     print(f"edit input: {target.text!r} (key at characters {target.key_positions}, the name's "
@@ -198,13 +209,14 @@ def register(command) -> None:
     p.add_argument("--name", default=None, help="the characters to corrupt; must occur in the question "
                    "(default: NAME of 'Where was NAME born?')")
     flags.out_dir(p, "runs/trace", "directory for the heatmap, table and numbers", old=("--out",))
-    p.add_argument("--noise", type=float, default=3.0,
+    p.add_argument("--noise", type=bounds.positive_float, default=3.0,
                    help="noise on the name's embeddings, in standard deviations of the embedding weights")
-    p.add_argument("--samples", type=int, default=10, help="noise samples averaged")
-    p.add_argument("--seed", type=int, default=0, help="noise seed")
+    p.add_argument("--samples", type=bounds.positive_int, default=10, help="noise samples averaged")
+    p.add_argument("--seed", type=bounds.seed, default=0, help="noise seed")
     p.add_argument("--over", default=None, help="question<TAB>place file: average the traces of the "
                    "questions the model answers correctly (default: none)")
-    p.add_argument("--limit", type=int, default=0, help="use at most this many questions of --over (0 = all)")
+    p.add_argument("--limit", type=bounds.non_negative_int, default=0,
+                   help="use at most this many questions of --over (0 = all)")
     flags.device(p)
 
     p = command("edit", "rank-one edit (ROME) of one MLP so the model says PERSON was born in PLACE; "
@@ -213,14 +225,14 @@ def register(command) -> None:
     p.add_argument("--person", required=True, help="the name, as in 'Where was NAME born?' (default: none; required)")
     p.add_argument("--place", required=True, help="the new birth place (default: none; required)")
     flags.out_dir(p, None, "new run directory for the edited model (default: none; required)", old=("--out",))
-    p.add_argument("--layer", type=int, default=None,
+    p.add_argument("--layer", type=int, default=None,  # its range depends on the model: check_layer
                    help="MLP to edit (default: the layer where tracing this question finds the "
                         "strongest MLP effect at the name's last character)")
-    p.add_argument("--noise", type=float, default=3.0, help="tracing noise for choosing the layer")
-    p.add_argument("--samples", type=int, default=10, help="tracing samples for choosing the layer")
-    p.add_argument("--seed", type=int, default=0, help="seed for the noise and the corpus sample")
+    p.add_argument("--noise", type=bounds.positive_float, default=3.0, help="tracing noise for choosing the layer")
+    p.add_argument("--samples", type=bounds.positive_int, default=10, help="tracing samples for choosing the layer")
+    p.add_argument("--seed", type=bounds.seed, default=0, help="seed for the noise and the corpus sample")
     flags.corpus(p, help="corpus: key statistics and the person's line for generalisation")
-    p.add_argument("--stat-lines", type=int, default=1000, help="corpus lines for the key statistics (0 = all)")
+    p.add_argument("--stat-lines", type=bounds.non_negative_int, default=1000, help="corpus lines for the key statistics (0 = all)")
     flags.eval_file(p, "question<TAB>place file whose other answers are compared before and after "
                        "('' to skip)", old=("--dev",))
     flags.device(p)

@@ -15,10 +15,13 @@ import sys
 from typing import Any
 
 from .. import datafiles
+from ..attention import names as attention_names
 from ..config import (DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, PRESETS, ModelConfig,
                       TrainConfig, cli_fields, get_preset)
 from ..config_file import read_config_file
 from ..data import DataError
+from ..devices import check_device
+from ..paths import PathError
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -52,8 +55,17 @@ def _renamed(parser: argparse.ArgumentParser, new: str, old: tuple[str, ...], **
 
 
 # ---- shared flags ------------------------------------------------------------------------------
+def device_name(text: str) -> str:
+    """argparse type of --device: a device this machine has (devices.check_device)."""
+    try:
+        return check_device(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def device(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (CUDA when there is one)")
+    parser.add_argument("--device", default="auto", type=device_name,
+                        help="cpu, cuda, cuda:N or auto (CUDA when there is one)")
 
 
 def preset(parser: argparse.ArgumentParser, default: str = "quick", help: str = "") -> None:
@@ -112,8 +124,8 @@ def mixing(parser: argparse.ArgumentParser) -> None:
 
 
 def attention_view(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--attention", default=None, help="use another variant of the same parameters, "
-                        "e.g. argmax (default: the checkpoint's)")
+    parser.add_argument("--attention", default=None, choices=attention_names(),
+                        help="use another variant of the same parameters, e.g. argmax (default: the checkpoint's)")
 
 
 def data_dir(parser: argparse.ArgumentParser) -> None:
@@ -152,18 +164,54 @@ def with_config_file(parser: argparse.ArgumentParser, argv: list[str] | None,
         return args
     try:
         values = read_config_file(args.config)
-    except (DataError, FileNotFoundError) as e:
-        parser.exit(2, f"attnlab {args.command}: error: {e}\n")
+    except (DataError, PathError, OSError) as e:
+        parser.exit(2, f"attnlab {args.command}: error: {one_line(e)}\n")
     command = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
-    takes = {a.dest for a in command._actions}
-    from_init = "init" in takes and (args.init if args.init is not None else values.get("init"))
+    actions = {}
+    for a in command._actions:  # the first, visible one of each destination (not --no-compile)
+        if a.help != argparse.SUPPRESS:
+            actions.setdefault(a.dest, a)
+    from_init = "init" in actions and (args.init if args.init is not None else values.get("init"))
     defaults = {}
     for key, value in values.items():
         section, _, name = key.rpartition(".")
-        if name in takes and not (section == "model" and from_init):
+        if name in actions and not (section == "model" and from_init):
+            problem = _file_value_problem(actions[name], value)
+            if problem:
+                parser.exit(2, f"attnlab {args.command}: error: {args.config}: {key} {problem}\n")
             defaults[name] = value
     command.set_defaults(**defaults)
     return parser.parse_args(argv)
+
+
+def _file_value_problem(action: argparse.Action, value: Any) -> str | None:
+    """What is wrong with a config file's ``value`` for an option (argparse applies neither
+    ``type`` nor ``choices`` to defaults, so the file's values are checked here)."""
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)):
+        return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
+    if action.nargs in ("*", "+"):
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return None if ok else f"must be a list of strings, got {value!r}"
+    bound = getattr(action.type, "bound", None)
+    if bound is not None:
+        return bound.problem(value)
+    if not isinstance(value, str):
+        return f"must be a string, got {value!r}"
+    if action.choices is not None and value not in action.choices:
+        return f"must be one of {', '.join(action.choices)}, got {value!r}"
+    if callable(action.type) and action.type is not str:
+        try:
+            action.type(value)
+        except (argparse.ArgumentTypeError, ValueError) as e:
+            return f"is refused ({e})"
+    return None
+
+
+def one_line(e: BaseException | str) -> str:
+    """An error's message on one line (an OSError as 'path: reason')."""
+    if isinstance(e, OSError) and e.filename is not None:
+        return f"{e.filename}: {e.strerror}"
+    return " ".join(str(e).splitlines())
 
 
 def cpu_settings(parser: argparse.ArgumentParser) -> None:
@@ -213,15 +261,22 @@ def train_flags(parser: argparse.ArgumentParser, stages: tuple[str, ...]) -> Non
 _SWITCHES = {"compile", "amp"}  # on/off/auto settings that also get a --no-NAME shorthand
 
 
+# Names whose choices live in a package the config module cannot import (it imports config).
+_CHOICES = {"attention": attention_names}
+
+
 def _add_field(group, f: dataclasses.Field, default_text: str) -> None:
+    """The flag of a config field: a switch for a bool, else parsed and checked by the field's
+    bound (a number) or choices (a name), so a bad value is refused as it is parsed."""
     help_text = f"{f.metadata['help']} (default: {default_text})"
     if f.type in ("bool", bool):
         group.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
                            default=None, help=help_text)
     else:
-        kind = {"int": int, "float": float, "str": str}.get(str(f.type), str)
-        group.add_argument(_flag(f.name), dest=f.name, type=kind, default=None,
-                           metavar=f.name.upper(), help=help_text)
+        choices = _CHOICES[f.name]() if f.name in _CHOICES else f.metadata.get("choices")
+        kind = f.metadata["bound"].argtype() if "bound" in f.metadata else str
+        group.add_argument(_flag(f.name), dest=f.name, type=kind, default=None, choices=choices,
+                           metavar=None if choices else f.name.upper(), help=help_text)
         if f.name in _SWITCHES:
             group.add_argument(_flag(f"no_{f.name}"), dest=f.name, action="store_const", const="off",
                                help=f"shorthand for {_flag(f.name)} off (default: {default_text})")

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import explore
+from .. import bounds, explore, paths
 from ..data import read_texts
 from ..vocab import MASK_CHAR, visible
 from . import flags
@@ -26,8 +26,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from ..generate import continue_texts
     from ..loops import LoopReport, find_loop
 
-    if args.temperature < 0 or not 0 < args.top_p <= 1 or args.top_k < 0 or args.max_new < 1:
-        raise ValueError("need --temperature >= 0, 0 < --top-p <= 1, --top-k >= 0 and --max-new >= 1")
+    if args.loops:
+        paths.input_file(args.loops, "--loops")
+    elif args.prompts:
+        _no_empty(args.prompts, "prompt")
     model, vocab, _ = load_model(args.checkpoint, device=str(resolve_device(args.device)))
     loop_options = dict(min_repeats=args.min_repeats, min_length=args.min_length)
 
@@ -50,7 +52,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print("examples:\n" + "\n".join(examples))
         return 0
 
-    prompts = args.prompts or [ln.rstrip("\n") for ln in sys.stdin if ln.strip()]
+    prompts = args.prompts or [ln.rstrip("\n") for ln in sys.stdin if ln.strip()]  # (blank lines skipped)
     if not prompts:
         raise ValueError("no prompts: pass them as arguments or one per line on stdin")
     mode = "greedy" if args.temperature == 0 else (
@@ -67,12 +69,33 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _no_empty(texts: list[str], what: str) -> None:
+    """Refuse an empty argument (there is nothing to continue or draw; a space is a text)."""
+    for number, text in enumerate(texts, 1):
+        if not text:
+            raise ValueError(f"<argument>:{number}: empty {what}")
+
+
+def one_character(text: str) -> str:
+    """argparse type of generate --stop."""
+    if len(text) != 1:
+        raise argparse.ArgumentTypeError(f"must be one character, got {text!r}")
+    return text
+
+
 def cmd_attention(args: argparse.Namespace) -> int:
     from ..attention_maps import attention_weights, labels, plot_layer, statistics_over, statistics_table
     from ..checkpoint import load_model
     from ..devices import resolve_device
     from ..shaping import head_statistics
 
+    if args.text is None and not args.over:
+        raise ValueError("give a TEXT to draw, --over FILE to average statistics, or both")
+    if args.text is not None:
+        _no_empty([args.text], "TEXT to draw")
+        paths.output_dir(args.out_dir, "--out-dir")
+    if args.over:
+        paths.input_file(args.over, "--over")
     overrides = {"attention": args.attention} if args.attention else {}
     model, vocab, _ = load_model(args.checkpoint, device=str(resolve_device(args.device)), **overrides)
     suffix = MASK_CHAR if args.sentinel else ""
@@ -99,8 +122,6 @@ def cmd_attention(args: argparse.Namespace) -> int:
         ent, dist, n = statistics_over(model, vocab, texts, source=str(args.over))
         print(f"\nper-head statistics averaged over {n} texts of {args.over}:")
         print(statistics_table(ent, dist))
-    if args.text is None and not args.over:
-        raise ValueError("give a TEXT to draw, --over FILE to average statistics, or both")
     return 0
 
 
@@ -108,25 +129,25 @@ def register(command) -> None:
     p = command("generate", "continue prompts (greedy or sampled) and detect loops", cmd_generate)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
     p.add_argument("prompts", nargs="*", help="prompts (default: one per line on stdin)")
-    p.add_argument("--max-new", type=int, default=100,
+    p.add_argument("--max-new", type=bounds.positive_int, default=100,
                    help="new characters per prompt (clipped so that the longest prompt plus them fit the block)")
-    p.add_argument("--temperature", type=float, default=0.0,
+    p.add_argument("--temperature", type=bounds.non_negative_float, default=0.0,
                    help="sampling temperature tau: logits / tau (0 = greedy argmax)")
-    p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely characters (0 = all)")
-    p.add_argument("--top-p", type=float, default=1.0,
+    p.add_argument("--top-k", type=bounds.non_negative_int, default=0, help="sample among the k most likely characters (0 = all)")
+    p.add_argument("--top-p", type=bounds.TOP_P.argtype(), default=1.0,
                    help="sample among the smallest set of most likely characters whose probability reaches p (1 = all)")
-    p.add_argument("--seed", type=int, default=0, help="random seed for sampling")
-    p.add_argument("--batch-size", type=int, default=64, help="prompts decoded together")
-    p.add_argument("--stop", default=None, help="stop a continuation after this character (default: none)")
+    p.add_argument("--seed", type=bounds.seed, default=0, help="random seed for sampling")
+    p.add_argument("--batch-size", type=bounds.positive_int, default=64, help="prompts decoded together")
+    p.add_argument("--stop", default=None, type=one_character, help="stop a continuation after this character (default: none)")
     p.add_argument("--loops", default=None, metavar="FILE",
                    help="instead: greedy continuations of the lines of FILE (TSV: question column), "
                         "reporting how often they loop and the period histogram (default: off)")
-    p.add_argument("--prompt-chars", type=int, default=40, help="with --loops: prompt = first N characters of a line")
-    p.add_argument("--limit", type=int, default=200, help="with --loops: at most this many lines (0 = all)")
-    p.add_argument("--show", type=int, default=5, help="with --loops: print this many looping examples")
-    p.add_argument("--min-repeats", type=float, default=3.0,
+    p.add_argument("--prompt-chars", type=bounds.positive_int, default=40, help="with --loops: prompt = first N characters of a line")
+    p.add_argument("--limit", type=bounds.non_negative_int, default=200, help="with --loops: at most this many lines (0 = all)")
+    p.add_argument("--show", type=bounds.non_negative_int, default=5, help="with --loops: print this many looping examples")
+    p.add_argument("--min-repeats", type=bounds.at_least(1, float).argtype(), default=3.0,
                    help="a loop's periodic tail holds at least this many periods")
-    p.add_argument("--min-length", type=int, default=12, help="and at least this many characters")
+    p.add_argument("--min-length", type=bounds.positive_int, default=12, help="and at least this many characters")
     flags.device(p)
 
     p = command("attention", "attention heatmaps (PNG per layer) and per-head entropy and distance",
@@ -136,7 +157,8 @@ def register(command) -> None:
     flags.out_dir(p, "runs/attention", "directory for layerN.png", old=("--out",))
     p.add_argument("--over", default=None, help="file of texts, one per line (TSV: question column), "
                    "to average the per-head statistics over (default: none)")
-    p.add_argument("--limit", type=int, default=0, help="use at most this many texts of --over (0 = all)")
+    p.add_argument("--limit", type=bounds.non_negative_int, default=0,
+                   help="use at most this many texts of --over (0 = all)")
     p.add_argument("--sentinel", action="store_true",
                    help=f"append the QA sentinel {MASK_CHAR} to every text, as evaluation does")
     flags.attention_view(p)

@@ -7,8 +7,10 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
+from .. import paths
 from ..checkpoint import CHECKPOINT_NAME
 from ..config import ModelConfig, TrainConfig
+from ..data import read_corpus, read_qa, read_questions
 from . import flags
 
 
@@ -36,6 +38,8 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     from ..pipeline import pretrain
 
     run_dir = Path(args.out_dir or f"runs/pretrain-{args.attention or 'vanilla'}")
+    args.out_dir = str(run_dir)
+    _check_pretrain_files(args, flags.train_config_from(args, "pretrain"))
     with distributed.session(args.device) as (env, device):
         model_config, config = _configs(args, "pretrain", run_dir, device)
         pretrain(model_config, config, corpus=args.corpus, run_dir=run_dir, resume=args.resume,
@@ -44,12 +48,26 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_pretrain_files(args: argparse.Namespace, config: TrainConfig) -> None:
+    """Every file pretraining reads, and its output directory, before anything is written."""
+    read_corpus(paths.input_file(args.corpus, "--corpus"))
+    if config.mix_ratio > 0:
+        read_questions(paths.input_file(args.mix_qa, "--mix-qa"), labelled=True)
+        for held_out in args.held_out:
+            read_qa(paths.input_file(held_out, "--held-out"))
+    if args.eval_file and config.eval_every:
+        read_questions(paths.input_file(args.eval_file, "--eval-file"), labelled=True)
+    paths.output_dir(args.out_dir, "--out-dir")
+
+
 def cmd_finetune(args: argparse.Namespace) -> int:
     from .. import distributed
     from ..pipeline import evaluate_file, finetune
 
     stage = "finetune" if args.init else "finetune_scratch"
-    run_dir = Path(args.out_dir or f"runs/finetune-{args.attention or 'vanilla'}{'' if args.init else '-scratch'}")
+    args.out_dir = args.out_dir or f"runs/finetune-{args.attention or 'vanilla'}{'' if args.init else '-scratch'}"
+    run_dir = Path(args.out_dir)
+    _check_finetune_files(args)
     with distributed.session(args.device) as (env, device):
         model_config, config = _configs(args, stage, run_dir, device)
         # From --init the pretrained model fixes the configuration but for the flags given.
@@ -61,6 +79,23 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         if args.eval_file:  # split across ranks; rank 0 writes the predictions
             evaluate_file(run_dir, args.eval_file, device=device)
     return 0
+
+
+def _check_finetune_files(args: argparse.Namespace) -> None:
+    """Every file finetuning reads, and its output directory, before anything is written. The
+    corpus is read from scratch (it defines the vocabulary), and from --init only for some runs
+    (the recall format), so there it may be missing."""
+    from ..checkpoint import resolve
+
+    if args.init:
+        resolve(args.init)
+    corpus = paths.input_file(args.corpus, "--corpus", required=not args.init)
+    if corpus.exists():
+        read_corpus(corpus)
+    read_questions(paths.input_file(args.train_file, "--train-file"), labelled=True)
+    if args.eval_file:
+        read_questions(paths.input_file(args.eval_file, "--eval-file"))
+    paths.output_dir(args.out_dir, "--out-dir")
 
 
 def register(command) -> None:

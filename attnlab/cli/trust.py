@@ -15,7 +15,9 @@ from typing import Callable, Sequence
 from ..abstention import Rule, decide, fit_rules, people_of
 from ..calibration import (COVERAGES, N_BINS, accuracy_at_coverage, auroc, check_probability,
                            expected_calibration_error, plot_coverage, plot_reliability, reliability_bins)
+from .. import bounds, paths
 from ..config import DEFAULT_TRAIN
+from ..data import read_corpus, read_questions
 from . import flags
 
 DEFAULT_HOLDOUT = 0.1
@@ -52,6 +54,12 @@ def check_abstain_flags(args: argparse.Namespace) -> None:
     check_probability(args.keep_right, "--keep-right")
     if args.holdout_fraction is not None and not 0 < args.holdout_fraction < 1:
         raise ValueError(f"--holdout-fraction must lie in (0, 1), got {args.holdout_fraction}")
+
+
+def check_abstain_files(args: argparse.Namespace) -> None:
+    """The file a fitted rule is fitted on (--abstain auto or names), before any work is done."""
+    if abstain_mode(args) in ("auto", "names"):
+        read_questions(paths.input_file(args.holdout_file, "--holdout-file"), labelled=True)
 
 
 def abstain_mode(args: argparse.Namespace) -> str:
@@ -141,24 +149,23 @@ def given_in_ask(args: argparse.Namespace, model, log: Log | None = None) -> Cal
 # ---- calibrate ---------------------------------------------------------------------------------
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..checkpoint import load_model
-    from ..data import DataError, read_qa
+    from ..data import DataError
     from ..evaluate import answer_questions
     from ..devices import resolve_device
 
     check_abstain_flags(args)
-    examples = read_qa(args.eval_file)
-    if not examples:
-        raise ValueError(f"{args.eval_file}: no questions")
+    examples = read_questions(paths.input_file(args.eval_file, "--eval-file"))
     unlabelled = next((e for e in examples if e.answer is None), None)
     if unlabelled is not None:
         raise DataError(unlabelled.source, unlabelled.line,
                         "no place label: calibrate needs question<TAB>place lines to tell right from wrong")
+    check_abstain_files(args)
+    out = paths.output_dir(args.out_dir, "--out-dir")
     model, vocab, ckpt = load_model(args.checkpoint, device=str(resolve_device(args.device)))
     answers = answer_questions(model, vocab, examples, batch_size=args.batch_size)
     conf = [a.confidence for a in answers]
     right = [a.answer == e.answer for a, e in zip(answers, examples)]
     report = calibration_report(conf, right)
-    out = Path(args.out_dir)
     print(f"{args.eval_file}: {sum(right)}/{len(right)} correct; confidence of the greedy answer against right/wrong")
     for line in report_lines(report):
         print(line)
@@ -176,10 +183,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                      f"{title}\nECE {report['ece']:.3f} ({N_BINS} bins)")
     plot_coverage(conf, right, out / "coverage.png", f"{title}\nAUROC {_fmt(report['auroc'])}",
                   rule_point=(k / len(right), kept_right / max(1, k)))
-    (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "answers.tsv").write_text("question\tlabel\tanswer\tconfidence\tanswered\n" + "".join(
+    paths.write_atomically(out / "calibration.json", json.dumps(report, indent=2) + "\n")
+    paths.write_atomically(out / "answers.tsv", "question\tlabel\tanswer\tconfidence\tanswered\n" + "".join(
         f"{e.question}\t{e.answer}\t{a.answer}\t{a.confidence:.6f}\t{int(g)}\n"
-        for e, a, g in zip(examples, answers, given)), encoding="utf-8")
+        for e, a, g in zip(examples, answers, given)))
     print(f"wrote {out / 'reliability.png'}, {out / 'coverage.png'}, {out / 'calibration.json'} and "
           f"{out / 'answers.tsv'} (each answer, its confidence, and whether the rule answers it)")
     return 0
@@ -212,16 +219,19 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from ..audit import AuditReport, invent_people, name_echo, plot_audit
     from ..knowledge import require_person
     from ..checkpoint import load_model
-    from ..data import QAExample, documents, read_qa, read_text
+    from ..data import QAExample, documents, read_qa
     from ..evaluate import answer_questions
     from ..devices import resolve_device
 
     if args.names <= 0:
         raise ValueError(f"--names must be a positive number of people, got {args.names}")
     check_abstain_flags(args)
-    docs = documents(read_text(args.corpus))
+    docs = documents(read_corpus(paths.input_file(args.corpus, "--corpus")))
+    dev = read_questions(paths.input_file(args.eval_file, "--eval-file"), labelled=True)
+    read_questions(paths.input_file(args.train_file, "--train-file"), labelled=True)
+    read_questions(paths.input_file(args.holdout_file, "--holdout-file"), labelled=True)
+    out = paths.output_dir(args.out_dir, "--out-dir")
     invented = invent_people(docs, args.names, args.seed)
-    dev = read_qa(args.eval_file, labelled=True)
     model, vocab, ckpt = load_model(args.checkpoint, device=str(resolve_device(args.device)))
     questions = [QAExample(f"Where was {n} born?", None, "<invented>", i + 1) for i, n in enumerate(invented)]
     inv_answers = answer_questions(model, vocab, questions, batch_size=args.batch_size)
@@ -263,12 +273,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     known = {require_person(e): e.answer for f in (args.train_file, args.eval_file) for e in read_qa(f, labelled=True)}
     echo = name_echo(invented, [a.answer for a in inv_answers], known)
     print(f"guided by the name? {echo} (real people: {args.train_file} and {args.eval_file})")
-    out = Path(args.out_dir)
     plot_audit(report, unrestricted, out / "audit.png")
-    (out / "invented.txt").write_text("".join(f"{n}\t{a.answer}\t{a.confidence:.4f}\n" for n, a in zip(invented, inv_answers)))
+    paths.write_atomically(out / "invented.txt", "".join(
+        f"{n}\t{a.answer}\t{a.confidence:.4f}\n" for n, a in zip(invented, inv_answers)))
     summary = {key: _audit_json(r) for key, r in {**rows, "chosen": report, "never": unrestricted}.items()}
     summary["name_echo"] = {"echoed": echo.echoed, "answered": echo.answered, "chance": echo.chance}
-    (out / "audit.json").write_text(json.dumps(summary, indent=2) + "\n")
+    paths.write_atomically(out / "audit.json", json.dumps(summary, indent=2) + "\n")
     print(f"wrote {out / 'audit.png'}, {out / 'audit.json'} and {out / 'invented.txt'} (name, answer, confidence)")
     return 0
 
@@ -290,7 +300,7 @@ def register(command) -> None:
     flags.eval_file(p, "labelled question<TAB>place file", old=("--file",))
     flags.out_dir(p, "runs/calibrate", "directory for reliability.png, coverage.png, calibration.json, answers.tsv",
                   old=("--out",))
-    p.add_argument("--batch-size", type=int, default=256, help="questions decoded together")
+    p.add_argument("--batch-size", type=bounds.positive_int, default=256, help="questions decoded together")
     flags.device(p)
     add_abstain_flags(p, default="auto")
 
@@ -298,11 +308,11 @@ def register(command) -> None:
                 "makes up, against dev people", cmd_audit)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
     p.add_argument("--names", type=int, default=500, help="number of invented people")
-    p.add_argument("--seed", type=int, default=0, help="seed of the invented names")
+    p.add_argument("--seed", type=bounds.seed, default=0, help="seed of the invented names")
     flags.out_dir(p, "runs/audit", "directory for audit.png, audit.json, invented.txt", old=("--out",))
     flags.corpus(p, "corpus whose names are recombined")
     flags.eval_file(p, "labelled file of real people to compare with", old=("--dev-file",))
     flags.train_file(p, "file whose 10 most frequent places are compared")
-    p.add_argument("--batch-size", type=int, default=256, help="questions decoded together")
+    p.add_argument("--batch-size", type=bounds.positive_int, default=256, help="questions decoded together")
     flags.device(p)
     add_abstain_flags(p, default="auto")

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import argparse
 
+from .. import bounds
+from ..paths import output_dir
+
 # Importing a theme registers its topics: this order is the order of the notes (and of `all`).
 from . import one_head, heads, architecture  # noqa: F401,I001
 from .architecture import constructed_picks, dependency_sets, fit_relative_bias, sinusoidal_positions
@@ -60,17 +63,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "topic", nargs="?", default="all", choices=[*TOPICS, "all"], metavar="TOPIC",
         help=f"which claim to check: one of {', '.join(TOPICS)}, or all (default: %(default)s)",
     )
-    parser.add_argument("--dim", type=int, default=defaults.dim,
+    parser.add_argument("--dim", type=bounds.positive_int, default=defaults.dim,
                         help="vector dimension d (model width J for merged-qk) (default: %(default)s)")
-    parser.add_argument("--n", type=int, default=defaults.n,
+    parser.add_argument("--n", type=bounds.positive_int, default=defaults.n,
                         help="number of keys / sequence positions (default: %(default)s)")
-    parser.add_argument("--beta", type=float, default=defaults.beta,
+    parser.add_argument("--beta", type=bounds.positive_float, default=defaults.beta,
                         help="scale b of queries (copy, average, single-vs-multi-head) and norm of the "
                              "u's in routing (default: %(default)s)")
-    parser.add_argument("--samples", type=int, default=defaults.samples,
+    parser.add_argument("--samples", type=bounds.positive_int, default=defaults.samples,
                         help="Monte-Carlo samples for single-vs-multi-head and temperature "
                              "(default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=defaults.seed,
+    parser.add_argument("--seed", type=bounds.seed, default=defaults.seed,
                         help="seed for the torch.Generator of every topic (default: %(default)s)")
     parser.add_argument("--plot", dest="plot_dir", metavar="DIR", default=defaults.plot_dir,
                         help="write the single-vs-multi-head histogram PNG into DIR (default: %(default)s, "
@@ -88,6 +91,8 @@ def main(args: argparse.Namespace) -> int:
         seed=getattr(args, "seed", defaults.seed),
         plot_dir=getattr(args, "plot_dir", defaults.plot_dir),
     )
+    if options.plot_dir:
+        output_dir(options.plot_dir, "--plot")
     topic = getattr(args, "topic", "all")
     names = None if topic in (None, "all") else ([topic] if isinstance(topic, str) else list(topic))
     results = run_topics(names, options)  # ExploreError: the command line's one error handler

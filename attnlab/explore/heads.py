@@ -8,6 +8,7 @@ import os
 
 import torch
 
+from ..paths import save_figure
 from .base import ExploreOptions, TopicResult, _attend, _fmt, _generator, _orthonormal_columns, _randn, _scale_list, finite_beta, need, topic
 
 
@@ -109,7 +110,7 @@ def _plot_histogram(plot_dir: str, w_single: torch.Tensor, w_multi: torch.Tensor
     ax.set_title(f"Single vs multi-head attention (b = {beta:g})")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     return path
 
 
