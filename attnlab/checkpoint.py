@@ -282,7 +282,6 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu", *,
         raise CheckpointError(f"{p}: not a readable safetensors checkpoint ({_flat(e)})") from None
     header = _header(p, metadata)
     config, vocab, meta = _configs(p, header)
-    _verify_checksums(p, header, tensors, every_group=training_state)
     groups: dict[str, dict[str, Tensor]] = {"model": {}, "optim": {}, "rng": {}}
     for name, value in tensors.items():
         prefix, _, rest = name.partition(".")
@@ -299,7 +298,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu", *,
         rng_state=(groups["rng"] or None) if training_state else None,
         path=p,
     )
-    ckpt.check_weights()
+    ckpt.check_weights()  # the more precise message first: which tensor does not fit the config
+    _verify_checksums(p, header, tensors, every_group=training_state)
     return ckpt
 
 

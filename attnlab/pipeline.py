@@ -230,7 +230,7 @@ def _finetuning_model(ckpt: Checkpoint | None, init, model_config: ModelConfig |
         return (build_model(ckpt.model_config, seed).to(dev), ckpt.vocab,
                 int(ckpt.meta.get("corpus_documents", 0)), f"its checkpoint at step {ckpt.meta['step']}")
     if init is not None:
-        pretrained = load_checkpoint(init)
+        pretrained = load_checkpoint(init, training_state=False)  # finetuning starts its own optimiser
         model = pretrained.build_model(**_non_shape_overrides(overrides or {}, init)).to(dev)
         return (model, pretrained.vocab, int(pretrained.meta.get("corpus_documents", 0)),
                 f"the pretrained model {init}")

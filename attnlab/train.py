@@ -338,7 +338,11 @@ def train(
         scores = None if evaluator is None or not config.eval_every or not env.is_main else (lambda: evaluator(model))
         start_tokens = state.tokens
         _steps(stepper, batches, state, steps, metrics, checkpoint, scores, run.checkpoint, desc, log)
-        checkpoint(steps)
+        with _stop_on_interrupt() as stop:  # a Ctrl-C now lets the last checkpoint finish first
+            checkpoint(steps)
+        if stop.requested:
+            log(f"interrupted: the run is complete, its checkpoint written to {run.checkpoint}")
+            raise KeyboardInterrupt
         dist.barrier(env)
     seconds = time.perf_counter() - metrics.start
     return TrainResult(

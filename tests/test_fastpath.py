@@ -287,7 +287,7 @@ def test_amp_on_cpu_trains_in_bf16(tmp_path) -> None:
 
 def test_bad_switch_value_is_one_clear_error(tmp_path) -> None:
     x, y = padded_batch(seed=15)
-    with pytest.raises(ValueError, match="on, off or auto"):
+    with pytest.raises(ValueError, match="on, off, auto"):
         _train_steps(GPT(tiny()), x, y, tmp_path, "bad", amp="yes")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import re
 import os
 import shlex
 import signal
@@ -195,7 +196,7 @@ def _resumable(tmp_path: Path) -> Path:
     optimizer = torch.optim.AdamW(model.parameters())
     model(torch.zeros(1, 4, dtype=torch.long))[0].sum().backward()
     optimizer.step()
-    return save_checkpoint(tmp_path / "run" / CHECKPOINT_NAME, model, vocab, {"step": 1}, optimizer,
+    return save_checkpoint(tmp_path / "run" / CHECKPOINT_NAME, model, vocab, {"step": 1, "tokens": 8}, optimizer,
                            {"cpu": torch.get_rng_state()})
 
 
@@ -283,14 +284,17 @@ def test_a_flipped_byte_is_caught_by_the_checksum(tmp_path, tensor, group):
     assert message.startswith(f"{path}: the {group} tensors do not match the checksum") and "\n" not in message
 
 
-def test_a_changed_dtype_is_caught_by_the_checksum(tmp_path):
+@pytest.mark.parametrize("group, message", [
+    ("model.", "tensor model.pos_emb is torch.float16, but the model's weights are torch.float32"),  # named first
+    ("optim.", "the optim tensors do not match the checksum")])
+def test_a_changed_dtype_is_caught(tmp_path, group, message):
     path = _resumable(tmp_path)
     with safe_open(str(path), framework="pt") as f:
         metadata = f.metadata()
     tensors = load_file(str(path))
-    tensors = {k: v.half() if k.startswith("model.") and v.is_floating_point() else v for k, v in tensors.items()}
+    tensors = {k: v.half() if k.startswith(group) and v.is_floating_point() else v for k, v in tensors.items()}
     save_file(tensors, str(path), metadata=metadata)
-    with pytest.raises(CheckpointError, match="the model tensors do not match the checksum"):
+    with pytest.raises(CheckpointError, match=re.escape(message)):
         load_checkpoint(path)
 
 

@@ -1,18 +1,23 @@
-"""Restructuring changes no numbers: the tiny preset trains to bit-identical weights on CPU.
+"""Restructuring changes no numbers: the tiny preset trains to the recorded weights on CPU.
 
-The expected checksums were recorded with the code before the restructuring of issue 16
-(commit 848520a), one thread, on this project's CPU. Each case covers other code: span
+A model's fingerprint is its weights (all of them, one float64 vector) projected on 8 seeded
+random directions (values of order 10). Exact checksums were recorded first, with the code
+before the restructuring of issue 16 (commit 848520a), and held through it, but only on that
+machine's CPU: another CPU model rounds some kernels differently. So fingerprints are compared
+to 3e-4: summing in another order (two threads instead of one) moves them by at most 3e-5,
+while a change of the computation as small as a 0.1% higher learning rate moves them by 3e-3.
+They were recorded with commit c066b35 (whose exact checksums equalled 848520a's) on an AMD
+EPYC, one thread. Each case covers other code: span
 corruption with dropout (the cheap masks), the lm objective with packed segments (segment
 masks and positions), a variant with an additive bias (relative: its own no-decay parameter),
 rotary, the plain path (``fast`` off) and finetuning from a pretrained model.
-If a case fails after a change that was meant to change the numbers, record the new checksum
+If a case fails after a change that was meant to change the numbers, record the new fingerprints
 with ``python tests/test_unchanged.py`` and say why in the commit.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import sys
 
 import pytest
@@ -22,19 +27,22 @@ from attnlab.config import ModelConfig, get_preset
 from attnlab.pipeline import finetune, pretrain
 
 EXPECTED = {
-    "span-vanilla-dropout": "cb2ca6b837dce5d9",
-    "lm-relative": "535532e7dfee3ec9",
-    "span-rotary-plain": "e10fcb8696d0dffe",
-    "finetune-vanilla": "6293907de6a81aeb",
+    "span-vanilla-dropout": [3.015253283, -19.45547133, 12.96762143, 2.730904889, 24.01554547, 1.022382124,
+                             8.936769305, 14.00697802],
+    "lm-relative": [-10.48861501, 5.483340584, 16.58233807, -8.678286799, -4.064796096, 0.1261472724, 36.19207354,
+                    17.91766665],
+    "span-rotary-plain": [2.798286593, -19.79344469, 13.11269777, 1.40722467, 22.8391066, 1.192046259, 10.18611898,
+                          12.79097615],
+    "finetune-vanilla": [2.202573262, -17.82093961, 12.73642392, 2.769987633, 23.22555672, 3.073982489, 9.945019425,
+                         14.17600738],
 }
 
 
-def checksum(model: torch.nn.Module) -> str:
-    h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
+def fingerprint(model: torch.nn.Module) -> list[float]:
+    """The weights, in name order as one float64 vector, projected on 8 seeded random directions."""
+    weights = torch.cat([t.detach().cpu().double().reshape(-1) for _, t in sorted(model.state_dict().items())])
+    directions = torch.randn(8, len(weights), dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    return (directions @ weights).tolist()
 
 
 def _train(case: str, data: dict, out) -> str:
@@ -62,23 +70,23 @@ def _train(case: str, data: dict, out) -> str:
         m, _, _ = finetune(dataclasses.replace(preset.finetune, **steps), run_dir=out / case,
                            init=out / "pre", corpus=data["corpus"], train_file=data["train"],
                            overrides={"dropout": 0.1}, **quiet)
-    return checksum(m)
+    return fingerprint(m)
 
 
 @pytest.fixture
 def one_thread():
     before = torch.get_num_threads()
-    torch.set_num_threads(1)  # sums in a fixed order: the checksums hold on any core count
+    torch.set_num_threads(1)  # sums in the order they were recorded in
     yield
     torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("case", list(EXPECTED))
 def test_tiny_preset_trains_to_the_recorded_weights(case, tiny_data, tmp_path, one_thread):
-    assert _train(case, tiny_data, tmp_path) == EXPECTED[case]
+    assert _train(case, tiny_data, tmp_path) == pytest.approx(EXPECTED[case], rel=0, abs=3e-4)
 
 
-if __name__ == "__main__":  # print the checksums of the current code
+if __name__ == "__main__":  # print the fingerprints of the current code
     import tempfile
     from pathlib import Path
 
@@ -94,4 +102,4 @@ if __name__ == "__main__":  # print the checksums of the current code
         (tmp / "test.tsv").write_text("".join(f"Where was {n} born?\n" for n, _ in PEOPLE))
         data = {"corpus": tmp / "wiki.txt", "train": tmp / "train.tsv", "test": tmp / "test.tsv"}
         for case in EXPECTED:
-            print(f'    "{case}": "{_train(case, data, tmp)}",')
+            print(f'    "{case}": {[float(f"{v:.10g}") for v in _train(case, data, tmp)]},')
