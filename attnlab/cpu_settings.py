@@ -114,7 +114,8 @@ class AdaptiveThreads:
 
     def __init__(self, interval: float = 2.0, max_threads: int | None = None):
         self.max_threads = max_threads or torch.get_num_threads()
-        self.cores = os.cpu_count() or 1
+        # The cores this process may run on (a container or taskset may allow fewer than exist).
+        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         self.interval = interval
         self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._last = self._sample()
