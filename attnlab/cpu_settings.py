@@ -71,6 +71,20 @@ def flush_denormals() -> bool:
     return bool(torch.set_flush_denormal(True))
 
 
+def busy_seconds(proc_stat: str, cores: set[int] | None, tick: int) -> float | None:
+    """Busy CPU seconds so far of ``cores`` (None: all) from /proc/stat's per-core lines
+    ("cpuN user nice system idle iowait irq softirq steal ...", in clock ticks; proc(5)):
+    everything but idle and iowait. None if no such line is there."""
+    total, seen = 0, False
+    for line in proc_stat.splitlines():
+        name, *fields = line.split()
+        if not (name.startswith("cpu") and name[3:].isdigit()) or (cores is not None and int(name[3:]) not in cores):
+            continue
+        user, nice, system, _idle, _iowait, irq, softirq, steal = ([int(v) for v in fields[:8]] + [0] * 8)[:8]
+        total, seen = total + user + nice + system + irq + softirq + steal, True
+    return total / tick if seen else None
+
+
 _adapt_threads = False
 
 
@@ -105,9 +119,9 @@ class AdaptiveThreads:
     that one thread gives (BENCHMARKS.md "Training next to a busy core"). Dropping that thread
     keeps the one-core speed; when the core is free again the thread comes back.
 
-    The other processes' load is the machine's busy CPU time (Linux /proc/stat: user, nice,
-    system, irq, softirq and a virtual machine's steal time) less this process's own CPU time,
-    over the last interval. Where /proc/stat does not exist nothing changes. A user who fixes
+    The other processes' load is the busy CPU time of the cores this process may run on (Linux
+    /proc/stat: user, nice, system, irq, softirq and a virtual machine's steal time) less this
+    process's own CPU time, over the last interval. Where /proc/stat does not exist nothing changes. A user who fixes
     the thread count (OMP_NUM_THREADS, torch.set_num_threads before the run) keeps it:
     ``enabled()`` says whether adapting is allowed.
     """
@@ -115,7 +129,8 @@ class AdaptiveThreads:
     def __init__(self, interval: float = 2.0, max_threads: int | None = None):
         self.max_threads = max_threads or torch.get_num_threads()
         # The cores this process may run on (a container or taskset may allow fewer than exist).
-        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        self._allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        self.cores = len(self._allowed) if self._allowed else os.cpu_count() or 1
         self.interval = interval
         self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._last = self._sample()
@@ -126,14 +141,15 @@ class AdaptiveThreads:
         return "OMP_NUM_THREADS" not in os.environ and os.environ.get("ATTNLAB_ADAPTIVE_THREADS", "1") != "0"
 
     def _sample(self) -> tuple[float, float, float] | None:
-        """(wall clock, the machine's busy CPU seconds, this process's CPU seconds)."""
+        """(wall clock, busy CPU seconds of the cores this process may use, this process's
+        CPU seconds); None where /proc/stat cannot be read."""
         try:
             with open("/proc/stat") as f:
-                fields = [int(v) for v in f.readline().split()[1:]]
+                busy = busy_seconds(f.read(), self._allowed, self._tick)
         except (OSError, ValueError):
             return None
-        user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-        busy = (user + nice + system + irq + softirq + steal) / self._tick
+        if busy is None:
+            return None
         return time.monotonic(), busy, time.process_time()
 
     def others(self, before: tuple[float, float, float], after: tuple[float, float, float]) -> float:

@@ -183,3 +183,15 @@ def test_training_adapts_threads_when_the_program_asks(monkeypatch, tmp_path):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_busy_time_of_the_allowed_cores_from_proc_stat():
+    from attnlab.cpu_settings import busy_seconds
+
+    stat = ("cpu  300 0 100 900 50 0 0 0 0 0\n"
+            "cpu0 100 0 50 400 25 0 0 0 0 0\n"  # busy 150 ticks (idle and iowait do not count)
+            "cpu1 200 0 50 500 25 10 5 35 0 0\n"  # busy 300: irq, softirq and steal do
+            "intr 12345\nctxt 999\n")
+    assert busy_seconds(stat, None, 100) == 4.5
+    assert busy_seconds(stat, {1}, 100) == 3.0
+    assert busy_seconds("intr 1\n", None, 100) is None
