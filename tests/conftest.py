@@ -12,7 +12,9 @@ from attnlab.config import ModelConfig, TrainConfig
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data"
 
-torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+# One thread: the tests' tiny models gain little from a second one, and a thread team is what
+# collapses when another process takes a core (BENCHMARKS.md "Training next to a busy core").
+torch.set_num_threads(1)
 
 
 @pytest.fixture
