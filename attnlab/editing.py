@@ -196,7 +196,7 @@ def _target(ids: list[int], prompt_len: int, device, given: tuple[int, ...] = ()
 
 
 def optimise_value(model: GPT, x: Tensor, y: Tensor, weights: Tensor, layer: int, positions: list[int],
-                   direction: Tensor, succeeded=None, *, steps: int = 300, lr: float = 0.005,
+                   direction: Tensor, succeeded=None, *, steps: int = 600, lr: float = 0.005,
                    weight_decay: float = 0.1, clamp: float = 4.0,
                    check_every: int = 5) -> tuple[Tensor, float, float, int]:
     """The vector delta of the edit W' = W + delta u^T (u = ``direction``) of ``layer``'s MLP

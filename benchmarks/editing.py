@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
             f" (each from the original model) of random people of "
             f"{args.dev} (seed {args.seed}) to random places of {args.train_file}; key at --at {args.at}; "
             f"layer {layer_rule}",
-            f"- key statistics: {len(texts)} corpus lines; delta optimised by Adam (at most 300 steps, "
+            f"- key statistics: {len(texts)} corpus lines; delta optimised by Adam (at most 600 steps, "
             f"stopping once the edited model answers the new place); "
             f"total wall time {total / 60:.1f} min",
         ]),
