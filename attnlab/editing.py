@@ -377,6 +377,17 @@ def mlp_effect_by_layer(model: GPT, vocab: Vocab, question: str, *, name: str | 
     return (total / samples).numpy(), point
 
 
+def default_layer(model: GPT, vocab: Vocab, question: str, at: str, **trace) -> tuple[int, object]:
+    """The layer an edit at ``at`` uses when none is given, and the trace behind the choice
+    (None for ``answer``): below the top for ``answer`` (answer_layer); for ``name`` the
+    strongest MLP effect at the name's last character in the trace of ``question``
+    (mlp_effect_by_layer, with ``trace``'s noise, samples and seed)."""
+    if at == "answer":
+        return answer_layer(model), None
+    effects, _ = mlp_effect_by_layer(model, vocab, question, **trace)
+    return int(effects.argmax()), effects
+
+
 # ---- measuring an edit -----------------------------------------------------------------------
 def place_slot(line: str | None, name: str, answers: list[str]) -> str | None:
     """The person's corpus line up to where their place is written (the first of ``answers``

@@ -40,8 +40,8 @@ from _common import DATA, report, table  # noqa: E402
 
 from attnlab.checkpoint import load_model  # noqa: E402
 from attnlab.data import read_qa, read_text  # noqa: E402
-from attnlab.editing import (LOCI, answer_layer, changed_answers, completes_with, edit_model,  # noqa: E402
-                             key_second_moment, mlp_effect_by_layer, place_slot, stat_texts)
+from attnlab.editing import (LOCI, changed_answers, completes_with, default_layer, edit_model,  # noqa: E402
+                             key_second_moment, place_slot, stat_texts)
 from attnlab.evaluate import answer_questions  # noqa: E402
 from attnlab.knowledge import CorpusIndex, person_of  # noqa: E402
 
@@ -90,13 +90,8 @@ def main(argv: list[str] | None = None) -> None:
         name = person_of(ex.question)
         place = rng.choice([p for p in places if p not in (ex.answer, old.answer)])
         start = time.perf_counter()
-        if args.layer is None and args.at == "answer":
-            layer = answer_layer(model)
-        elif args.layer is None:
-            effects, _ = mlp_effect_by_layer(model, vocab, ex.question, samples=args.samples, seed=args.seed)
-            layer = int(np.argmax(effects))
-        else:
-            layer = args.layer
+        layer = args.layer if args.layer is not None else default_layer(
+            model, vocab, ex.question, args.at, samples=args.samples, seed=args.seed)[0]
         if layer not in moments:
             moments[layer] = key_second_moment(model, vocab, texts, layer)
         edited, edit, _ = edit_model(model, vocab, name, place, layer, moments[layer], at=args.at)

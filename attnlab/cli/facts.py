@@ -126,8 +126,8 @@ def cmd_edit(args: argparse.Namespace) -> int:
     from ..checkpoint import CHECKPOINT_NAME, load_model, resolve, save_checkpoint
     from ..data import QAExample, read_qa, read_text
     from ..devices import resolve_device
-    from ..editing import (answer_layer, changed_answers, check_layer, completes_with, edit_model,
-                          key_second_moment, mlp_effect_by_layer, place_slot, stat_texts)
+    from ..editing import (changed_answers, check_layer, completes_with, default_layer, edit_model,
+                          key_second_moment, place_slot, stat_texts)
     from ..evaluate import answer_questions
     from ..knowledge import CorpusIndex, person_of
 
@@ -146,17 +146,16 @@ def cmd_edit(args: argparse.Namespace) -> int:
     vocab.encode(args.person, source="--person")
     question = f"Where was {args.person} born?"
     locus = LOCUS_WORDS[args.at]
-    if args.layer is None and args.at == "answer":
-        layer = answer_layer(model)
-        print(f"layer {layer}: the layer below the top, the default for an edit at the answer "
-              f"(the top layer's MLP there moves only the next character)")
-    elif args.layer is None:
-        effects, _ = mlp_effect_by_layer(model, vocab, question, noise=args.noise, samples=args.samples,
-                                         seed=args.seed)
-        layer = int(np.argmax(effects))
-        print(f"layer {layer}: the strongest MLP effect at {locus} in the trace "
-              f"of this question (recovered probability by layer: "
-              f"{' '.join(f'{x:.4f}' for x in effects)})")
+    if args.layer is None:
+        layer, effects = default_layer(model, vocab, question, args.at, noise=args.noise,
+                                       samples=args.samples, seed=args.seed)
+        if effects is None:
+            print(f"layer {layer}: the layer below the top, the default for an edit at the answer "
+                  f"(the top layer's MLP there moves only the next character)")
+        else:
+            print(f"layer {layer}: the strongest MLP effect at {locus} in the trace "
+                  f"of this question (recovered probability by layer: "
+                  f"{' '.join(f'{x:.4f}' for x in effects)})")
     else:
         layer = args.layer
         print(f"layer {layer} (--layer)")
