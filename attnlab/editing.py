@@ -2,17 +2,24 @@
 by changing one MLP's output weights.
 
 ROME reads an MLP's output matrix W (here ``blocks[l].mlp[2]``, out = W k + b) as a key-value
-memory: the key k is the MLP's hidden activation (its input to W) at the subject's last token,
-the value W k + b is what the MLP writes into the residual stream there. The edit:
+memory: the key k is the MLP's hidden activation (its input to W) at one position, the value
+W k + b is what the MLP writes into the residual stream there. The edit:
 
-1. key k* = the hidden activation at the name's last character of the edit input (the mean over
-   the name's occurrences when a recalled line repeats it);
+1. key k* = the hidden activation at the locus (``at``, see LOCI) of the edit input: ROME's
+   subject's last token (``name``: the name's last character, the mean over the name's
+   occurrences when a recalled line repeats it), or where the place is read out (``answer``:
+   the character before the new place is first written), which is where causal tracing finds
+   the fact in our recall-format models (README "Where does the model keep a fact");
 2. u = C^-1 k* / (k*^T C^-1 k*), where C = E[k k^T] is the second moment of keys over a sample
    of the corpus: u^T k* = 1, and u^T k is small for keys unlike k* in the directions keys
    usually take;
 3. W' = W + delta u^T, so the MLP's output changes by delta (u^T k) for a key k (by delta at
    k*), with delta optimised by gradient descent, the rest of the model fixed and the edit
    applied exactly while optimising, until the edited model answers the new place.
+
+Every other input sees delta (u^T k), and u^T k is rarely zero (its mean square is at least
+1 / (k*^T C^-1 k*), about 1/width for a key as typical as the read-out's), so the smaller delta,
+the fewer other answers move: the optimiser takes small steps and stops at the first success.
 
 The edit input follows the model's answer format (tracing.answer_point): ``question⁇PLACE⁇``
 for ``direct``; for ``recall`` the model's own recalled text with its answer replaced by the new
@@ -31,6 +38,13 @@ from torch import Tensor
 from .model import GPT
 from .tracing import TraceError
 from .vocab import MASK_CHAR, PAD_ID, Vocab
+
+
+# Where the key of an edit is read: ROME's subject's last token (the name's last character), or
+# where the place is read out (the position before the place's first character), which is where
+# causal tracing of the recall-format models finds the fact (README "Where does the model keep a
+# fact").
+LOCI = ("name", "answer")
 
 
 def check_layer(model: GPT, layer: int) -> int:
@@ -109,13 +123,25 @@ class EditInput:
 
 
     @property
-    def key_positions(self) -> list[int]:
-        """The last character of every occurrence of the name (a recalled line may repeat it):
-        the value is written at each, and the key is their mean."""
+    def name_positions(self) -> list[int]:
+        """The last character of every occurrence of the name (a recalled line may repeat it)."""
         from .tracing import occurrences
 
         first = self.name_last + 1 - len(self.name)
         return [s + len(self.name) - 1 for s in occurrences(self.text, self.name, first)]
+
+    @property
+    def answer_position(self) -> int:
+        """The position whose next character is the first of the new place where the model
+        first produces it (in the recalled line when the line spells it, else after ``⁇``):
+        where the place is read out of the weights, the end of the trace's input."""
+        return self.place_at[0] - 1
+
+    def key_positions(self, at: str) -> list[int]:
+        """Where the key is read (their mean) and the value written, for the locus ``at``."""
+        if at not in LOCI:
+            raise TraceError(f"--at must be one of {', '.join(LOCI)}, got {at!r}")
+        return self.name_positions if at == "name" else [self.answer_position]
 
 
 def edit_input(model: GPT, vocab: Vocab, name: str, place: str) -> EditInput:
@@ -155,6 +181,7 @@ class Edit:
     loss_before: float  # weighted mean negative log-likelihood of the edit input's predicted characters
     loss_after: float  # ... under the edit, at the last optimisation step
     steps: int
+    positions: list[int]  # where the key was read in the edit input (their mean)
 
 
 def _target(ids: list[int], prompt_len: int, device, given: tuple[int, ...] = ()) -> tuple[Tensor, Tensor]:
@@ -169,8 +196,8 @@ def _target(ids: list[int], prompt_len: int, device, given: tuple[int, ...] = ()
 
 
 def optimise_value(model: GPT, x: Tensor, y: Tensor, weights: Tensor, layer: int, positions: list[int],
-                   direction: Tensor, succeeded=None, *, steps: int = 100, lr: float = 0.02,
-                   weight_decay: float = 0.01, clamp: float = 4.0,
+                   direction: Tensor, succeeded=None, *, steps: int = 600, lr: float = 0.005,
+                   weight_decay: float = 0.1, clamp: float = 4.0,
                    check_every: int = 5) -> tuple[Tensor, float, float, int]:
     """The vector delta of the edit W' = W + delta u^T (u = ``direction``) of ``layer``'s MLP
     output matrix that makes the model produce y. During the optimisation the edit is applied
@@ -180,15 +207,22 @@ def optimise_value(model: GPT, x: Tensor, y: Tensor, weights: Tensor, layer: int
     Loss: the ``weights``-weighted mean NLL of y + weight_decay ||delta||^2 / s^2, with ||delta||
     <= clamp x s (ROME's two regularisers), where s is the norm of the residual stream at the
     key ``positions``. ROME scales by the MLP output's norm; in a small model an early MLP's
-    output can be far smaller than the stream it must steer. Every ``check_every`` steps
-    ``succeeded()`` (e.g. "the model now answers the new place") is asked, and the optimisation
-    stops at the first yes: every further step only grows delta, and the larger delta, the more
-    other answers the edit disturbs. Returns delta, loss before, loss after, steps."""
+    output can be far smaller than the stream it must steer. Every ``check_every`` steps, once
+    the model's greedy choice is right at every fully weighted position of y (cheap, from the
+    step's logits), ``succeeded()`` (e.g. "the model now answers the new place", a decode) is
+    asked, and the optimisation stops at the first yes: every further step only grows delta,
+    and the larger delta, the more other answers the edit disturbs (README: the number of other
+    answers changed follows |delta|; small steps and the weight decay keep it small).
+    Returns delta, loss before, loss after, steps."""
     out_layer, block = model.blocks[layer].mlp[2], model.blocks[layer]
+    focus = (weights[0] >= 1.0) & (y[0] != PAD_ID)
 
     def loss_of(logits: Tensor) -> Tensor:
         nll = torch.nn.functional.cross_entropy(logits[0].float(), y[0], ignore_index=PAD_ID, reduction="none")
         return (nll * weights[0]).sum() / weights[0].sum()
+
+    def greedy_right(logits: Tensor) -> bool:
+        return bool(torch.equal(logits[0][focus].argmax(-1), y[0][focus]))
 
     with torch.no_grad():
         store: list[Tensor] = []
@@ -214,12 +248,11 @@ def optimise_value(model: GPT, x: Tensor, y: Tensor, weights: Tensor, layer: int
     step = 0
     try:
         for step in range(steps + 1):
-            if step and succeeded is not None and step % check_every == 0 and succeeded():
-                break
             logits, _ = model.run(x)
             loss = loss_of(logits)
             after = float(loss.detach())
-            if step == steps:
+            if step == steps or (step and succeeded is not None and step % check_every == 0
+                                 and greedy_right(logits.detach()) and succeeded()):
                 break
             opt.zero_grad()
             (loss + weight_decay * delta.pow(2).sum() / scale ** 2).backward()
@@ -273,10 +306,14 @@ def answer_of(model: GPT, vocab: Vocab, name: str) -> str:
     return answer_questions(model, vocab, [QAExample(f"Where was {name} born?", None, "<edit>", 1)])[0].answer
 
 
-def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, second_moment: Tensor,
-               rest_weight: float = 0.1, **optimiser) -> tuple[GPT, Edit, EditInput]:
-    """A copy of ``model`` in which ``name`` was born in ``place`` (the original is untouched)."""
+def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, second_moment: Tensor, *,
+               at: str = "answer", ridge: float = 1e-3, rest_weight: float = 0.1,
+               **optimiser) -> tuple[GPT, Edit, EditInput]:
+    """A copy of ``model`` in which ``name`` was born in ``place`` (the original is untouched),
+    with the key read at the locus ``at`` (LOCI)."""
     check_layer(model, layer)
+    if at not in LOCI:
+        raise TraceError(f"--at must be one of {', '.join(LOCI)}, got {at!r}")
     vocab.encode(place, source="--place")
     vocab.encode(name, source="--person")
     if not place or MASK_CHAR in place:
@@ -291,9 +328,9 @@ def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, seco
     # recalled line only has to stay as the model wrote it, so it weighs less.
     weights = torch.full(y.shape, rest_weight, device=y.device)
     weights[0, [p - 1 for p in target.focus]] = 1.0
-    positions = [p for p in target.key_positions if p < x.shape[1]]
+    positions = [p for p in target.key_positions(at) if p < x.shape[1]]
     key = keys_of(model, x, layer)[positions].mean(0)
-    direction = update_direction(key, second_moment)
+    direction = update_direction(key, second_moment, ridge)
 
     def answers_place() -> bool:
         return answer_of(model, vocab, name) == place
@@ -303,11 +340,22 @@ def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, seco
     edited = copy.deepcopy(model)
     out = edited.blocks[layer].mlp[2]
     with torch.no_grad():
-        out.weight.copy_(rank_one_update(out.weight, key, delta, second_moment))
-    return edited, Edit(layer, key, delta, before, after, steps), target
+        out.weight.copy_(rank_one_update(out.weight, key, delta, second_moment, ridge))
+    return edited, Edit(layer, key, delta, before, after, steps, positions), target
 
 
 # ---- choosing the layer ----------------------------------------------------------------------
+def answer_layer(model: GPT) -> int:
+    """The default layer for an edit at the answer read-out: the one below the top. The top
+    layer's MLP at the read-out position moves only the next character's logits, so it cannot
+    spell a place of several characters (0 of 10 edits of models/cpu succeeded there); the
+    layer below is the highest whose change the top layer's attention carries to the place's
+    later characters, and the best measured (README "Where does the model keep a fact").
+    Tracing does not choose it: restoring the top layer's MLP there recovers the most, for the
+    same reason it cannot be edited (it writes the next character)."""
+    return max(0, model.config.n_layer - 2)
+
+
 @torch.no_grad()
 def mlp_effect_by_layer(model: GPT, vocab: Vocab, question: str, *, name: str | None = None,
                         noise: float = 3.0, samples: int = 10, seed: int = 0):
@@ -327,6 +375,17 @@ def mlp_effect_by_layer(model: GPT, vocab: Vocab, question: str, *, name: str | 
     for eps in sample_noise(model, point.name_end - point.name_start, noise, samples, seed):
         total += patched_probabilities(model, ids, ans, len(ctx), point.name_starts, eps, plan, clean).double().cpu()
     return (total / samples).numpy(), point
+
+
+def default_layer(model: GPT, vocab: Vocab, question: str, at: str, **trace) -> tuple[int, object]:
+    """The layer an edit at ``at`` uses when none is given, and the trace behind the choice
+    (None for ``answer``): below the top for ``answer`` (answer_layer); for ``name`` the
+    strongest MLP effect at the name's last character in the trace of ``question``
+    (mlp_effect_by_layer, with ``trace``'s noise, samples and seed)."""
+    if at == "answer":
+        return answer_layer(model), None
+    effects, _ = mlp_effect_by_layer(model, vocab, question, **trace)
+    return int(effects.argmax()), effects
 
 
 # ---- measuring an edit -----------------------------------------------------------------------

@@ -12,11 +12,14 @@ original model (one edit at a time, as ROME does, not all at once) and is measur
   line has such a slot count;
 - specificity: how many of the other dev answers changed (out of the other dev questions).
 
-The MLP edited is the one `attnlab edit` picks by default (strongest MLP effect at the name's
-last character in the trace of that question) unless ``--layer`` fixes it.
+The key is read at ``--at`` (default ``answer``: the character before the new place is first
+written; ``name``: the name's last character, ROME's subject token). The MLP edited is the one
+`attnlab edit` picks by default (``answer``: the layer below the top; ``name``: the strongest
+MLP effect at the name's last character in the trace of that question) unless ``--layer``
+fixes it.
 Targets (issue 15): efficacy >= 95%, on average <= 1% of the other dev answers changed.
 
-Run: .venv/bin/python benchmarks/editing.py --run models/cpu [--n 50] [--seed 0] [--layer L]
+Run: .venv/bin/python benchmarks/editing.py --run models/cpu [--n 50] [--seed 0] [--at answer] [--layer L]
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ from _common import DATA, report, table  # noqa: E402
 
 from attnlab.checkpoint import load_model  # noqa: E402
 from attnlab.data import read_qa, read_text  # noqa: E402
-from attnlab.editing import (changed_answers, completes_with, edit_model, key_second_moment,  # noqa: E402
-                             mlp_effect_by_layer, place_slot, stat_texts)
+from attnlab.editing import (LOCI, changed_answers, completes_with, default_layer, edit_model,  # noqa: E402
+                             key_second_moment, place_slot, stat_texts)
 from attnlab.evaluate import answer_questions  # noqa: E402
 from attnlab.knowledge import CorpusIndex, person_of  # noqa: E402
 
@@ -55,7 +58,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--corpus", default=str(DATA / "wiki.txt"), help="key statistics and corpus lines")
     ap.add_argument("--n", type=int, default=50, help="edits (people)")
     ap.add_argument("--seed", type=int, default=0, help="which people and places")
-    ap.add_argument("--layer", type=int, default=None, help="MLP edited (default: chosen by tracing per question)")
+    ap.add_argument("--at", choices=LOCI, default="answer", help="where the key is read (attnlab edit --at)")
+    ap.add_argument("--layer", type=int, default=None,
+                    help="MLP edited (default: --at answer: the layer below the top; --at name: chosen by tracing per question)")
     ap.add_argument("--samples", type=int, default=10, help="tracing samples for choosing the layer")
     ap.add_argument("--stat-lines", type=int, default=1000, help="corpus lines for the key statistics")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -85,14 +90,11 @@ def main(argv: list[str] | None = None) -> None:
         name = person_of(ex.question)
         place = rng.choice([p for p in places if p not in (ex.answer, old.answer)])
         start = time.perf_counter()
-        if args.layer is None:
-            effects, _ = mlp_effect_by_layer(model, vocab, ex.question, samples=args.samples, seed=args.seed)
-            layer = int(np.argmax(effects))
-        else:
-            layer = args.layer
+        layer = args.layer if args.layer is not None else default_layer(
+            model, vocab, ex.question, args.at, samples=args.samples, seed=args.seed)[0]
         if layer not in moments:
             moments[layer] = key_second_moment(model, vocab, texts, layer)
-        edited, edit, _ = edit_model(model, vocab, name, place, layer, moments[layer])
+        edited, edit, _ = edit_model(model, vocab, name, place, layer, moments[layer], at=args.at)
         efficacy = answer_questions(edited, vocab, [ex])[0].answer == place
         slot = place_slot(index.line_of(name), name, [ex.answer, old.answer])
         general = None if slot is None else completes_with(edited, vocab, slot, place)
@@ -128,14 +130,16 @@ def main(argv: list[str] | None = None) -> None:
         ["seconds per edit (layer choice, edit, all measurements)",
          f"{float(np.mean([r['seconds'] for r in results])):.1f}", ""],
     ])
+    layer_rule = (args.layer if args.layer is not None else "below the top" if args.at == "answer" else
+                  f"chosen by tracing each question ({args.samples} noise samples, 3 x embedding std)")
     text = "\n\n".join([
         summary,
         "\n".join([
             f"- {args.run}, {n} single edits{'' if n == args.n else f' (of {args.n} planned: --max-minutes {args.max_minutes:g} ran out)'}"
             f" (each from the original model) of random people of "
-            f"{args.dev} (seed {args.seed}) to random places of {args.train_file}; layer "
-            f"{f'chosen by tracing each question ({args.samples} noise samples, 3 x embedding std)' if args.layer is None else args.layer}",
-            f"- key statistics: {len(texts)} corpus lines; delta optimised by Adam (at most 100 steps, "
+            f"{args.dev} (seed {args.seed}) to random places of {args.train_file}; key at --at {args.at}; "
+            f"layer {layer_rule}",
+            f"- key statistics: {len(texts)} corpus lines; delta optimised by Adam (at most 600 steps, "
             f"stopping once the edited model answers the new place); "
             f"total wall time {total / 60:.1f} min",
         ]),
@@ -143,9 +147,10 @@ def main(argv: list[str] | None = None) -> None:
         + table(["person", "answer before", "new place", "layer", "efficacy", "generalisation",
                  "other answers changed", "s"], rows) + "\n\n</details>",
     ])
-    # one section per setting: the default layer choice, or each fixed --layer
-    report("editing" if args.layer is None else f"editing-layer{args.layer}", text, write=not args.no_write, device=args.device, title="Rank-one editing of birth places (benchmarks/editing.py"
-           + ("" if args.layer is None else f", --layer {args.layer}") + ")")
+    # one section per setting: the default, or each other locus and fixed --layer
+    flags = ("" if args.at == "answer" else f" --at {args.at}") + ("" if args.layer is None else f" --layer {args.layer}")
+    report("editing" + flags.replace(" --at ", "-").replace(" --layer ", "-layer"), text, write=not args.no_write, device=args.device,
+           title=f"Rank-one editing of birth places (benchmarks/editing.py{flags})")
 
 
 if __name__ == "__main__":

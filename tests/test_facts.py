@@ -185,14 +185,42 @@ def test_edit_changes_the_answer_and_leaves_the_original_untouched(run, tmp_path
     assert answer_by_recall(original, vocab, ["Ana Linda"], RECALL)[0].answer == "Paris"
 
 
-def test_edit_without_layer_says_which_layer_tracing_chose(run, tmp_path, capsys):
+def test_edit_at_the_name_without_layer_says_which_layer_tracing_chose(run, tmp_path, capsys):
     out = tmp_path / "edited"
-    assert cli.main(["edit", str(run / "run"), "--person", "Ana Lindi", "--place", "Rome", "--out-dir", str(out),
-                     "--samples", "2", "--corpus", str(run / "wiki.txt"), "--eval-file", ""]) == 0
+    assert cli.main(["edit", str(run / "run"), "--person", "Ana Lindi", "--place", "Rome", "--at", "name",
+                     "--out-dir", str(out), "--samples", "2", "--corpus", str(run / "wiki.txt"), "--eval-file", ""]) == 0
     printed = capsys.readouterr().out
     report = json.loads((out / "edit.json").read_text())
-    assert report["layer_chosen_by"] == "trace"
-    assert f"layer {report['layer']}: the strongest MLP effect" in printed
+    assert (report["at"], report["layer_chosen_by"]) == ("name", "trace")
+    assert f"layer {report['layer']}: the strongest MLP effect at the name's last character" in printed
+    assert [report["edit_input"][p] for p in report["key_positions"]] == ["i"]  # "Ana Lindi"'s last
+
+
+def test_edit_by_default_reads_the_key_where_the_place_is_read_out_below_the_top_layer(run, tmp_path, capsys):
+    out = tmp_path / "edited"
+    assert cli.main(["edit", str(run / "run"), "--person", "Ana Lindo", "--place", "Quito", "--out-dir", str(out),
+                     "--corpus", str(run / "wiki.txt"), "--eval-file", str(run / "dev.tsv")]) == 0
+    report = json.loads((out / "edit.json").read_text())
+    assert (report["at"], report["layer"], report["layer_chosen_by"]) == ("answer", 0, "below the top")
+    [key] = report["key_positions"]
+    assert report["edit_input"][:key + 1] == "Ana Lindo. This one was born in "  # the place comes next
+    assert report["efficacy"] is True and report["answer_after"] == "Quito"
+    assert "layer 0: the layer below the top" in capsys.readouterr().out
+
+
+def test_edit_input_loci():
+    target = editing.EditInput("Ab Cd. Ab Cd was born in Lima.⁇Lima⁇", 6, 4, "Oslo", "Ab Cd",
+                               place_at=(25, 31), place_len=4)
+    assert target.key_positions("name") == [4, 11]  # every occurrence of the name
+    assert target.key_positions("answer") == [24]  # before the place's first writing, not the read-out copy
+    with pytest.raises(tracing.TraceError, match="--at must be one of name, answer"):
+        target.key_positions("end")
+
+
+def test_answer_layer_is_the_one_below_the_top():
+    def model(n_layer):
+        return GPT(ModelConfig(vocab_size=12, block_size=8, n_layer=n_layer, n_head=1, n_embd=8))
+    assert [editing.answer_layer(model(n)) for n in (1, 2, 4)] == [0, 0, 2]
 
 
 @pytest.mark.parametrize("argv, problem", [

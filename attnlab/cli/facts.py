@@ -12,8 +12,12 @@ import numpy as np
 
 from .. import bounds, paths
 from ..data import read_corpus, read_questions
+from ..editing import LOCI
 from ..tracing import TraceError
 from . import flags
+
+LOCUS_WORDS = {"name": "the name's last character",
+               "answer": "the place's read-out (the character before the place is first written)"}
 
 
 # ---- trace -----------------------------------------------------------------------------------
@@ -127,8 +131,8 @@ def cmd_edit(args: argparse.Namespace) -> int:
     from ..checkpoint import CHECKPOINT_NAME, load_model, resolve, save_checkpoint
     from ..data import QAExample, read_qa
     from ..devices import resolve_device
-    from ..editing import (changed_answers, check_layer, completes_with, edit_model, key_second_moment,
-                          mlp_effect_by_layer, place_slot, stat_texts)
+    from ..editing import (changed_answers, check_layer, completes_with, default_layer, edit_model,
+                          key_second_moment, place_slot, stat_texts)
     from ..evaluate import answer_questions
     from ..knowledge import CorpusIndex, person_of
 
@@ -153,20 +157,24 @@ def cmd_edit(args: argparse.Namespace) -> int:
     vocab.encode(args.place, source="--place")
     vocab.encode(args.person, source="--person")
     question = f"Where was {args.person} born?"
+    locus = LOCUS_WORDS[args.at]
     if args.layer is None:
-        effects, _ = mlp_effect_by_layer(model, vocab, question, noise=args.noise, samples=args.samples,
-                                         seed=args.seed)
-        layer = int(np.argmax(effects))
-        print(f"layer {layer}: the strongest MLP effect at the name's last character in the trace "
-              f"of this question (recovered probability by layer: "
-              f"{' '.join(f'{x:.4f}' for x in effects)})")
+        layer, effects = default_layer(model, vocab, question, args.at, noise=args.noise,
+                                       samples=args.samples, seed=args.seed)
+        if effects is None:
+            print(f"layer {layer}: the layer below the top, the default for an edit at the answer "
+                  f"(the top layer's MLP there moves only the next character)")
+        else:
+            print(f"layer {layer}: the strongest MLP effect at {locus} in the trace "
+                  f"of this question (recovered probability by layer: "
+                  f"{' '.join(f'{x:.4f}' for x in effects)})")
     else:
         layer = args.layer
         print(f"layer {layer} (--layer)")
     moment = key_second_moment(model, vocab, stat_texts(model, docs, args.stat_lines, args.seed), layer)
-    edited, edit, target = edit_model(model, vocab, args.person, args.place, layer, moment)
-    print(f"edit input: {target.text!r} (key at characters {target.key_positions}, the name's "
-          f"last character); the model answered {target.old_answer!r} before")
+    edited, edit, target = edit_model(model, vocab, args.person, args.place, layer, moment, at=args.at)
+    print(f"edit input: {target.text!r} (key at characters {edit.positions}, {locus}); "
+          f"the model answered {target.old_answer!r} before")
     print(f"value optimised in {edit.steps} steps: loss {edit.loss_before:.3f} -> {edit.loss_after:.3f}; "
           f"|delta| {float(edit.delta.norm()):.3f}")
 
@@ -182,8 +190,10 @@ def cmd_edit(args: argparse.Namespace) -> int:
     else:
         print(f"generalisation: {slot!r} -> {'the new place' if general else 'NOT the new place'}")
 
-    report = {"source": str(source), "person": args.person, "place": args.place, "layer": layer,
-              "layer_chosen_by": "--layer" if args.layer is not None else "trace",
+    report = {"source": str(source), "person": args.person, "place": args.place, "at": args.at,
+              "key_positions": edit.positions, "layer": layer,
+              "layer_chosen_by": ("--layer" if args.layer is not None
+                                  else "trace" if args.at == "name" else "below the top"),
               "old_answer": target.old_answer, "edit_input": target.text, "efficacy": efficacy,
               "answer_after": now, "generalisation": general, "generalisation_prompt": slot,
               "steps": edit.steps, "loss_before": edit.loss_before, "loss_after": edit.loss_after}
@@ -225,11 +235,19 @@ def register(command) -> None:
     p.add_argument("--person", required=True, help="the name, as in 'Where was NAME born?' (default: none; required)")
     p.add_argument("--place", required=True, help="the new birth place (default: none; required)")
     flags.out_dir(p, None, "new run directory for the edited model (default: none; required)", old=("--out",))
+    p.add_argument("--at", choices=LOCI, default="answer",
+                   help="where the key is read: 'answer', the position before the place's first "
+                        "character where the model first writes it (where tracing finds the fact in "
+                        "recall-format models), or 'name', the name's last character (ROME's subject "
+                        "token)")
     p.add_argument("--layer", type=int, default=None,  # its range depends on the model: check_layer
-                   help="MLP to edit (default: the layer where tracing this question finds the "
-                        "strongest MLP effect at the name's last character)")
-    p.add_argument("--noise", type=bounds.positive_float, default=3.0, help="tracing noise for choosing the layer")
-    p.add_argument("--samples", type=bounds.positive_int, default=10, help="tracing samples for choosing the layer")
+                   help="MLP to edit (default: with --at answer the layer below the top; with "
+                        "--at name the layer where tracing this question finds the strongest MLP "
+                        "effect at the name's last character)")
+    p.add_argument("--noise", type=bounds.positive_float, default=3.0,
+                   help="tracing noise for choosing the layer (--at name)")
+    p.add_argument("--samples", type=bounds.positive_int, default=10,
+                   help="tracing samples for choosing the layer (--at name)")
     p.add_argument("--seed", type=bounds.seed, default=0, help="seed for the noise and the corpus sample")
     flags.corpus(p, help="corpus: key statistics and the person's line for generalisation")
     p.add_argument("--stat-lines", type=bounds.non_negative_int, default=1000, help="corpus lines for the key statistics (0 = all)")
