@@ -113,7 +113,7 @@ def measure(model: str, setting: str, seconds: float, busy: bool) -> dict:
 
 def measured(model: str, settings: list[str], seconds: float, repeats: int) -> dict:
     """Each (setting, busy) ``repeats`` times, round-robin (a drifting machine then affects all
-    alike); the run with the median tokens/s of each."""
+    alike); the run with the median tokens/s of each (of an even count, the higher)."""
     runs: dict[tuple[str, bool], list[dict]] = {}
     for _ in range(repeats):
         for s in settings:
@@ -152,7 +152,7 @@ def main() -> None:
                          f"{alone['threads']}/{busy['threads']}"])
     text = table(["model", "setting", "tokens/s alone", "tokens/s, one core busy", "busy/alone",
                   "kept (busy / 1 thread alone)", "threads alone/busy"], rows)
-    text += (f"\n\nEach figure: the median of {args.repeats} runs (round-robin) of {args.seconds:.0f} s of training (trainer's step, span batches, the preset's "
+    text += (f"\n\nEach figure: the median of {args.repeats} runs (round-robin; of an even count, the higher) of {args.seconds:.0f} s of training (trainer's step, span batches, the preset's "
              f"batch size) after 2 warm-up steps, one process at a time; 'one core busy': a pure-Python "
              f"loop in another process. Target (issue 12): kept >= 0.5.")
     report("contention", text, write=args.write, title="Training next to a busy core")
