@@ -235,6 +235,28 @@ def test_a_second_signal_lets_the_checkpoint_write_finish(tmp_path, monkeypatch)
             signal.raise_signal(signal.SIGINT)
 
 
+def test_ctrl_c_during_a_finished_runs_last_checkpoint_lets_it_finish(tmp_path, monkeypatch, capsys):
+    """The run is done and writing its last checkpoint when Ctrl-C comes: the file is written
+    whole at the last step, then the program stops (exit 130)."""
+    from tests.conftest import DATA
+
+    real, calls = checkpoint.save_file, []
+
+    def interrupted(tensors, filename, metadata):
+        calls.append(json.loads(metadata["attnlab"])["meta"]["step"])
+        if len(calls) == 1:
+            signal.raise_signal(signal.SIGINT)
+        real(tensors, filename, metadata=metadata)
+
+    monkeypatch.setattr(checkpoint, "save_file", interrupted)
+    code = cli.main(["pretrain", "--preset", "tiny", "--max-steps", "4", "--device", "cpu", "--out-dir",
+                     str(tmp_path / "run"), "--corpus", str(DATA / "wiki.txt"), "--eval-file", ""])
+    assert code == 130
+    assert calls == [4]  # the only write was the last step's, and it completed
+    assert load_checkpoint(tmp_path / "run").meta["step"] == 4
+    assert "the run is complete" in capsys.readouterr().out
+
+
 def test_stale_temporary_files_are_removed_by_the_next_write(tmp_path):
     model, vocab = _small_model()
     stale, fresh = tmp_path / ".tmp-k1l2.safetensors", tmp_path / ".tmp-m3n4.safetensors"
