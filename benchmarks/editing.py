@@ -13,7 +13,9 @@ original model (one edit at a time, as ROME does, not all at once) and is measur
 - specificity: how many of the other dev answers changed (out of the other dev questions).
 
 The key is read at ``--at`` (default ``answer``: the character before the new place is first
-written; ``name``: the name's last character, ROME's subject token). The MLP edited is the one
+written, with the two-key edit of ``both`` where that fails and the recalled line spells the
+place; ``both``: one key there and one at the ``⁇`` before the answer; ``name``: the name's last
+character, ROME's subject token). The MLP edited is the one
 `attnlab edit` picks by default (``answer``: the layer below the top; ``name``: the strongest
 MLP effect at the name's last character in the trace of that question) unless ``--layer``
 fixes it.
@@ -130,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         ["seconds per edit (layer choice, edit, all measurements)",
          f"{float(np.mean([r['seconds'] for r in results])):.1f}", ""],
     ])
-    layer_rule = (args.layer if args.layer is not None else "below the top" if args.at == "answer" else
+    layer_rule = (args.layer if args.layer is not None else "below the top" if args.at != "name" else
                   f"chosen by tracing each question ({args.samples} noise samples, 3 x embedding std)")
     text = "\n\n".join([
         summary,

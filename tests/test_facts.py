@@ -213,8 +213,41 @@ def test_edit_input_loci():
                                place_at=(25, 31), place_len=4)
     assert target.key_positions("name") == [4, 11]  # every occurrence of the name
     assert target.key_positions("answer") == [24]  # before the place's first writing, not the read-out copy
+    assert target.key_groups("both") == [[24], [30]]  # the line's read-out and the answer's (the mark)
+    unspelt = editing.EditInput("Ab Cd. Ab Cd was born.⁇Lima⁇", 6, 4, "Oslo", "Ab Cd", place_at=(23,), place_len=4)
+    assert unspelt.key_groups("both") == unspelt.key_groups("answer") == [[22]]  # one read-out, one key
     with pytest.raises(tracing.TraceError, match="--at must be one of name, answer"):
         target.key_positions("end")
+
+
+def test_edit_at_both_makes_a_rank_two_edit_keyed_at_both_read_outs(run, tmp_path):
+    out = tmp_path / "edited"
+    assert cli.main(["edit", str(run / "run"), "--person", "Ana Linde", "--place", "Rome", "--at", "both",
+                     "--out-dir", str(out), "--corpus", str(run / "wiki.txt"), "--eval-file", ""]) == 0
+    report = json.loads((out / "edit.json").read_text())
+    line, mark = report["key_positions"]
+    text = report["edit_input"]
+    assert text[:line + 1] == "Ana Linde. This one was born in " and text[mark:] == "⁇Rome⁇"
+    assert report["efficacy"] is True and report["answer_after"] == "Rome"
+    (before, _), (after, _) = _model(run), load_model(out)[:2]
+    change = after.blocks[0].mlp[2].weight - before.blocks[0].mlp[2].weight
+    assert int(torch.linalg.matrix_rank(change.double(), rtol=1e-6)) == 2  # one value per key
+
+
+def test_edit_at_the_answer_falls_back_to_both_read_outs_when_one_key_fails(run, monkeypatch):
+    model, vocab = _model(run)
+    moment = editing.key_second_moment(model, vocab, [recall_string(l, RECALL, p) for l, (_, p) in zip(LINES, PEOPLE)], 0)
+    real = editing.optimise_value
+
+    def one_key_fails(model, x, y, weights, layer, positions, directions, *args, **kw):
+        if len(directions) == 1:  # a one-key edit that changes nothing
+            return torch.zeros(len(directions), model.config.n_embd), 0.0, 0.0, 0
+        return real(model, x, y, weights, layer, positions, directions, *args, **kw)
+
+    monkeypatch.setattr(editing, "optimise_value", one_key_fails)
+    edited, edit, target = editing.edit_model(model, vocab, "Ana Lindu", "Lima", 0, moment)
+    assert edit.positions == [target.answer_position, target.mark_position] != [target.answer_position]
+    assert editing.answer_of(edited, vocab, "Ana Lindu") == "Lima"
 
 
 def test_answer_layer_is_the_one_below_the_top():

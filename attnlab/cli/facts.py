@@ -17,7 +17,8 @@ from ..tracing import TraceError
 from . import flags
 
 LOCUS_WORDS = {"name": "the name's last character",
-               "answer": "the place's read-out (the character before the place is first written)"}
+               "answer": "the place's read-out (the character before the place is first written)",
+               "both": "the place's read-outs in the recalled line and after the answer mark (one key each)"}
 
 
 # ---- trace -----------------------------------------------------------------------------------
@@ -238,7 +239,9 @@ def register(command) -> None:
     p.add_argument("--at", choices=LOCI, default="answer",
                    help="where the key is read: 'answer', the position before the place's first "
                         "character where the model first writes it (where tracing finds the fact in "
-                        "recall-format models), or 'name', the name's last character (ROME's subject "
+                        "recall-format models; where that edit fails and the recalled line spells the place, "
+                        "the edit of 'both'), 'both', two keys (a rank-two edit): that one and the "
+                        "'⁇' before the answer, or 'name', the name's last character (ROME's subject "
                         "token)")
     p.add_argument("--layer", type=int, default=None,  # its range depends on the model: check_layer
                    help="MLP to edit (default: with --at answer the layer below the top; with "
