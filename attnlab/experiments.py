@@ -17,7 +17,6 @@ the setting and both values. results.md and results.json record the settings too
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import shlex
 import time
@@ -31,6 +30,7 @@ from .checkpoint import CHECKPOINT_NAME, remove_stale_temp_files
 from .config import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, ModelConfig, TrainConfig, get_preset
 from .evaluate import Score
 from .knowledge import Stored
+from .paths import file_sha256
 from .pipeline import baseline, evaluate_file, finetune, pretrain, stored_facts
 
 # Rows of models trained by the recipe under test, drawn in colour; references in grey.
@@ -93,7 +93,7 @@ def experiment_settings(preset: str | None, model_config: ModelConfig, pretrain_
 def data_file(path: Any) -> dict[str, Any]:
     """A data file as recorded in settings: where it was read and what it held."""
     p = Path(path)
-    return {"path": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None}
+    return {"path": str(p), "sha256": file_sha256(p) if p.is_file() else None}
 
 
 def settings_differences(stored: dict[str, Any], current: dict[str, Any],

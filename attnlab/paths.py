@@ -13,6 +13,7 @@ no temporary file behind.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 from pathlib import Path
@@ -125,3 +126,12 @@ def save_figure(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
         fig.savefig(tmp, **kwargs)
         os.replace(tmp, path)
     return path
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB blocks (records of what a run read)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import socket
@@ -26,6 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from . import distributed
 from .checkpoint import CHECKPOINT_NAME, Checkpoint, load_checkpoint
+from .paths import file_sha256, write_atomically
 from .config import ModelConfig, TrainConfig, cli_fields
 
 LOCK_NAME = "train.lock"
@@ -94,7 +94,7 @@ class RunDir:
         else:
             for old in self.earlier:
                 old.unlink(missing_ok=True)
-        _write_atomically(self.path / CONFIG_NAME, json.dumps(config, indent=2, default=str) + "\n")
+        write_atomically(self.path / CONFIG_NAME, json.dumps(config, indent=2, default=str) + "\n")
 
 
 @contextlib.contextmanager
@@ -240,7 +240,7 @@ def keep_metrics_until(path: Path, step: int) -> None:
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     kept = [ln for ln in lines if _row_step(ln) is not None and _row_step(ln) <= step]
     if len(kept) != len(lines):
-        _write_atomically(path, "".join(ln if ln.endswith("\n") else ln + "\n" for ln in kept))
+        write_atomically(path, "".join(ln if ln.endswith("\n") else ln + "\n" for ln in kept))
 
 
 def _row_step(line: str) -> int | None:
@@ -249,15 +249,6 @@ def _row_step(line: str) -> int | None:
     except ValueError:
         return None
     return row.get("step") if isinstance(row, dict) and isinstance(row.get("step"), int) else None
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 # ---- resuming: the checkpoint's run -----------------------------------------------------------
@@ -330,7 +321,7 @@ def _value(name: str, value: Any) -> str:
 def data_files(**files: Iterable[str | Path | None]) -> dict[str, list[dict[str, str]]]:
     """Each option's files (path as given, SHA-256 of the contents), recorded in the
     checkpoint's meta so that a resume on other data is refused."""
-    return {name: [{"path": str(p), "sha256": _sha256(Path(p))} for p in paths if p]
+    return {name: [{"path": str(p), "sha256": file_sha256(p)} for p in paths if p]
             for name, paths in files.items()}
 
 
@@ -350,10 +341,3 @@ def check_data(ckpt: Checkpoint, files: dict[str, list[dict[str, str]]], checkpo
 def _paths(files: list[dict[str, str]]) -> str:
     return " ".join(f["path"] for f in files) or "(none)"
 
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
