@@ -18,11 +18,15 @@ W k + b is what the MLP writes into the residual stream there. The edit:
    usually take;
 3. W' = W + delta u^T, so the MLP's output changes by delta (u^T k) for a key k (by delta at
    k*), with delta optimised by gradient descent, the rest of the model fixed and the edit
-   applied exactly while optimising, until the edited model answers the new place.
+   applied exactly while optimising, until the edited model answers the new place, then shrunk
+   while it still does (optimise_value).
 
 Every other input sees delta (u^T k), and u^T k is rarely zero (its mean square is at least
-1 / (k*^T C^-1 k*), about 1/width for a key as typical as the read-out's), so the smaller delta,
-the fewer other answers move: the optimiser takes small steps and stops at the first success.
+1 / (k*^T C^-1 k*), about 1/width for a key as typical as the read-out's; along another
+answer's hundred-odd characters its largest value is about 0.2 at the read-out key, and about
+0.1 at the most distinctive position of any layer: benchmarks/editing.py "key overlap"), so the
+smaller delta, the fewer other answers move: the optimiser takes small steps, and once the edit
+works it looks for the smallest delta that still works.
 
 The edit input follows the model's answer format (tracing.answer_point): ``question⁇PLACE⁇``
 for ``direct``; for ``recall`` the model's own recalled text with its answer replaced by the new
@@ -97,16 +101,28 @@ def key_second_moment(model: GPT, vocab: Vocab, texts: list[str], layer: int, *,
     return (total / count).float()
 
 
-def stat_texts(model, docs: list[str], limit: int, seed: int) -> list[str]:
-    """Corpus lines in the form the model was trained on, a seeded sample of ``limit``."""
-    from .knowledge import recall_string
+def stat_texts(model, docs: list[str], limit: int, seed: int, places: dict[str, str] | None = None) -> list[str]:
+    """Texts in the form the model was trained on, to gather key statistics from, a seeded
+    sample of ``limit`` (0 = all): the corpus lines, in the recall format cut as recall training
+    strings, each followed, when ``places`` (name -> birth place: the training file) knows its
+    person, by ``PLACE⁇`` as the model was finetuned; in the direct format the training file's
+    questions ``Where was NAME born?⁇PLACE⁇`` are added. So C also knows the keys of the
+    answer's read-out and spelling, which every other answer passes through (models/cpu, 10
+    edits: other dev answers changed 14.1% -> 12.7%)."""
+    from .knowledge import CorpusIndex, recall_string
 
+    places = places or {}
     docs = [d for d in docs if d.strip()]
-    if limit and len(docs) > limit:
-        docs = random.Random(seed).sample(docs, limit)
     if model.config.qa_format == "recall":
-        return [recall_string(d, model.config.recall_chars) for d in docs]
-    return docs
+        index = CorpusIndex(docs)
+        line_place = {index.line_number(name) - 1: place for name, place in places.items()
+                      if index.line_number(name) is not None}
+        texts = [recall_string(d, model.config.recall_chars, line_place.get(i)) for i, d in enumerate(docs)]
+    else:
+        texts = docs + [f"Where was {name} born?{MASK_CHAR}{place}{MASK_CHAR}" for name, place in sorted(places.items())]
+    if limit and len(texts) > limit:
+        texts = random.Random(seed).sample(texts, limit)
+    return texts
 
 
 # ---- the edit input --------------------------------------------------------------------------
@@ -165,6 +181,41 @@ class EditInput:
         return [p for group in self.key_groups(at) for p in group]
 
 
+# A copied answer shorter than this is not looked for by its prefix (one or two letters match
+# anywhere).
+MIN_PREFIX = 3
+
+
+def place_span(line: str, answer: str, name: str, start: int) -> tuple[int, int] | None:
+    """Where ``line`` (a recalled line) spells the place the model answered, (start, end), or
+    None: the first occurrence of ``answer`` from ``start`` on outside every occurrence of the
+    name (a recalled line repeats the name, and a name may contain a place's letters: "John
+    Henry" answered "Henry"); else, since the model's read-out sometimes miscopies the line
+    ("Pennsylvania" read out as "Penniva", "Moulins" as "Moulinss"), the line's word that starts
+    with the longest prefix of ``answer`` (at least MIN_PREFIX characters) outside the name."""
+    if not answer:
+        return None
+    from .tracing import occurrences
+
+    names = [(s, s + len(name)) for s in occurrences(line, name, 0)]
+
+    def outside_name(a: int, b: int) -> bool:
+        return all(b <= s or a >= e for s, e in names)
+
+    for at in occurrences(line, answer, start):
+        if outside_name(at, at + len(answer)):
+            return at, at + len(answer)
+    for n in range(len(answer) - 1, MIN_PREFIX - 1, -1):
+        for at in occurrences(line, answer[:n], start):
+            word_start = at == 0 or not line[at - 1].isalnum()
+            end = at + n
+            while end < len(line) and line[end].isalnum():
+                end += 1
+            if word_start and outside_name(at, end):
+                return at, end
+    return None
+
+
 def edit_input(model: GPT, vocab: Vocab, name: str, place: str) -> EditInput:
     """The sequence that says ``name`` was born in ``place``, in the model's answer format."""
     from .knowledge import answer_by_recall, recall_prompt
@@ -181,10 +232,11 @@ def edit_input(model: GPT, vocab: Vocab, name: str, place: str) -> EditInput:
     got = answer_by_recall(model, vocab, [name], model.config.recall_chars)[0]
     opening = len(recall_prompt(name))
     recalled = got.recalled
-    at = recalled.find(got.answer, opening) if got.answer else -1
+    span = place_span(recalled, got.answer, name, opening)
     spots = []
-    if at >= 0:
-        recalled = (recalled[:at] + place + recalled[at + len(got.answer):])[:model.config.recall_chars]
+    if span is not None:
+        at, end = span
+        recalled = (recalled[:at] + place + recalled[end:])[:model.config.recall_chars]
         spots.append(at)
     spots.append(len(recalled) + 1)
     # A recall that fills its budget is closed by answer_by_recall, not by the model.
@@ -218,24 +270,34 @@ def _target(ids: list[int], prompt_len: int, device, given: tuple[int, ...] = ()
 
 def optimise_value(model: GPT, x: Tensor, y: Tensor, weights: Tensor, layer: int, positions: list[int],
                    directions: Tensor, succeeded=None, *, steps: int = 600, lr: float = 0.005,
-                   weight_decay: float = 0.1, clamp: float = 4.0,
-                   check_every: int = 5) -> tuple[Tensor, float, float, int]:
+                   weight_decay: float = 0.1, clamp: float = 4.0, check_every: int = 5,
+                   tighten_steps: int = 200, margin: float = 0.5,
+                   tighten_lr: float = 0.002) -> tuple[Tensor, float, float, int]:
     """The vectors delta_i (m, C) of the edit W' = W + sum_i delta_i u_i^T (u_i: the rows of
     ``directions``, (m, 4C); one for a rank-one edit) of ``layer``'s MLP output matrix that make
     the model produce y, optimised jointly. During the optimisation the edit is applied exactly,
     by a hook adding sum_i (u_i^T k) delta_i to the matrix's output for every key k, so the model
     optimised is the edited model, on this input and on any other (a generation too).
 
-    Loss: the ``weights``-weighted mean NLL of y + weight_decay ||delta||^2 / s^2, with ||delta||
-    <= clamp x s for each delta_i (ROME's two regularisers), where s is the norm of the residual stream at the
-    key ``positions``. ROME scales by the MLP output's norm; in a small model an early MLP's
-    output can be far smaller than the stream it must steer. Every ``check_every`` steps, once
-    the model's greedy choice is right at every fully weighted position of y (cheap, from the
-    step's logits), ``succeeded()`` (e.g. "the model now answers the new place", a decode) is
-    asked, and the optimisation stops at the first yes: every further step only grows delta,
-    and the larger delta, the more other answers the edit disturbs (README: the number of other
-    answers changed follows |delta|; small steps and the weight decay keep it small).
-    Returns delta, loss before, loss after, steps."""
+    Every other input sees delta (u^T k) too, so the smaller delta, the fewer other answers move
+    (a random delta of the same norm moves about as many as the optimised one, README "Where
+    does the model keep a fact"). Two phases:
+
+    1. reach: the ``weights``-weighted mean NLL of y + weight_decay ||delta||^2 / s^2, with
+       ||delta_i|| <= clamp x s (ROME's two regularisers; s: the norm of the residual stream at
+       the key ``positions``; ROME scales by the MLP output's norm, but in a small model an early
+       MLP's output can be far smaller than the stream it must steer), by Adam with small steps
+       until the edit first works: every ``check_every`` steps, once the model's greedy choice
+       is right at every fully weighted position of y (cheap, from the step's logits),
+       ``succeeded(delta)`` (e.g. "the model with this edit merged into its weights answers the
+       new place", a decode) is asked.
+    2. tighten (``tighten_steps``, only when ``succeeded`` is given): the smallest delta that
+       still works, by Adam on ||delta||^2 / |delta_reached|^2 + 10 x the mean hinge
+       max(0, ``margin`` - (logit of y - best other logit)) over the fully weighted positions,
+       keeping the smallest delta that ``succeeded`` accepts (models/cpu, 10 edits: the norm
+       falls by a third to a half; other dev answers changed 12.7% -> 9.0%).
+
+    Returns delta, loss before, loss after (of the delta returned), steps of phase 1."""
     out_layer, block = model.blocks[layer].mlp[2], model.blocks[layer]
     focus = (weights[0] >= 1.0) & (y[0] != PAD_ID)
 
@@ -265,28 +327,65 @@ def optimise_value(model: GPT, x: Tensor, y: Tensor, weights: Tensor, layer: int
     grads = [p.requires_grad for p in params]
     for p in params:
         p.requires_grad_(False)
-    opt = torch.optim.Adam([delta], lr=lr * scale)
     handle = out_layer.register_forward_hook(edit)
-    step = 0
     try:
-        for step in range(steps + 1):
-            logits, _ = model.run(x)
-            loss = loss_of(logits)
-            after = float(loss.detach())
-            if step == steps or (step and succeeded is not None and step % check_every == 0
-                                 and greedy_right(logits.detach()) and succeeded()):
-                break
-            opt.zero_grad()
-            (loss + weight_decay * delta.pow(2).sum() / scale ** 2).backward()
-            opt.step()
+        step, after, reached = _reach(model, x, delta, loss_of, greedy_right, succeeded, scale, steps=steps,
+                                      lr=lr, weight_decay=weight_decay, clamp=clamp, check_every=check_every)
+        if reached and tighten_steps:
+            _tighten(model, x, y, focus, delta, succeeded, steps=tighten_steps, margin=margin, lr=tighten_lr,
+                     check_every=2 * check_every)
             with torch.no_grad():
-                norms = delta.norm(dim=-1, keepdim=True)
-                delta.mul_((clamp * scale / norms.clamp_min(1e-12)).clamp(max=1.0))
+                after = float(loss_of(model.run(x)[0]))
     finally:
         handle.remove()
         for p, g in zip(params, grads):
             p.requires_grad_(g)
     return delta.detach(), before, after, step
+
+
+def _reach(model, x, delta, loss_of, greedy_right, succeeded, scale, *, steps, lr, weight_decay, clamp,
+           check_every) -> tuple[int, float, bool]:
+    """Phase 1 of optimise_value, in place on delta: (steps taken, last loss, whether
+    ``succeeded`` said yes)."""
+    opt = torch.optim.Adam([delta], lr=lr * scale)
+    step, after = 0, float("nan")
+    for step in range(steps + 1):
+        logits, _ = model.run(x)
+        loss = loss_of(logits)
+        after = float(loss.detach())
+        if (step and succeeded is not None and step % check_every == 0
+                and greedy_right(logits.detach()) and succeeded(delta.detach())):
+            return step, after, True
+        if step == steps:
+            break
+        opt.zero_grad()
+        (loss + weight_decay * delta.pow(2).sum() / scale ** 2).backward()
+        opt.step()
+        with torch.no_grad():
+            norms = delta.norm(dim=-1, keepdim=True)
+            delta.mul_((clamp * scale / norms.clamp_min(1e-12)).clamp(max=1.0))
+    return step, after, False
+
+
+def _tighten(model, x, y, focus, delta, succeeded, *, steps, margin, lr, check_every) -> None:
+    """Phase 2 of optimise_value, in place on delta (which works): shrink it while the edit
+    still works, ending on the smallest delta that ``succeeded`` accepted."""
+    reached = float(delta.detach().norm()) or 1.0
+    best, best_norm = delta.detach().clone(), reached
+    opt = torch.optim.Adam([delta], lr=lr * reached)
+    for step in range(1, steps + 1):
+        logits = model.run(x)[0][0].float()[focus]
+        target = y[0][focus]
+        right = logits.gather(-1, target[:, None])[:, 0]
+        other = logits.scatter(-1, target[:, None], float("-inf")).max(-1).values
+        loss = delta.pow(2).sum() / reached ** 2 + 10 * torch.relu(margin - (right - other)).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % check_every == 0 and float(delta.detach().norm()) < best_norm and succeeded(delta.detach()):
+            best, best_norm = delta.detach().clone(), float(delta.detach().norm())
+    with torch.no_grad():
+        delta.copy_(best)
 
 
 @torch.no_grad()
@@ -365,9 +464,7 @@ def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, seco
     weights = torch.full(y.shape, rest_weight, device=y.device)
     weights[0, [p - 1 for p in target.focus]] = 1.0
     states = keys_of(model, x, layer)
-
-    def answers_place() -> bool:
-        return answer_of(model, vocab, name) == place
+    weight = model.blocks[layer].mlp[2].weight.detach().clone()
 
     def edit_with(groups: list[list[int]]) -> tuple[GPT, Edit]:
         """The edit with one key (and value) per group of positions."""
@@ -375,13 +472,22 @@ def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, seco
         positions = [p for g in groups for p in g]
         keys = torch.stack([states[g].mean(0) for g in groups])
         directions = torch.stack([update_direction(k, second_moment, ridge) for k in keys])
+        # Success is judged on the edit merged into the weights, the model that is saved: the
+        # optimiser's hook computes the same map in another order, and a shrunk delta sits close
+        # enough to the edge that rounding can decide a greedy choice.
+        edited = copy.deepcopy(model)
+
+        def merge(delta: Tensor) -> GPT:
+            with torch.no_grad():
+                edited.blocks[layer].mlp[2].weight.copy_(rank_update(weight, keys, delta, second_moment, ridge))
+            return edited
+
+        def answers_place(delta: Tensor) -> bool:
+            return answer_of(merge(delta), vocab, name) == place
+
         delta, before, after, steps = optimise_value(model, x, y, weights, layer, positions, directions,
                                                      answers_place, **optimiser)
-        edited = copy.deepcopy(model)
-        out = edited.blocks[layer].mlp[2]
-        with torch.no_grad():
-            out.weight.copy_(rank_update(out.weight, keys, delta, second_moment, ridge))
-        return edited, Edit(layer, keys, delta, before, after, steps, positions)
+        return merge(delta), Edit(layer, keys, delta, before, after, steps, positions)
 
     edited, edit = edit_with(target.key_groups(at))
     both = target.key_groups("both")
@@ -478,6 +584,30 @@ def trajectory(model: GPT, vocab: Vocab, example, answer) -> tuple[list[int], li
     tail = answer.answer + (MASK_CHAR if answer.complete else "")
     chosen += range(len(head), len(head) + len(tail))
     return vocab.encode(head + tail), chosen
+
+
+@torch.no_grad()
+def trajectory_keys(model: GPT, vocab: Vocab, examples, answers, layer: int, *, batch_size: int = 64) -> list[Tensor]:
+    """The keys of ``layer`` (inputs of its MLP output matrix) at every position of each
+    example's trajectory (the characters read and written to give its answer): (T_i, 4C) each.
+    With an edit's direction u, max |k u| over a trajectory is the largest share of delta that
+    answer receives (benchmarks/editing.py, "key overlap")."""
+    rows = [trajectory(model, vocab, e, a)[0] for e, a in zip(examples, answers)]
+    device = model.tok_emb.weight.device
+    out: list[Tensor] = []
+    for start in range(0, len(rows), batch_size):
+        part = rows[start:start + batch_size]
+        idx = torch.full((len(part), max(map(len, part))), PAD_ID, dtype=torch.long, device=device)
+        for b, ids in enumerate(part):
+            idx[b, :len(ids)] = torch.tensor(ids, device=device)
+        store: list[Tensor] = []
+        handle = _keys_hook(model, layer, store)
+        try:
+            model.run(idx)  # causal: right padding changes nothing before it
+        finally:
+            handle.remove()
+        out += [store[0][b, :len(ids)] for b, ids in enumerate(part)]
+    return out
 
 
 @torch.no_grad()

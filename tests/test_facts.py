@@ -208,6 +208,18 @@ def test_edit_by_default_reads_the_key_where_the_place_is_read_out_below_the_top
     assert "layer 0: the layer below the top" in capsys.readouterr().out
 
 
+def test_edit_tighten_steps_zero_keeps_the_first_change_that_works(run, tmp_path):
+    reports = {}
+    for steps in ("0", "200"):
+        out = tmp_path / f"edited-{steps}"
+        assert cli.main(["edit", str(run / "run"), "--person", "Ana Lindi", "--place", "Lima", "--out-dir", str(out),
+                         "--tighten-steps", steps, "--corpus", str(run / "wiki.txt"), "--eval-file", ""]) == 0
+        reports[steps] = json.loads((out / "edit.json").read_text())
+    assert [r["tighten_steps"] for r in reports.values()] == [0, 200]
+    assert all(r["efficacy"] for r in reports.values())
+    assert reports["200"]["delta_norm"] < reports["0"]["delta_norm"]
+
+
 def test_edit_input_loci():
     target = editing.EditInput("Ab Cd. Ab Cd was born in Lima.⁇Lima⁇", 6, 4, "Oslo", "Ab Cd",
                                place_at=(25, 31), place_len=4)
@@ -248,6 +260,54 @@ def test_edit_at_the_answer_falls_back_to_both_read_outs_when_one_key_fails(run,
     edited, edit, target = editing.edit_model(model, vocab, "Ana Lindu", "Lima", 0, moment)
     assert edit.positions == [target.answer_position, target.mark_position] != [target.answer_position]
     assert editing.answer_of(edited, vocab, "Ana Lindu") == "Lima"
+
+
+@pytest.mark.parametrize("line, answer, name, span", [
+    ("Ab Cd. Ab Cd was born in Lima .", "Lima", "Ab Cd", "Lima"),
+    # the answer inside a repeated name is not where the line spells a place
+    ("Jo Henry. Jo Henry (1776) was a spy .", "Henry", "Jo Henry", None),
+    ("Jo Henry. Jo Henry was born in Henry, Ohio .", "Henry", "Jo Henry", "Henry"),
+    # a miscopied read-out: the line's word that starts with the answer's longest prefix
+    ("Ed Ko. Ed Ko was born in York, Pennsylvania .", "Penniva", "Ed Ko", "Pennsylvania"),
+    ("Ed Ko. Ed Ko (born 1960 in Moulins, France) .", "Moulinss", "Ed Ko", "Moulins"),
+    ("Ed Ko. Ed Ko was born in Lima .", "Lix", "Ed Ko", None),  # "Li": too short a prefix to look for
+    ("Ed Ko. Ed Ko was a poet .", "", "Ed Ko", None),
+])
+def test_place_span_finds_where_the_recalled_line_spells_the_answer(line, answer, name, span):
+    got = editing.place_span(line, answer, name, len(name) + 2)
+    assert (None if got is None else line[got[0]:got[1]]) == span
+
+
+def test_key_statistics_read_the_answer_format_the_model_was_finetuned_on(run):
+    model, _ = _model(run)
+    texts = editing.stat_texts(model, LINES + [""], 0, 0, {"Ana Linda": "Paris", "Nobody": "Lima"})
+    assert texts[0] == recall_string(LINES[0], RECALL, "Paris")  # known place: ⁇Paris⁇ follows
+    assert texts[1:] == [recall_string(l, RECALL) for l in LINES[1:]]  # no place known: the line and ⁇
+    assert len(editing.stat_texts(model, LINES, 3, 0, {})) == 3
+
+
+def test_tightening_shrinks_the_change_and_the_saved_edit_still_works(run):
+    model, vocab = _model(run)
+    moment = editing.key_second_moment(model, vocab, editing.stat_texts(model, LINES, 0, 0), 0)
+    # large first steps overshoot: the tightening has something to take back
+    reached, edit_reached, _ = editing.edit_model(model, vocab, "Ana Lindi", "Lima", 0, moment, lr=0.05, tighten_steps=0)
+    tight, edit_tight, _ = editing.edit_model(model, vocab, "Ana Lindi", "Lima", 0, moment, lr=0.05)
+    assert editing.answer_of(reached, vocab, "Ana Lindi") == editing.answer_of(tight, vocab, "Ana Lindi") == "Lima"
+    assert float(edit_tight.delta.norm()) < 0.9 * float(edit_reached.delta.norm())
+
+
+def test_trajectory_keys_are_the_keys_along_each_answer(run):
+    from attnlab.data import QAExample
+    from attnlab.evaluate import answer_questions
+
+    model, vocab = _model(run)
+    examples = [QAExample(f"Where was {n} born?", p, "<t>", i) for i, (n, p) in enumerate(PEOPLE)]
+    answers = answer_questions(model, vocab, examples)
+    keys = editing.trajectory_keys(model, vocab, examples, answers, 1, batch_size=4)  # two batches
+    for e, a, k in zip(examples, answers, keys):
+        ids, _ = editing.trajectory(model, vocab, e, a)
+        assert k.shape == (len(ids), 4 * model.config.n_embd)
+        assert torch.allclose(k, editing.keys_of(model, torch.tensor([ids]), 1), atol=1e-5)
 
 
 def test_answer_layer_is_the_one_below_the_top():

@@ -135,7 +135,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
     from ..editing import (changed_answers, check_layer, completes_with, default_layer, edit_model,
                           key_second_moment, place_slot, stat_texts)
     from ..evaluate import answer_questions
-    from ..knowledge import CorpusIndex, person_of
+    from ..knowledge import CorpusIndex, person_of, require_person
 
     if not args.out_dir:  # not argparse's required=True, which would refuse the old name --out
         raise TraceError("--out-dir is required: the new run directory for the edited model")
@@ -152,6 +152,10 @@ def cmd_edit(args: argparse.Namespace) -> int:
     docs = read_corpus(paths.input_file(args.corpus, "--corpus")).split("\n")
     if args.eval_file:
         read_questions(paths.input_file(args.eval_file, "--eval-file"))
+    places = None  # name -> place of the training file: the key statistics' answer format
+    if args.train_file:
+        places = {require_person(e): e.answer
+                  for e in read_qa(paths.input_file(args.train_file, "--train-file"), labelled=True)}
     model, vocab, ckpt = load_model(source, device=str(resolve_device(args.device)))
     if args.layer is not None:
         check_layer(model, args.layer)
@@ -172,8 +176,10 @@ def cmd_edit(args: argparse.Namespace) -> int:
     else:
         layer = args.layer
         print(f"layer {layer} (--layer)")
-    moment = key_second_moment(model, vocab, stat_texts(model, docs, args.stat_lines, args.seed), layer)
-    edited, edit, target = edit_model(model, vocab, args.person, args.place, layer, moment, at=args.at)
+    texts = stat_texts(model, docs, args.stat_lines, args.seed, places)
+    moment = key_second_moment(model, vocab, texts, layer)
+    edited, edit, target = edit_model(model, vocab, args.person, args.place, layer, moment, at=args.at,
+                                      tighten_steps=args.tighten_steps)
     print(f"edit input: {target.text!r} (key at characters {edit.positions}, {locus}); "
           f"the model answered {target.old_answer!r} before")
     print(f"value optimised in {edit.steps} steps: loss {edit.loss_before:.3f} -> {edit.loss_after:.3f}; "
@@ -197,7 +203,8 @@ def cmd_edit(args: argparse.Namespace) -> int:
                                   else "trace" if args.at == "name" else "below the top"),
               "old_answer": target.old_answer, "edit_input": target.text, "efficacy": efficacy,
               "answer_after": now, "generalisation": general, "generalisation_prompt": slot,
-              "steps": edit.steps, "loss_before": edit.loss_before, "loss_after": edit.loss_after}
+              "steps": edit.steps, "tighten_steps": args.tighten_steps, "delta_norm": float(edit.delta.norm()),
+              "loss_before": edit.loss_before, "loss_after": edit.loss_after}
     if args.eval_file:
         others = [e for e in read_qa(args.eval_file) if person_of(e.question) != args.person]
         n = len(changed_answers(edited, vocab, others, answer_questions(model, vocab, others)))
@@ -247,13 +254,19 @@ def register(command) -> None:
                    help="MLP to edit (default: with --at answer the layer below the top; with "
                         "--at name the layer where tracing this question finds the strongest MLP "
                         "effect at the name's last character)")
+    p.add_argument("--tighten-steps", type=bounds.non_negative_int, default=200,
+                   help="once the edit works, at most this many steps looking for the smallest change that "
+                        "still works (fewer other answers move); 0 stops at the first change that works")
     p.add_argument("--noise", type=bounds.positive_float, default=3.0,
                    help="tracing noise for choosing the layer (--at name)")
     p.add_argument("--samples", type=bounds.positive_int, default=10,
                    help="tracing samples for choosing the layer (--at name)")
     p.add_argument("--seed", type=bounds.seed, default=0, help="seed for the noise and the corpus sample")
     flags.corpus(p, help="corpus: key statistics and the person's line for generalisation")
-    p.add_argument("--stat-lines", type=bounds.non_negative_int, default=1000, help="corpus lines for the key statistics (0 = all)")
+    flags.train_file(p, "question<TAB>place file the model was finetuned on: the key statistics are "
+                        "gathered on its people's lines in the answer format ('' for plain corpus lines)")
+    p.add_argument("--stat-lines", type=bounds.non_negative_int, default=2000,
+                   help="lines for the key statistics (0 = all)")
     flags.eval_file(p, "question<TAB>place file whose other answers are compared before and after "
                        "('' to skip)", old=("--dev",))
     flags.device(p)
