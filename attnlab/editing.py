@@ -70,6 +70,25 @@ def _keys_hook(model: GPT, layer: int, store: list[Tensor]):
         lambda _m, inputs, _out: store.append(inputs[0].detach()))
 
 
+def _right_padded(rows: list[list[int]], device) -> Tensor:
+    """The rows as one (len(rows), longest) batch, padded on the right with PAD_ID: in a causal
+    model right padding changes nothing before it."""
+    idx = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long, device=device)
+    for b, ids in enumerate(rows):
+        idx[b, :len(ids)] = torch.tensor(ids, device=device)
+    return idx
+
+
+def _batch_keys(model: GPT, rows: list[list[int]], layer: int, batch_size: int):
+    """For each batch of ``rows``: the batch's rows, their padded ids (B, T) and ``layer``'s keys
+    there (B, T, 4C)."""
+    device = model.tok_emb.weight.device
+    for start in range(0, len(rows), batch_size):
+        part = rows[start:start + batch_size]
+        idx = _right_padded(part, device)
+        yield part, idx, batch_keys_of(model, idx, layer)
+
+
 @torch.no_grad()
 def key_second_moment(model: GPT, vocab: Vocab, texts: list[str], layer: int, *,
                       batch_size: int = 64) -> Tensor:
@@ -83,19 +102,8 @@ def key_second_moment(model: GPT, vocab: Vocab, texts: list[str], layer: int, *,
     total = torch.zeros(width, width, dtype=torch.float64, device=device)
     count = 0
     model.eval()
-    for start in range(0, len(rows), batch_size):
-        part = rows[start:start + batch_size]
-        T = max(map(len, part))
-        idx = torch.full((len(part), T), PAD_ID, dtype=torch.long, device=device)
-        for b, r in enumerate(part):
-            idx[b, :len(r)] = torch.tensor(r, device=device)
-        store: list[Tensor] = []
-        handle = _keys_hook(model, layer, store)
-        try:
-            model.run(idx)  # causal: right padding does not change the real positions
-        finally:
-            handle.remove()
-        keys = store[0][idx != PAD_ID].double()
+    for _, idx, batch in _batch_keys(model, rows, layer, batch_size):
+        keys = batch[idx != PAD_ID].double()
         total += keys.T @ keys
         count += keys.shape[0]
     return (total / count).float()
@@ -115,8 +123,8 @@ def stat_texts(model, docs: list[str], limit: int, seed: int, places: dict[str, 
     docs = [d for d in docs if d.strip()]
     if model.config.qa_format == "recall":
         index = CorpusIndex(docs)
-        line_place = {index.line_number(name) - 1: place for name, place in places.items()
-                      if index.line_number(name) is not None}
+        numbers = {name: index.line_number(name) for name in places}
+        line_place = {numbers[name] - 1: place for name, place in places.items() if numbers[name] is not None}
         texts = [recall_string(d, model.config.recall_chars, line_place.get(i)) for i, d in enumerate(docs)]
     else:
         texts = docs + [f"Where was {name} born?{MASK_CHAR}{place}{MASK_CHAR}" for name, place in sorted(places.items())]
@@ -391,13 +399,19 @@ def _tighten(model, x, y, focus, delta, succeeded, *, steps, margin, lr, check_e
 @torch.no_grad()
 def keys_of(model: GPT, x: Tensor, layer: int) -> Tensor:
     """The keys (inputs of the MLP's output matrix) at every position of x (1, T): (T, 4C)."""
+    return batch_keys_of(model, x, layer)[0]
+
+
+@torch.no_grad()
+def batch_keys_of(model: GPT, idx: Tensor, layer: int) -> Tensor:
+    """The keys at every position of a batch idx (B, T): (B, T, 4C)."""
     store: list[Tensor] = []
     handle = _keys_hook(model, layer, store)
     try:
-        model.run(x)
+        model.run(idx)
     finally:
         handle.remove()
-    return store[0][0]
+    return store[0]
 
 
 def update_direction(key: Tensor, second_moment: Tensor, ridge: float = 1e-3) -> Tensor:
@@ -593,20 +607,9 @@ def trajectory_keys(model: GPT, vocab: Vocab, examples, answers, layer: int, *, 
     With an edit's direction u, max |k u| over a trajectory is the largest share of delta that
     answer receives (benchmarks/editing.py, "key overlap")."""
     rows = [trajectory(model, vocab, e, a)[0] for e, a in zip(examples, answers)]
-    device = model.tok_emb.weight.device
     out: list[Tensor] = []
-    for start in range(0, len(rows), batch_size):
-        part = rows[start:start + batch_size]
-        idx = torch.full((len(part), max(map(len, part))), PAD_ID, dtype=torch.long, device=device)
-        for b, ids in enumerate(part):
-            idx[b, :len(ids)] = torch.tensor(ids, device=device)
-        store: list[Tensor] = []
-        handle = _keys_hook(model, layer, store)
-        try:
-            model.run(idx)  # causal: right padding changes nothing before it
-        finally:
-            handle.remove()
-        out += [store[0][b, :len(ids)] for b, ids in enumerate(part)]
+    for part, _, keys in _batch_keys(model, rows, layer, batch_size):
+        out += [keys[b, :len(ids)] for b, ids in enumerate(part)]
     return out
 
 
@@ -624,11 +627,8 @@ def changed_answers(edited: GPT, vocab: Vocab, examples, before, *, batch_size: 
     rows = [trajectory(edited, vocab, e, a) for e, a in zip(examples, before)]
     for start in range(0, len(rows), batch_size):
         part = rows[start:start + batch_size]
-        T = max(len(ids) for ids, _ in part)
-        idx = torch.full((len(part), T), PAD_ID, dtype=torch.long, device=device)
-        for b, (ids, _) in enumerate(part):
-            idx[b, :len(ids)] = torch.tensor(ids, device=device)
-        greedy = edited.run(idx)[0].argmax(-1)  # causal: right padding changes nothing before it
+        idx = _right_padded([ids for ids, _ in part], device)
+        greedy = edited.run(idx)[0].argmax(-1)
         for b, (ids, chosen) in enumerate(part):
             at = torch.tensor(chosen, dtype=torch.long, device=device)
             if len(chosen) and not torch.equal(greedy[b, at - 1], idx[b, at]):

@@ -87,12 +87,11 @@ def main(argv: list[str] | None = None) -> None:
 
     model, vocab, _ = load_model(args.run, device=args.device)
     dev = read_qa(args.dev, labelled=True)
-    places = sorted({e.answer for e in read_qa(args.train_file, labelled=True)
-                     if all(c in vocab.stoi for c in e.answer)})
+    training = read_qa(args.train_file, labelled=True)
+    places = sorted({e.answer for e in training if all(c in vocab.stoi for c in e.answer)})
     docs = read_text(args.corpus).split("\n")
     index = CorpusIndex(docs)
-    texts = stat_texts(model, docs, args.stat_lines, args.seed,
-                       {person_of(e.question): e.answer for e in read_qa(args.train_file, labelled=True)})
+    texts = stat_texts(model, docs, args.stat_lines, args.seed, {person_of(e.question): e.answer for e in training})
     moments: dict[int, torch.Tensor] = {}
     dev_keys: dict[int, list[torch.Tensor]] = {}  # per layer, the keys along each dev answer's trajectory
 
@@ -125,15 +124,16 @@ def main(argv: list[str] | None = None) -> None:
         # The share of delta each other answer receives somewhere along its trajectory.
         u = torch.stack([update_direction(k, moments[layer]) for k in edit.key])
         overlap = float(np.mean([float((dev_keys[layer][j] @ u.T).abs().max()) for j in others]))
+        norm = float(edit.delta.norm())
         seconds = time.perf_counter() - start
         results.append(dict(efficacy=efficacy, general=general, changed=n_changed, others=len(others),
-                            right=len(right), lost=lost, overlap=overlap, norm=float(edit.delta.norm()),
+                            right=len(right), lost=lost, overlap=overlap, norm=norm,
                             layer=layer, correct_before=old.answer == ex.answer, seconds=seconds,
                             loss=(edit.loss_before, edit.loss_after)))
         rows.append([name, old.answer, place, layer, "yes" if efficacy else "no",
                      "-" if general is None else ("yes" if general else "no"),
                      f"{n_changed}/{len(others)}", f"{lost}/{len(right)}", f"{overlap:.3f}",
-                     f"{float(edit.delta.norm()):.2f}", f"{seconds:.1f}"])
+                     f"{norm:.2f}", f"{seconds:.1f}"])
     total = time.perf_counter() - t0
 
     n = len(results)
