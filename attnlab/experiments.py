@@ -349,7 +349,8 @@ def results_table(rows: list[Row], label: str = "model") -> str:
         params = "-" if r.parameters is None else f"{r.parameters:,}"
         loss = "-" if r.pretrain_loss is None else f"{r.pretrain_loss:.3f}"
         acc = "-" if r.dev is None else r.dev.with_interval()
-        stored = "-" if r.stored is None or not r.stored.total else str(r.stored)
+        stored = ("-" if r.stored is None or not r.stored.total
+                  else Score(r.stored.stored, r.stored.total).with_interval())
         secs = "-" if r.seconds is None else f"{r.seconds:.0f} s"
         lines.append(f"| {r.model} | {params} | {loss} | {acc} | {stored} | {secs} | {r.run_dir} |")
     return "\n".join(lines)

@@ -127,4 +127,6 @@ def test_demo_scores_every_row_extracted_and_stored_with_intervals(tmp_path, mon
         assert r.dev.total == 500 and r.stored.asked == 500 and 0 < r.stored.total <= 500
     table = (out / "results.md").read_text()
     assert "25/500 (5.0%) [95% CI 3.4-7.3%]" in table and "dev stored" in table
+    stored = rows[1].stored
+    assert f"| {stored} [95% CI " in table  # the stored count carries its interval too
     assert (out / "finetune" / "predictions-birth_test_inputs.txt").read_text().count("\n") == 437
