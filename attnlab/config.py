@@ -21,6 +21,8 @@ OBJECTIVES = ("span", "lm")  # attnlab/objectives.py
 SWITCH = ("on", "off", "auto")  # attnlab/devices.py switch()
 ATTN_LOSSES = ("none", "focus", "near")  # none, or attnlab/shaping.py SHAPING_LOSSES
 MIX_OVERLAPS = ("refuse", "drop")
+OPTIMIZERS = ("adamw", "muon")  # attnlab/train.py make_optimizer
+SCHEDULES = ("cosine", "wsd")  # attnlab/train.py lr_at
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -131,6 +133,13 @@ class TrainConfig(_Serialisable):
     beta2: float = _f(0.95, "AdamW beta2", bound=b.FRACTION)
     weight_decay: float = _f(0.1, "AdamW weight decay on weight matrices (not biases, LayerNorm, embeddings)",
                               bound=b.NON_NEGATIVE)
+    optimizer: str = _f("adamw", "adamw, or muon: Muon (orthogonalised momentum, its update scaled to "
+                        "AdamW's size so one learning rate serves both) for the blocks' weight matrices, "
+                        "AdamW for embeddings, head, biases and norms", choices=OPTIMIZERS)
+    schedule: str = _f("cosine", "learning-rate shape after warmup: cosine (decay to the floor at "
+                       "final_tokens) or wsd (warmup-stable-decay: the peak held, then a linear decay to "
+                       "the floor over the last --decay-fraction of final_tokens)", choices=SCHEDULES)
+    decay_fraction: float = _f(0.2, "wsd schedule: the share of final_tokens spent decaying", bound=b.UNIT)
     grad_clip: float = _f(1.0, "clip the global gradient norm to this (0 = off)", bound=b.NON_NEGATIVE)
     warmup_tokens: int = _f(10_240, "linear learning-rate warmup over this many tokens", bound=b.NON_NEGATIVE_INT)
     final_tokens: int = _f(0, "tokens at which cosine decay reaches the floor (0 = 200 * len(pretrain corpus) * block_size)",

@@ -9,6 +9,7 @@ a forward pass over the whole sequence.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -64,9 +65,12 @@ def generate(
     stop_token: int | None = None,
     use_cache: bool = True,
     generator: torch.Generator | None = None,
+    allowed_next: Callable[[list[list[int]]], Tensor | None] | None = None,
 ) -> Generation:
     """Continue each prompt by up to ``max_new_tokens`` tokens (fewer if the block is full).
-    Rows stop at ``stop_token`` (kept); decoding ends when every row has stopped."""
+    Rows stop at ``stop_token`` (kept); decoding ends when every row has stopped.
+    ``allowed_next``, given the tokens chosen so far in each row, returns a (B, V) mask of the
+    tokens each row may choose next (None: any); the log-probabilities stay the model's own."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
     device = next(model.parameters()).device
@@ -90,7 +94,9 @@ def generate(
             logits, _ = model.run(step_idx, positions=step_pos, allowed=allowed, caches=caches,
                                   key_positions=key_pos)
             last = logits[:, -1].float()
-            nxt = _pick(last, temperature, top_k, top_p, generator)
+            mask = allowed_next(out.tolist()) if allowed_next is not None else None
+            nxt = _pick(last if mask is None else last.masked_fill(~mask.to(device), float("-inf")),
+                        temperature, top_k, top_p, generator)
             nxt = torch.where(done, torch.full_like(nxt, PAD_ID), nxt)
             lp = last.log_softmax(-1).gather(1, nxt[:, None])
             out = torch.cat([out, nxt[:, None]], 1)

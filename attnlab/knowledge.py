@@ -96,10 +96,20 @@ class RecallAnswer:
     recalled: str  # what the model wrote about the person before answering
 
 
+READ_OUTS = ("copy", "free")
+
+
 @torch.no_grad()
 def answer_by_recall(model: GPT, vocab: Vocab, names: list[str], recall_chars: int, *,
-                     batch_size: int = 256, max_answer_chars: int = 32) -> list[RecallAnswer]:
+                     batch_size: int = 256, max_answer_chars: int = 32,
+                     read_out: str = "copy") -> list[RecallAnswer]:
     """Recall each person's line from ``NAME.`` (greedy), then read the place (greedy).
+
+    ``read_out="copy"`` lets the answer be only a span of the recalled text (after the prompt):
+    at each character the model's most likely choice among those that continue some span, or
+    the closing mark. A small character model chooses the right span far more often than it
+    spells it out: free reading garbles copies ("Paris" -> "Pars"; docs/guides/knowledge.md).
+    ``"free"`` is the unconstrained greedy read-out. A row that recalled nothing reads freely.
 
     Confidence is the probability of the answer and its closing mark given the recalled text,
     times, when the answer is spelled out in the recalled text, the probability the model gave
@@ -108,11 +118,11 @@ def answer_by_recall(model: GPT, vocab: Vocab, names: list[str], recall_chars: i
     out: list[RecallAnswer] = []
     for start in range(0, len(names), batch_size):
         out += _recall_batch(model, vocab, names[start:start + batch_size], recall_chars,
-                             max_answer_chars)
+                             max_answer_chars, read_out)
     return out
 
 
-def _recall_batch(model, vocab, names, recall_chars, max_answer_chars) -> list[RecallAnswer]:
+def _recall_batch(model, vocab, names, recall_chars, max_answer_chars, read_out) -> list[RecallAnswer]:
     prompts = [vocab.encode(recall_prompt(n)) for n in names]
     budget = max(1, recall_chars - min(len(p) for p in prompts))
     first = generate(model, prompts, budget, stop_token=MASK_ID)
@@ -124,7 +134,10 @@ def _recall_batch(model, vocab, names, recall_chars, max_answer_chars) -> list[R
         kept = max(0, len(text) - len(prompt))
         recalls.append((vocab.decode(text), logps[:kept], len(prompt)))
         seconds.append(text + [MASK_ID])
-    second = generate(model, seconds, max_answer_chars + 1, stop_token=MASK_ID)
+    spans = None
+    if read_out == "copy":
+        spans = SpanConstraint([text[len(p):-1] for text, p in zip(seconds, prompts)], vocab)
+    second = generate(model, seconds, max_answer_chars + 1, stop_token=MASK_ID, allowed_next=spans)
     answers = []
     for (recalled, recall_logps, prompt_len), toks, logps in zip(recalls, second.tokens, second.logprobs):
         complete = bool(toks) and toks[-1] == MASK_ID
@@ -135,6 +148,40 @@ def _recall_batch(model, vocab, names, recall_chars, max_answer_chars) -> list[R
             log_conf += sum(recall_logps[at - prompt_len: at - prompt_len + len(answer)])
         answers.append(RecallAnswer(answer, math.exp(log_conf) if complete else 0.0, complete, recalled))
     return answers
+
+
+class SpanConstraint:
+    """Next-token masks that keep each row's answer a run of whole words of its source text:
+    it starts where a word starts and may close with ``⁇`` only where a word ends. Called by
+    ``generate`` with the tokens chosen so far."""
+
+    def __init__(self, sources: list[list[int]], vocab: Vocab):
+        self.sources = sources
+        self.vocab_size = len(vocab)
+        self.in_word = [ch.isalnum() for ch in vocab.itos]
+
+    def __call__(self, chosen: list[list[int]]) -> torch.Tensor:
+        mask = torch.zeros(len(self.sources), self.vocab_size, dtype=torch.bool)
+        for row, (source, so_far) in enumerate(zip(self.sources, chosen)):
+            starts = self.occurrences(source, so_far)
+            if not starts:  # nothing recalled to copy from: read freely
+                mask[row] = True
+                continue
+            n = len(so_far)
+            mask[row, [source[s + n] for s in starts if s + n < len(source)]] = True
+            if n and any(self.word_ends(source, s + n) for s in starts):
+                mask[row, MASK_ID] = True
+        return mask
+
+    def occurrences(self, source: list[int], so_far: list[int]) -> list[int]:
+        """Word-start positions where ``source`` continues with ``so_far``."""
+        n = len(so_far)
+        return [s for s in range(len(source) - n + (1 if n else 0))
+                if (s == 0 or not self.in_word[source[s - 1]]) and self.in_word[source[s]]
+                and source[s:s + n] == so_far]
+
+    def word_ends(self, source: list[int], end: int) -> bool:
+        return self.in_word[source[end - 1]] and (end == len(source) or not self.in_word[source[end]])
 
 
 # ------------------------------------------------------------------------------- stored

@@ -40,31 +40,99 @@ LossFn = Callable[[nn.Module, Tensor, Tensor], tuple[Tensor, dict[str, Tensor]]]
 
 
 def lr_at(tokens: int, config: TrainConfig, final_tokens: int) -> float:
-    """Learning rate after ``tokens`` tokens: linear warmup, then cosine decay from the peak to
-    ``lr_floor * peak``, reached at ``final_tokens`` and held after (SPEC section 5)."""
+    """Learning rate after ``tokens`` tokens: linear warmup, then the schedule's decay from the
+    peak to ``lr_floor * peak``, reached at ``final_tokens`` and held after: cosine (SPEC
+    section 5), or wsd, the peak held until the last ``decay_fraction`` of ``final_tokens`` and
+    a linear decay over it (a run can then be stopped and annealed at any point)."""
     peak = config.learning_rate
     if tokens < config.warmup_tokens:
         return peak * tokens / max(1, config.warmup_tokens)
     progress = min(1.0, (tokens - config.warmup_tokens) / max(1, final_tokens - config.warmup_tokens))
+    if config.schedule == "wsd":
+        stable = 1.0 - config.decay_fraction
+        decayed = 0.0 if progress <= stable else (progress - stable) / max(config.decay_fraction, 1e-12)
+        return peak * (1.0 - (1.0 - config.lr_floor) * decayed)
     return peak * (config.lr_floor + (1 - config.lr_floor) * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
-def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
     """AdamW with decay on weight matrices only: not on biases, LayerNorm weights, embeddings
-    or position tables (SPEC 5, as minGPT)."""
+    or position tables (SPEC 5, as minGPT). With ``optimizer="muon"`` the blocks' linear
+    weights go to Muon instead (``muon_weights``), the rest stays with AdamW."""
     exempt = model.no_weight_decay()
-    decay, no_decay = [], []
+    muon = muon_weights(model) if config.optimizer == "muon" else set()
+    decay, no_decay, orthogonal = [], [], []
     for name, p in model.named_parameters():
-        (decay if p.ndim >= 2 and name not in exempt else no_decay).append(p)
+        if name in muon:
+            orthogonal.append(p)
+        else:
+            (decay if p.ndim >= 2 and name not in exempt else no_decay).append(p)
     groups = [
         {"params": decay, "weight_decay": config.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
     fused = device.type == "cuda"
-    return torch.optim.AdamW(
+    adamw = torch.optim.AdamW(
         groups, lr=config.learning_rate, betas=(config.beta1, config.beta2),
         fused=fused or None, foreach=None if fused else True,
     )
+    if not orthogonal:
+        return adamw
+    # match_rms_adamw scales each orthogonalised update to AdamW's typical size, so the one
+    # learning rate and schedule of the run serve both optimisers (Moonlight, Liu et al. 2025).
+    return CombinedOptimizer(adamw, torch.optim.Muon(
+        orthogonal, lr=config.learning_rate, weight_decay=config.weight_decay,
+        adjust_lr_fn="match_rms_adamw"))
+
+
+def muon_weights(model: nn.Module) -> set[str]:
+    """Names of the weight matrices of the linear layers inside the transformer blocks: the
+    hidden matrices Muon is made for (embeddings and the output head stay with AdamW)."""
+    return {f"{module_name}.weight" for module_name, module in model.named_modules()
+            if module_name.startswith("blocks.") and isinstance(module, nn.Linear)}
+
+
+class CombinedOptimizer(torch.optim.Optimizer):
+    """Several optimisers over disjoint parameters, stepped together, with one state dict
+    (parameter ids renumbered in order) that checkpoints save and restore like any other."""
+
+    def __init__(self, *optimizers: torch.optim.Optimizer):
+        self.optimizers = optimizers
+        self.defaults = {}
+        self.state = {}  # each optimiser keeps its own; this one exists for torch's hooks
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return [g for o in self.optimizers for g in o.param_groups]
+
+    def step(self, closure=None):
+        for o in self.optimizers:
+            o.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for o in self.optimizers:
+            o.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        state, groups, offset = {}, [], 0
+        for o in self.optimizers:
+            sd = o.state_dict()
+            state.update({pid + offset: v for pid, v in sd["state"].items()})
+            groups += [{**g, "params": [pid + offset for pid in g["params"]]} for g in sd["param_groups"]]
+            offset += sum(len(g["params"]) for g in sd["param_groups"])
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        groups = list(state_dict["param_groups"])
+        offset = 0
+        for o in self.optimizers:
+            mine, groups = groups[:len(o.param_groups)], groups[len(o.param_groups):]
+            pids = [pid for g in mine for pid in g["params"]]
+            o.load_state_dict({
+                "state": {int(pid) - offset: state_dict["state"][pid] for pid in pids if pid in state_dict["state"]},
+                "param_groups": [{**g, "params": [pid - offset for pid in g["params"]]} for g in mine],
+            })
+            offset += len(pids)
 
 
 def default_loss(model: nn.Module, x: Tensor, y: Tensor, segments: Tensor | None = None

@@ -1,0 +1,101 @@
+"""The mechanisms of the fast knowledge recipes (docs/guides/knowledge.md): the warmup-stable-decay
+schedule, Muon's parameter groups and their checkpointed state, and the copy read-out of the
+recall answer format. Accuracy and speed are the benchmarks' business (benchmarks/knowledge.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from attnlab.checkpoint import load_checkpoint
+from attnlab.config import TrainConfig
+from attnlab.knowledge import SpanConstraint, answer_by_recall
+from attnlab.model import GPT
+from attnlab.pipeline import pretrain
+from attnlab.train import CombinedOptimizer, lr_at, make_optimizer, muon_weights
+from attnlab.vocab import MASK_ID, Vocab
+from tests.tiny_runs import memorise
+
+
+def test_wsd_holds_the_peak_then_decays_linearly_to_the_floor():
+    c = TrainConfig(learning_rate=1e-2, warmup_tokens=100, lr_floor=0.1, schedule="wsd", decay_fraction=0.25)
+    final = 1100  # 1,000 tokens after warmup: stable until 850, decay over the last 250
+    assert lr_at(50, c, final) == pytest.approx(5e-3)  # warmup unchanged
+    assert lr_at(100, c, final) == pytest.approx(1e-2)
+    assert lr_at(850, c, final) == pytest.approx(1e-2)  # still the peak at the start of the decay
+    assert lr_at(975, c, final) == pytest.approx(1e-2 * (1 - 0.9 * 0.5))  # halfway down, linear
+    assert lr_at(1100, c, final) == pytest.approx(1e-3)
+    assert lr_at(5000, c, final) == pytest.approx(1e-3)  # the floor is held
+    cosine = dataclasses.replace(c, schedule="cosine")
+    assert lr_at(850, cosine, final) < 1e-2  # cosine is already decaying there
+
+
+def test_muon_takes_the_blocks_linear_weights_and_adamw_the_rest(tiny_config):
+    model = GPT(tiny_config)
+    opt = make_optimizer(model, TrainConfig(optimizer="muon"), torch.device("cpu"))
+    assert isinstance(opt, CombinedOptimizer)
+    adamw, muon = opt.optimizers
+    assert isinstance(muon, torch.optim.Muon)
+    names = {id(p): n for n, p in model.named_parameters()}
+    orthogonal = {names[id(p)] for g in muon.param_groups for p in g["params"]}
+    rest = {names[id(p)] for g in adamw.param_groups for p in g["params"]}
+    assert orthogonal == muon_weights(model)
+    assert "blocks.0.mlp.0.weight" in orthogonal and "head.weight" in rest and "tok_emb.weight" in rest
+    assert all(names[id(p)].endswith("bias") or "ln" in names[id(p)] or names[id(p)] in {"tok_emb.weight", "pos_emb"}
+               for p in adamw.param_groups[1]["params"])
+    assert orthogonal | rest == set(names.values()) and not orthogonal & rest
+    # one learning rate for both: the trainer sets it on every group
+    assert len(opt.param_groups) == len(adamw.param_groups) + len(muon.param_groups)
+
+
+def test_a_muon_wsd_run_resumes_exactly(tiny_data, tmp_path, tiny_config):
+    def run(name, steps, resume=False):
+        config = TrainConfig(epochs=3, batch_size=4, learning_rate=3e-3, checkpoint_every=0, log_every=1,
+                             warmup_tokens=50, seed=0, length_buckets=2, max_steps=steps,
+                             optimizer="muon", schedule="wsd")
+        return pretrain(tiny_config, config, corpus=tiny_data["corpus"], run_dir=tmp_path / name,
+                        resume=resume, log=lambda _m: None)[0]
+
+    full = run("full", 6)
+    run("cut", 3)
+    resumed = run("cut", 6, resume=True)
+    for (n, p), q in zip(full.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(p, q), n
+    state = load_checkpoint(tmp_path / "cut").optimizer_state
+    assert any("momentum_buffer" in s for s in state["state"].values())  # Muon's state was saved
+
+
+def test_span_constraint_allows_only_whole_words_of_the_source():
+    vocab = Vocab.from_text("in Paris, Pa")
+    source = vocab.encode("in Paris, Pa")
+    spans = SpanConstraint([source], vocab)
+    allowed = lambda so_far: {vocab.itos[i] for i in spans([vocab.encode(so_far)])[0].nonzero().flatten().tolist()}
+    assert allowed("") == {"i", "P"}  # word starts only
+    assert allowed("Pa") == {"r", "⁇"}  # "Pa" is a whole word at the end; "Par..." continues
+    assert allowed("Par") == {"i"}  # no closing inside a word
+    assert allowed("Paris") == {",", "⁇"}
+    assert allowed("in P") == {"a"}
+    empty = SpanConstraint([[]], vocab)([[]])
+    assert bool(empty.all())  # nothing recalled: the read-out is free
+
+
+def test_copy_read_out_answers_a_span_of_what_was_recalled(tiny_config):
+    texts = ["Ann Lee. Ann Lee was born in Paris in 1900 .⁇Paris⁇",
+             "Bo Kim. Bo Kim was born in Oslo .⁇Oslo⁇",
+             "Cy Dunn. Cy Dunn was born in Rome .⁇Rome⁇"]
+    vocab = Vocab.from_text("".join(texts).replace("⁇", ""))
+    torch.manual_seed(0)
+    model = GPT(dataclasses.replace(tiny_config, vocab_size=len(vocab), block_size=64, n_embd=32, qa_format="recall", recall_chars=60))
+    memorise(model, vocab, texts, steps=150)
+    for read_out in ("copy", "free"):
+        got = answer_by_recall(model, vocab, ["Ann Lee", "Bo Kim"], 60, read_out=read_out)
+        assert [a.answer for a in got] == ["Paris", "Oslo"], read_out
+    # an untrained model's copied answers are always whole words of its own recall
+    torch.manual_seed(1)
+    raw = GPT(dataclasses.replace(tiny_config, vocab_size=len(vocab), block_size=64, n_embd=32, qa_format="recall", recall_chars=60))
+    for a in answer_by_recall(raw, vocab, ["Ann Lee", "Bo Kim", "Cy Dunn"], 60):
+        recalled = a.recalled[len("Cy Dunn."):]  # the prompt is never copied from
+        if a.complete and a.answer and recalled:
+            assert a.answer in a.recalled
