@@ -62,9 +62,9 @@ def run_pipeline(preset: str, out: Path, resume: bool) -> float:
     return sum(stage_seconds(Path(argv[argv.index("--out-dir") + 1])) for argv in stage_commands(preset, out))
 
 
-def score_run(run: Path) -> dict:
+def score_run(run: Path, eval_file: str = DEV) -> dict:
     model, vocab, _ = load_model(run)
-    examples = read_qa(DEV, labelled=True)
+    examples = read_qa(eval_file, labelled=True)
     start = time.perf_counter()
     _, result = evaluate(model, vocab, examples)
     seconds = time.perf_counter() - start
@@ -165,6 +165,33 @@ def plot_curves(specs: list[str], path: str) -> None:
     print(f"wrote {path}")
 
 
+def ablation(specs: list[str], eval_file: str, out: str | None, write: bool) -> None:
+    """The probes' table: each run's final checkpoint scored on ``eval_file`` (held-out training
+    people when choosing a recipe) with today's read-out, beside its settings and its curve."""
+    rows, scores = [], {}
+    for spec in specs:
+        run, _, label = spec.partition(":")
+        score = score_run(Path(run), eval_file)
+        scores[run] = score
+        curve = [f"{r['dev_correct']}" for r in _metrics(Path(run)) if "dev_correct" in r]
+        cpu_min = max((r.get("train_cpu_s", 0.0) for r in _metrics(Path(run))), default=0.0) / 60
+        rows.append([label or run, _pct(score["dev_correct"], score["dev_total"]),
+                     _pct(score["stored"], score["stored_total"]), " / ".join(curve), f"{cpu_min:.1f}"])
+    text = table(["probe", f"extracted ({Path(eval_file).name})", "stored", "extracted while training "
+                  "(at each --eval-every)", "training CPU-min (1 thread)"], rows)
+    text += ("\n\n- extracted and stored of the final checkpoint, scored now (copy read-out); the curve is "
+             "what training logged (with the read-out of the code that trained it)"
+             "\n- 95% intervals: Wilson score intervals")
+    if out:
+        Path(out).write_text(json.dumps(scores, indent=2) + "\n")
+    report("knowledge_ablation", text, write=write, title="Knowledge recipes: the ablation probes "
+           "(benchmarks/knowledge.py --ablation)")
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="cpu", help="recipe to train (default: cpu)")
@@ -175,7 +202,14 @@ def main() -> None:
     parser.add_argument("--curves", nargs="*", default=None, metavar="OUT[:LABEL]",
                         help="instead of training: draw the learning curves of runs made by this script")
     parser.add_argument("--plot", default="docs/learning_curves.png", help="PNG for --curves")
+    parser.add_argument("--ablation", nargs="*", default=None, metavar="RUN[:LABEL]",
+                        help="instead of training: score these probe runs' checkpoints on --eval-file")
+    parser.add_argument("--eval-file", default=DEV, help="labelled file for --ablation (default: dev)")
+    parser.add_argument("--json", default=None, metavar="FILE", help="--ablation: also write the scores as JSON")
     args = parser.parse_args()
+    if args.ablation is not None:
+        ablation(args.ablation, args.eval_file, args.json, args.write)
+        return
     if args.curves is not None:
         plot_curves(args.curves, args.plot)
         return

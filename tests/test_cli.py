@@ -75,7 +75,8 @@ def test_no_compile_and_no_amp_are_shorthands():
 
 def test_training_flags_show_preset_defaults():
     text = " ".join(_help("pretrain").split())
-    assert re.search(r"--learning-rate .*spec: 0\.006; quick: ", text)
+    assert re.search(r"--learning-rate .*cpu15: 0\.003; .*spec: 0\.006", text)
+    assert "--grad-clip GRAD_CLIP clip the global gradient norm to this (0 = off) (default: 1.0 in every preset)" in text
     assert "--no-causal" in text and "--attention" in text and "--seed" in text
 
 

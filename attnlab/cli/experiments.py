@@ -83,7 +83,7 @@ def _continuing(group, name: str) -> None:
 def register(command) -> None:
     p = command("demo", "the main job: baseline, no pretraining, a recipe trained now and the shipped "
                 "model, scored on dev (extracted and stored)", cmd_demo)
-    flags.preset(p, "demo", "recipe trained from scratch (demo: the cpu recipe cut to fit 15 minutes on 2 cores)")
+    flags.preset(p, "demo", "recipe trained from scratch while you wait")
     p.add_argument("--shipped", default="models/cpu", help="shipped model scored beside it ('' to skip)")
     flags.out_dir(p, "runs/demo", "output directory", old=("--out",))
     p.add_argument("--attention", default="vanilla", choices=attention_names(), help="attention variant to demonstrate")
@@ -92,7 +92,7 @@ def register(command) -> None:
 
     p = command("compare", "every attention variant through pretrain -> finetune -> dev evaluation, "
                 "same preset, seed and data; a markdown table and a bar chart", cmd_compare)
-    flags.preset(p)
+    flags.preset(p, "cpu5", "recipe every variant is trained with")
     p.add_argument("--variants", default=None,
                    help=f"comma-separated variants to train (default: all: {','.join(REGISTRY)})")
     flags.out_dir(p, "runs/compare", "output directory", old=("--out",))

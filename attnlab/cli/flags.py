@@ -17,7 +17,7 @@ from typing import Any
 from .. import datafiles
 from ..attention import names as attention_names
 from ..config import (DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, PRESETS, ModelConfig,
-                      TrainConfig, cli_fields, get_preset)
+                      DEFAULT_PRESET, RENAMED_PRESETS, TrainConfig, cli_fields, get_preset)
 from ..config_file import read_config_file
 from ..data import DataError
 from ..devices import check_device
@@ -25,7 +25,14 @@ from ..paths import PathError
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Appends "(default: X)" unless the help text already states its default."""
+    """Appends "(default: X)" unless the help text already states its default; a help text
+    with line breaks (a listing) keeps them, each line wrapped on its own."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        if "\n" not in text:
+            return super()._split_lines(text, width)
+        split = super()._split_lines
+        return [part for line in text.splitlines() for part in split(line, width)]
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -68,10 +75,24 @@ def device(parser: argparse.ArgumentParser) -> None:
                         help="cpu, cuda, cuda:N or auto (CUDA when there is one)")
 
 
-def preset(parser: argparse.ArgumentParser, default: str = "quick", help: str = "") -> None:
-    parser.add_argument("--preset", default=default, choices=list(PRESETS),
-                        help=help or "named configuration: spec = the course's numbers, quick = CPU-sized, "
-                                     "cpu/demo = the knowledge recipe, tiny = seconds, for tests")
+def preset(parser: argparse.ArgumentParser, default: str = DEFAULT_PRESET, help: str = "") -> None:
+    """--preset NAME, its help listing every preset on a line of its own (name, what it is for,
+    size, expected time); a retired name is accepted with a note (``resolve_preset``)."""
+    listing = "\n".join(f"  {p.summary()}" for p in PRESETS.values()).replace("%", "%%")
+    text = help if "(default" in help else f"{help or 'named recipe'} (default: {default})"
+    parser.add_argument("--preset", default=default, type=resolve_preset, metavar="NAME",
+                        help=f"{text}; one of:\n{listing}")
+
+
+def resolve_preset(name: str) -> str:
+    """A preset name as given, or a retired name's successor (with a one-line note on stderr)."""
+    if name in RENAMED_PRESETS:
+        new = RENAMED_PRESETS[name]
+        print(f"note: preset {name!r} is now called {new!r}; the old name will go away", file=sys.stderr)
+        return new
+    if name not in PRESETS:
+        raise argparse.ArgumentTypeError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return name
 
 
 def corpus(parser: argparse.ArgumentParser, help: str = "pretraining corpus, one document per line") -> None:
@@ -226,7 +247,8 @@ def _flag(name: str) -> str:
 
 
 def _preset_default(field: dataclasses.Field, stages: tuple[str, ...]) -> str:
-    """'spec: X, quick: Y' for a field across presets (model fields or training stages)."""
+    """'cpu15: X; ...; spec: Y' for a field across presets (model fields or training stages), or
+    'X in every preset' when they agree."""
     parts = []
     for p in PRESETS.values():
         if p.name == "tiny":
@@ -236,8 +258,10 @@ def _preset_default(field: dataclasses.Field, stages: tuple[str, ...]) -> str:
         else:
             values = {getattr(getattr(p, s), field.name) for s in stages}
             value = "/".join(str(v) for v in sorted(values, key=str))
-        parts.append(f"{p.name}: {value}")
-    return "; ".join(parts)
+        parts.append((p.name, str(value)))
+    if len({value for _, value in parts}) == 1:
+        return f"{parts[0][1]} in every preset"
+    return "; ".join(f"{name}: {value}" for name, value in parts)
 
 
 def model_flags(parser: argparse.ArgumentParser) -> None:
@@ -292,4 +316,5 @@ def model_config_from(args: argparse.Namespace) -> ModelConfig:
 
 
 def train_config_from(args: argparse.Namespace, stage: str) -> TrainConfig:
-    return dataclasses.replace(getattr(get_preset(args.preset), stage), **overrides(args, TrainConfig))
+    return dataclasses.replace(getattr(get_preset(args.preset), stage), preset=args.preset,
+                               **overrides(args, TrainConfig))

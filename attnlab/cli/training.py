@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Callable
 
 from .. import paths
 from ..checkpoint import CHECKPOINT_NAME
-from ..config import ModelConfig, TrainConfig
+from ..config import DEFAULT_PRESET, PRESETS, ModelConfig, TrainConfig
 from ..data import read_corpus, read_qa, read_questions
 from . import flags
 
@@ -65,6 +66,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     from ..pipeline import evaluate_file, finetune
 
     stage = "finetune" if args.init else "finetune_scratch"
+    args.preset = args.preset or (run_recipe(args.init) if args.init else DEFAULT_PRESET)
     args.out_dir = args.out_dir or f"runs/finetune-{args.attention or 'vanilla'}{'' if args.init else '-scratch'}"
     run_dir = Path(args.out_dir)
     _check_finetune_files(args)
@@ -79,6 +81,25 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         if args.eval_file:  # split across ranks; rank 0 writes the predictions
             evaluate_file(run_dir, args.eval_file, device=device)
     return 0
+
+
+def run_recipe(init: str) -> str:
+    """The preset a run was trained with: its checkpoint's record, else the ``preset`` of a
+    shipped model's provenance.json, else the default preset (said on stderr). Finetuning
+    continues with it, so a short finetune of a model never uses another recipe's rates."""
+    import json
+
+    from ..checkpoint import load_checkpoint, resolve
+
+    recorded = load_checkpoint(init).meta.get("train_config", {}).get("preset")
+    provenance = resolve(init).parent / "provenance.json"
+    if not recorded and provenance.is_file():
+        recorded = json.loads(provenance.read_text(encoding="utf-8")).get("preset")
+    if recorded in PRESETS:
+        return recorded
+    print(f"note: {init} does not record its preset; finetuning with preset {DEFAULT_PRESET!r} "
+          "(choose with --preset)", file=sys.stderr)
+    return DEFAULT_PRESET
 
 
 def _check_finetune_files(args: argparse.Namespace) -> None:
@@ -110,7 +131,8 @@ def register(command) -> None:
     flags.train_flags(p, ("pretrain",))
 
     p = command("finetune", "finetune on birth-place questions (from --init, or from scratch)", cmd_finetune)
-    flags.preset(p)
+    flags.preset(p, None, f"named recipe; from --init the run's own (default: the --init run's preset, "
+                          f"else {DEFAULT_PRESET})")
     p.add_argument("--init", default=None, help="pretrained checkpoint or run directory (default: none, no pretraining)")
     flags.corpus(p, "corpus that defines the vocabulary when there is no --init (and the lines of the recall format)")
     flags.train_file(p)
