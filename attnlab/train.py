@@ -321,6 +321,7 @@ class MetricsLog:
         self.history: list[dict[str, Any]] = []
         self.clock = _TrainingCPUClock(cpu_seconds)
         self.start = time.perf_counter()
+        self.eval_wall = 0.0  # wall seconds spent in evaluations since start
         self.window_tokens, self.window_start = 0, self.start
         self.loss = float("nan")
 
@@ -348,9 +349,15 @@ class MetricsLog:
         return record
 
     def evaluation(self, step: int, tokens: int, evaluator: Callable[[], dict[str, Any]]) -> None:
+        """An evaluation row: its scores, and the training CPU and wall seconds so far with the
+        evaluations left out (``train_wall_s``: since this process started or resumed)."""
+        began = time.perf_counter()
         with self.clock.paused():
             record = {"step": step, "tokens": tokens, "train_cpu_s": round(self.clock.seconds(), 2),
-                      "elapsed_s": round(time.perf_counter() - self.start, 2), **evaluator()}
+                      "train_wall_s": round(began - self.start - self.eval_wall, 2),
+                      "elapsed_s": round(began - self.start, 2), **evaluator()}
+        record["eval_s"] = round(time.perf_counter() - began, 2)
+        self.eval_wall += record["eval_s"]
         self.append(record)
 
 

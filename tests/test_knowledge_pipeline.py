@@ -36,6 +36,10 @@ def test_lm_pretraining_with_recall_mixing_logs_learning_curves_and_answers(tiny
         assert r["dev_total"] == 12 and r["stored_total"] == 12 and 0 <= r["stored"] <= 12
         assert r["train_cpu_s"] > 0
     assert curve[-1]["train_cpu_s"] >= curve[0]["train_cpu_s"]
+    # training wall time leaves the evaluations out: it grows by less than the elapsed time
+    for a, b in zip(curve, curve[1:]):
+        assert 0 <= b["train_wall_s"] - a["train_wall_s"] <= b["elapsed_s"] - a["elapsed_s"] - a["eval_s"] + 0.01
+        assert b["train_wall_s"] <= b["elapsed_s"] - sum(r["eval_s"] for r in curve if r["step"] < b["step"]) + 0.01
     config = json.loads((run / "config.json").read_text())
     assert config["train"]["objective"] == "lm" and config["model"]["qa_format"] == "recall"
 
