@@ -16,13 +16,13 @@ from typing import Any, Iterable
 
 import torch
 
-from .checkpoint import Checkpoint, load_checkpoint
-from .config import ModelConfig, TrainConfig
-from .data import QAExample
-from .devices import resolve_device
-from .evaluate import Answer, answer_questions
-from .model import GPT
-from .vocab import Vocab
+from .model.checkpoint import Checkpoint, load_checkpoint
+from .config.settings import ModelConfig, TrainConfig
+from .data.datasets import QAExample
+from .core.devices import resolve_device
+from .answering.evaluate import Answer, answer_questions
+from .model.gpt import GPT
+from .data.vocab import Vocab
 
 
 @dataclass

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # the checkout's attnlab, not another install of it
     sys.path.insert(0, str(REPO))
 
-from attnlab.devices import resolve_device  # noqa: E402,F401  (the scripts import it from here)
+from attnlab.core.devices import resolve_device  # noqa: E402,F401  (the scripts import it from here)
 
 BENCHMARKS_MD = REPO / "BENCHMARKS.md"
 DATA = REPO / "data"

@@ -51,18 +51,18 @@ def worker(args: argparse.Namespace) -> None:
     """Train for ``args.seconds`` after a warm-up; print one JSON line with tokens/s."""
     import torch
 
-    from attnlab import cpu_settings
-    from attnlab.batching import CorruptionBatches
-    from attnlab.config import TrainConfig, get_preset
-    from attnlab.data import SpanCorruptionDataset, read_text
-    from attnlab.model import GPT
-    from attnlab.train import make_optimizer, prepare_step, train_step
+    from attnlab.core import cpu_settings
+    from attnlab.data.batching import CorruptionBatches
+    from attnlab.config.settings import TrainConfig, get_preset
+    from attnlab.data.datasets import SpanCorruptionDataset, read_text
+    from attnlab.model.gpt import GPT
+    from attnlab.training.trainer import make_optimizer, prepare_step, train_step
 
     cpu_settings.apply()
     if args.threads:
         torch.set_num_threads(args.threads)
     preset = get_preset(args.model)
-    from attnlab.config import ModelConfig
+    from attnlab.config.settings import ModelConfig
 
     text = read_text(REPO / "data" / "wiki.txt")
     config = ModelConfig(**preset.model)

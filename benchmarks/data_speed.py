@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA, report, resolve_device, table, timed  # noqa: E402
 
-from attnlab.data import SpanCorruptionDataset, corrupt_batch, read_text  # noqa: E402
+from attnlab.data.datasets import SpanCorruptionDataset, corrupt_batch, read_text  # noqa: E402
 
 
 def reference(dataset: SpanCorruptionDataset, order: list[int], batch_size: int) -> int:

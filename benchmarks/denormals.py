@@ -27,11 +27,11 @@ from _common import DATA, report, table  # noqa: E402
 def child(steps: int, flush: bool) -> None:
     import torch
 
-    from attnlab import cpu_settings
-    from attnlab.batching import CorruptionBatches
-    from attnlab.config import ModelConfig, get_preset
-    from attnlab.data import SpanCorruptionDataset, read_text
-    from attnlab.model import GPT
+    from attnlab.core import cpu_settings
+    from attnlab.data.batching import CorruptionBatches
+    from attnlab.config.settings import ModelConfig, get_preset
+    from attnlab.data.datasets import SpanCorruptionDataset, read_text
+    from attnlab.model.gpt import GPT
     from train_speed import fast_step, fast_stepper
 
     if flush:

@@ -28,12 +28,12 @@ from tqdm.auto import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA, report, resolve_device, table, timed  # noqa: E402
 
-from attnlab.config import ModelConfig, get_preset  # noqa: E402
-from attnlab.data import SpanCorruptionDataset, read_qa, read_text  # noqa: E402
-from attnlab.evaluate import MAX_NEW_CHARS  # noqa: E402
-from attnlab.generate import generate  # noqa: E402
-from attnlab.model import GPT  # noqa: E402
-from attnlab.vocab import MASK_CHAR  # noqa: E402
+from attnlab.config.settings import ModelConfig, get_preset  # noqa: E402
+from attnlab.data.datasets import SpanCorruptionDataset, read_qa, read_text  # noqa: E402
+from attnlab.answering.evaluate import MAX_NEW_CHARS  # noqa: E402
+from attnlab.model.generate import generate  # noqa: E402
+from attnlab.model.gpt import GPT  # noqa: E402
+from attnlab.data.vocab import MASK_CHAR  # noqa: E402
 
 TARGET_SECONDS = 5.0  # the 500-question dev evaluation on the 2-core CPU (issue 4)
 

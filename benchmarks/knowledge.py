@@ -25,11 +25,12 @@ from _common import REPO, report, table
 
 sys.path.insert(0, str(REPO))
 
-from attnlab import cli, cpu_settings  # noqa: E402
-from attnlab.checkpoint import load_model  # noqa: E402
-from attnlab.data import documents, read_qa, read_text  # noqa: E402
-from attnlab.evaluate import evaluate, wilson_interval  # noqa: E402
-from attnlab.knowledge import CorpusIndex, measure_stored  # noqa: E402
+from attnlab import cli
+from attnlab.core import cpu_settings  # noqa: E402
+from attnlab.model.checkpoint import load_model  # noqa: E402
+from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
+from attnlab.answering.evaluate import evaluate, wilson_interval  # noqa: E402
+from attnlab.answering.knowledge import CorpusIndex, measure_stored  # noqa: E402
 
 DEV = "data/birth_dev.tsv"
 CORPUS = "data/wiki.txt"
@@ -111,7 +112,7 @@ def train_and_report(args) -> None:
     report(f"knowledge_{args.preset}", text, write=args.write, title=f"Knowledge on a CPU: preset {args.preset} "
            "(benchmarks/knowledge.py)")
     if args.ship:
-        from attnlab.shipped import ship
+        from attnlab.model.shipped import ship
 
         provenance = {"commands": ["attnlab " + " ".join(a) for a in stage_commands(args.preset, out)],
                       "commit": _commit(), "preset": args.preset, **row,

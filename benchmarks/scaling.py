@@ -33,9 +33,9 @@ def worker(args: argparse.Namespace) -> None:
 
     import torch
 
-    from attnlab import distributed
-    from attnlab.config import ModelConfig, get_preset
-    from attnlab.pipeline import pretrain
+    from attnlab.core import distributed
+    from attnlab.config.settings import ModelConfig, get_preset
+    from attnlab.training.pipeline import pretrain
 
     torch.set_num_threads(args.threads)
     env, device = distributed.setup("cpu")

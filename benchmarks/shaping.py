@@ -21,15 +21,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import replace_section  # noqa: E402
-from attnlab.checkpoint import load_model  # noqa: E402
-from attnlab.config import ModelConfig, get_preset  # noqa: E402
-from attnlab.evaluate import Score  # noqa: E402
-from attnlab.attention_maps import statistics_over  # noqa: E402
-from attnlab.data import read_texts  # noqa: E402
-from attnlab.config import DEFAULT_DEV  # noqa: E402
-from attnlab.pipeline import evaluate_file, finetune, pretrain  # noqa: E402
-from attnlab.devices import resolve_device  # noqa: E402
-from attnlab.vocab import MASK_CHAR  # noqa: E402
+from attnlab.model.checkpoint import load_model  # noqa: E402
+from attnlab.config.settings import ModelConfig, get_preset  # noqa: E402
+from attnlab.answering.evaluate import Score  # noqa: E402
+from attnlab.probing.attention_maps import statistics_over  # noqa: E402
+from attnlab.data.datasets import read_texts  # noqa: E402
+from attnlab.config.settings import DEFAULT_DEV  # noqa: E402
+from attnlab.training.pipeline import evaluate_file, finetune, pretrain  # noqa: E402
+from attnlab.core.devices import resolve_device  # noqa: E402
+from attnlab.data.vocab import MASK_CHAR  # noqa: E402
 
 
 

@@ -45,13 +45,13 @@ from tqdm.auto import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA, matmul_peak, report, resolve_device, table, timed  # noqa: E402
 
-from attnlab import cpu_settings  # noqa: E402
-from attnlab.batching import Batches, CorruptionBatches  # noqa: E402
-from attnlab.config import ModelConfig, TrainConfig, get_preset  # noqa: E402
-from attnlab.data import SpanCorruptionDataset, read_text  # noqa: E402
-from attnlab.devices import switch  # noqa: E402
-from attnlab.model import GPT, lm_loss  # noqa: E402
-from attnlab.train import Stepper, make_optimizer, prepare_step, train_step  # noqa: E402
+from attnlab.core import cpu_settings  # noqa: E402
+from attnlab.data.batching import Batches, CorruptionBatches  # noqa: E402
+from attnlab.config.settings import ModelConfig, TrainConfig, get_preset  # noqa: E402
+from attnlab.data.datasets import SpanCorruptionDataset, read_text  # noqa: E402
+from attnlab.core.devices import switch  # noqa: E402
+from attnlab.model.gpt import GPT, lm_loss  # noqa: E402
+from attnlab.training.trainer import Stepper, make_optimizer, prepare_step, train_step  # noqa: E402
 
 COURSE_TOKENS_PER_S = 4_400  # the course code on this 2-core CPU (issue 4)
 TARGET_RATIO = 3.0

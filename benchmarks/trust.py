@@ -20,8 +20,8 @@ from pathlib import Path
 from _common import REPO, report, table  # puts the checkout's attnlab first on sys.path
 
 from attnlab import cli  # noqa: E402
-from attnlab.data import documents, read_text  # noqa: E402
-from attnlab.evidence import CorpusIndex  # noqa: E402
+from attnlab.data.datasets import documents, read_text  # noqa: E402
+from attnlab.trust.evidence import CorpusIndex  # noqa: E402
 
 DEV = "data/birth_dev.tsv"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab.config import ModelConfig, TrainConfig
+from attnlab.config.settings import ModelConfig, TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data"

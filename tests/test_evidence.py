@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnlab.evidence import CorpusIndex, subject_of
+from attnlab.trust.evidence import CorpusIndex, subject_of
 
 
 DOCS = [

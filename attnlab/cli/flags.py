@@ -14,14 +14,16 @@ import dataclasses
 import sys
 from typing import Any
 
-from .. import datafiles
-from ..attention import names as attention_names
-from ..config import (DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, PRESETS, ModelConfig,
-                      TrainConfig, cli_fields, get_preset)
-from ..config_file import read_config_file
-from ..data import DataError
-from ..devices import check_device
-from ..paths import PathError
+from ..core import datafiles
+from ..model.attention import names as attention_names
+from ..config.settings import (
+    DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, PRESETS, ModelConfig, TrainConfig, cli_fields,
+    get_preset
+)
+from ..config.files import read_config_file
+from ..data.datasets import DataError
+from ..core.devices import check_device
+from ..core.paths import PathError
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -99,7 +101,7 @@ def resume(parser: argparse.ArgumentParser) -> None:
 def resume_or_overwrite(parser: argparse.ArgumentParser) -> None:
     """Training commands: what to do with an output directory that already holds a run
     (attnlab/rundir.py; the flags a resumed run may change are rundir.RESUMABLE)."""
-    from ..rundir import resumable_flags
+    from ..training.rundir import resumable_flags
 
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true",

@@ -7,10 +7,10 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
-from .. import paths
-from ..checkpoint import CHECKPOINT_NAME
-from ..config import ModelConfig, TrainConfig
-from ..data import read_corpus, read_qa, read_questions
+from ..core import paths
+from ..model.checkpoint import CHECKPOINT_NAME
+from ..config.settings import ModelConfig, TrainConfig
+from ..data.datasets import read_corpus, read_qa, read_questions
 from . import flags
 
 
@@ -26,7 +26,7 @@ def _configs(args: argparse.Namespace, stage: str, run_dir: Path, device: str
     if not args.resume:
         model = None if stage == "finetune" else flags.model_config_from(args)
         return model, dataclasses.replace(flags.train_config_from(args, stage), device=device)
-    from .. import rundir
+    from ..training import rundir
 
     ckpt = rundir.resumable(run_dir, "finetune" if stage.startswith("finetune") else stage)
     return rundir.resumed_configs(ckpt, flags.overrides(args, ModelConfig),
@@ -34,8 +34,8 @@ def _configs(args: argparse.Namespace, stage: str, run_dir: Path, device: str
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
-    from .. import distributed
-    from ..pipeline import pretrain
+    from ..core import distributed
+    from ..training.pipeline import pretrain
 
     run_dir = Path(args.out_dir or f"runs/pretrain-{args.attention or 'vanilla'}")
     args.out_dir = str(run_dir)
@@ -61,8 +61,8 @@ def _check_pretrain_files(args: argparse.Namespace, config: TrainConfig) -> None
 
 
 def cmd_finetune(args: argparse.Namespace) -> int:
-    from .. import distributed
-    from ..pipeline import evaluate_file, finetune
+    from ..core import distributed
+    from ..training.pipeline import evaluate_file, finetune
 
     stage = "finetune" if args.init else "finetune_scratch"
     args.out_dir = args.out_dir or f"runs/finetune-{args.attention or 'vanilla'}{'' if args.init else '-scratch'}"
@@ -85,7 +85,7 @@ def _check_finetune_files(args: argparse.Namespace) -> None:
     """Every file finetuning reads, and its output directory, before anything is written. The
     corpus is read from scratch (it defines the vocabulary), and from --init only for some runs
     (the recall format), so there it may be missing."""
-    from ..checkpoint import resolve
+    from ..model.checkpoint import resolve
 
     if args.init:
         resolve(args.init)

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from ..positions import sinusoidal_table
+from ..model.positions import sinusoidal_table
 from .base import DTYPE, ExploreOptions, TopicResult, _fmt, _generator, _randn, need, topic
 
 

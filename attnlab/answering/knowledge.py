@@ -1,0 +1,185 @@
+"""Closed-book knowledge: who is asked about, what the corpus says of them, what the model
+stored, and the recall answer format.
+
+Two answer formats (``ModelConfig.qa_format``):
+
+- ``direct`` (SPEC 2 and 6): the model reads ``question⁇`` and writes ``place⁇``.
+- ``recall``: the model first writes what it remembers of the person, starting from the
+  corpus's own opening ``NAME.`` and running for at most ``recall_chars`` characters (or until
+  it writes ``⁇``), then ``⁇``, then the place and ``⁇``. Training strings are the corpus line
+  cut at ``recall_chars`` characters, ``⁇``, and for training-file people their place and
+  ``⁇``. The model never sees the corpus at answer time: the recalled text comes from its
+  weights, and the place is read from that text.
+
+Why recall: a small model memorises biography lines as strings keyed by the text before each
+place, not by the person's name, so a direct question cannot reach the stored place
+(Allen-Zhu and Li 2023, "Physics of Language Models: Part 3.1", call this stored but not
+extractable). Completing the person's own line from the name is the one query such storage
+answers; reading a place out of a line is a skill that transfers from training people to
+everyone else. README "Knowledge on a CPU" has the measurements.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+
+from ..data.datasets import DataError, QAExample
+from ..model.generate import generate
+from ..model.gpt import GPT
+from ..data.vocab import MASK_CHAR, MASK_ID, Vocab
+
+QA_FORMATS = ("direct", "recall")
+_QUESTION = re.compile(r"^Where was (?P<name>.+) born\?$")
+
+
+def person_of(question: str) -> str | None:
+    """The name in a question of the experiment's form ``Where was NAME born?`` (else None)."""
+    match = _QUESTION.match(question.strip())
+    return match.group("name") if match else None
+
+
+def require_person(example: QAExample) -> str:
+    name = person_of(example.question)
+    if name is None:
+        raise DataError(example.source, example.line,
+                        f"expected a question 'Where was NAME born?', got {example.question!r}")
+    return name
+
+
+class CorpusIndex:
+    """The corpus lines by the person they are about: a line ``NAME. text`` belongs to NAME.
+    A name may contain full stops ("John F. Kennedy"), so every ``". "`` in a line's opening
+    is a candidate end of its name; the first line that opens with a name wins."""
+
+    def __init__(self, docs: list[str], max_name_chars: int = 120):
+        self.docs = docs
+        self._line: dict[str, int] = {}
+        for i, doc in enumerate(docs):
+            for m in re.finditer(r"\. ", doc[: max_name_chars + 2]):
+                self._line.setdefault(doc[: m.start()], i)
+            if doc.endswith(".") and len(doc) <= max_name_chars + 1:
+                self._line.setdefault(doc[:-1], i)
+
+    def line_of(self, name: str) -> str | None:
+        i = self._line.get(name)
+        return None if i is None else self.docs[i]
+
+    def line_number(self, name: str) -> int | None:
+        """1-based line number of the person's line in the corpus file (None if absent)."""
+        i = self._line.get(name)
+        return None if i is None else i + 1
+
+
+# ------------------------------------------------------------------------- recall format
+
+
+def recall_prompt(name: str) -> str:
+    """What a recall model is given: the opening of the person's corpus line."""
+    return f"{name}."
+
+
+def recall_string(line: str, recall_chars: int, place: str | None = None) -> str:
+    """A training string: the line cut at ``recall_chars``, ``⁇``, and ``place⁇`` if given."""
+    text = line[:recall_chars] + MASK_CHAR
+    return text if place is None else text + place + MASK_CHAR
+
+
+@dataclass(frozen=True)
+class RecallAnswer:
+    answer: str
+    confidence: float  # see answer_by_recall
+    complete: bool  # the answer was closed by ⁇ within the budget
+    recalled: str  # what the model wrote about the person before answering
+
+
+@torch.no_grad()
+def answer_by_recall(model: GPT, vocab: Vocab, names: list[str], recall_chars: int, *,
+                     batch_size: int = 256, max_answer_chars: int = 32) -> list[RecallAnswer]:
+    """Recall each person's line from ``NAME.`` (greedy), then read the place (greedy).
+
+    Confidence is the probability of the answer and its closing mark given the recalled text,
+    times, when the answer is spelled out in the recalled text, the probability the model gave
+    those characters while recalling: a place read from a confidently remembered line is
+    surer than one read from a line the model was unsure of."""
+    out: list[RecallAnswer] = []
+    for start in range(0, len(names), batch_size):
+        out += _recall_batch(model, vocab, names[start:start + batch_size], recall_chars,
+                             max_answer_chars)
+    return out
+
+
+def _recall_batch(model, vocab, names, recall_chars, max_answer_chars) -> list[RecallAnswer]:
+    prompts = [vocab.encode(recall_prompt(n)) for n in names]
+    budget = max(1, recall_chars - min(len(p) for p in prompts))
+    first = generate(model, prompts, budget, stop_token=MASK_ID)
+    seconds, recalls = [], []
+    for prompt, new, logps in zip(prompts, first.tokens, first.logprobs):
+        text = (prompt + new)[:recall_chars]
+        if MASK_ID in text:
+            text = text[: text.index(MASK_ID)]
+        kept = max(0, len(text) - len(prompt))
+        recalls.append((vocab.decode(text), logps[:kept], len(prompt)))
+        seconds.append(text + [MASK_ID])
+    second = generate(model, seconds, max_answer_chars + 1, stop_token=MASK_ID)
+    answers = []
+    for (recalled, recall_logps, prompt_len), toks, logps in zip(recalls, second.tokens, second.logprobs):
+        complete = bool(toks) and toks[-1] == MASK_ID
+        answer = vocab.decode(toks[:-1] if complete else toks)
+        log_conf = sum(logps)
+        at = recalled.find(answer, prompt_len) if answer else -1
+        if at >= 0:  # the characters of the answer as the model recalled them
+            log_conf += sum(recall_logps[at - prompt_len: at - prompt_len + len(answer)])
+        answers.append(RecallAnswer(answer, math.exp(log_conf) if complete else 0.0, complete, recalled))
+    return answers
+
+
+# ------------------------------------------------------------------------------- stored
+
+
+@dataclass(frozen=True)
+class Stored:
+    """People whose gold place is written in their corpus line (``total``), and how many of
+    them the model reproduces by greedy completion of the line up to the place (``stored``)."""
+
+    stored: int
+    total: int
+    asked: int  # people asked about (total <= asked)
+
+    def __str__(self) -> str:
+        pct = 100.0 * self.stored / self.total if self.total else 0.0
+        return f"{self.stored}/{self.total} ({pct:.1f}%)"
+
+
+def stored_probes(index: CorpusIndex, examples: list[QAExample], block_size: int) -> list[tuple[str, str]]:
+    """(line prefix up to the place, place) for each labelled person whose place appears in
+    their corpus line and fits the model's block."""
+    probes = []
+    for ex in examples:
+        name = person_of(ex.question)
+        line = index.line_of(name) if name else None
+        if not line or not ex.answer:
+            continue
+        at = line.find(ex.answer, len(name) + 1)  # after the line's opening "NAME."
+        if at > 0 and at + len(ex.answer) <= block_size:
+            probes.append((line[:at], ex.answer))
+    return probes
+
+
+@torch.no_grad()
+def measure_stored(model: GPT, vocab: Vocab, index: CorpusIndex, examples: list[QAExample], *,
+                   batch_size: int = 256) -> Stored:
+    """How many facts the model stored: greedy completion of each person's own line prefix
+    reproduces the place (the corpus-side counterpart of QA accuracy, "extracted")."""
+    probes = stored_probes(index, examples, model.config.block_size)
+    hits = 0
+    for start in range(0, len(probes), batch_size):
+        part = probes[start:start + batch_size]
+        prompts = [vocab.encode(prefix) for prefix, _ in part]
+        longest = max(len(place) for _, place in part)
+        gen = generate(model, prompts, longest)
+        hits += sum(vocab.decode(toks).startswith(place) for toks, (_, place) in zip(gen.tokens, part))
+    return Stored(hits, len(probes), len(examples))
