@@ -8,7 +8,7 @@ import torch
 from attnlab.model.attention import REGISTRY
 from attnlab.config.settings import ModelConfig
 from attnlab.data.datasets import DataError, QAExample
-from attnlab.answering.knowledge import CorpusIndex
+from attnlab.data.corpus import CorpusIndex
 from attnlab.model.attention.masks import segments as segment_mask
 from attnlab.model.gpt import GPT, lm_loss
 from attnlab.model.positions import segment_positions

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .datasets import DataError, QAExample
-from ..answering.knowledge import CorpusIndex, recall_string, require_person
+from .corpus import CorpusIndex, recall_string, require_person
 from .vocab import MASK_CHAR, PAD_ID, Vocab
 
 OBJECTIVES = ("span", "lm")
