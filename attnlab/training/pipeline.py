@@ -19,7 +19,7 @@ from ..model.checkpoint import CHECKPOINT_NAME, Checkpoint, load_checkpoint, loa
 from ..config.settings import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, ModelConfig, TrainConfig
 from ..data.datasets import NameDataset, SpanCorruptionDataset, documents, read_qa, read_text
 from ..answering.knowledge import CorpusIndex, Stored, measure_stored, require_person
-from ..trust.calibration import finetuning_people
+from ..data.splits import finetuning_people
 from ..answering.evaluate import Answer, Score, evaluate, most_frequent_place, score, write_predictions
 from ..model.gpt import GPT
 from ..data.objectives import corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people

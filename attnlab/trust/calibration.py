@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..data.datasets import QAExample, read_qa
+from ..data.splits import finetuning_people, held_out_people  # noqa: F401
 from ..core.paths import save_figure
 
 N_BINS = 15
@@ -140,24 +140,6 @@ def keep_correct_threshold(confidence: Sequence[float], correct: Sequence[bool],
 def abstained_predictions(answers: Sequence[str], confidence: Sequence[float], threshold: float) -> list[str]:
     """The answers in input order, with "" where the confidence is below the threshold."""
     return [a if c >= threshold else "" for a, c in zip(answers, confidence)]
-
-
-def held_out_people(train_file: str | Path, fraction: float) -> list[QAExample]:
-    """The last ``fraction`` of a labelled training file: the people a run may hold out from
-    finetuning (``finetune --holdout-fraction``) so that fitted quantities see unseen labels."""
-    if not 0 < fraction < 1:
-        raise ValueError(f"--holdout-fraction must lie in (0, 1), got {fraction}")
-    examples = read_qa(train_file, labelled=True)
-    return examples[len(examples) - math.ceil(fraction * len(examples)):]
-
-
-def finetuning_people(examples: list[QAExample], fraction: float) -> list[QAExample]:
-    """The training examples left for finetuning when the last ``fraction`` is held out."""
-    if fraction == 0:
-        return examples
-    if not 0 < fraction < 1:
-        raise ValueError(f"holdout_fraction must lie in [0, 1), got {fraction}")
-    return examples[: len(examples) - math.ceil(fraction * len(examples))]
 
 
 # ---------------------------------------------------------------------------------- plots
