@@ -16,7 +16,8 @@ from attnlab.data.batching import Batches
 from attnlab.config.settings import ModelConfig, TrainConfig
 from attnlab.model.gpt import GPT
 from attnlab.training.pipeline import _loss_fn
-from attnlab.training.shaping import focus_loss, head_statistics, near_loss, row_distance, row_entropy, shaping_loss_fn
+from attnlab.probing.heads import head_statistics, row_distance, row_entropy
+from attnlab.training.shaping import focus_loss, near_loss, shaping_loss_fn
 from attnlab.training.trainer import default_loss, train
 from attnlab.data.vocab import PAD_ID, Vocab
 

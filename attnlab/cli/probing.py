@@ -88,7 +88,7 @@ def cmd_attention(args: argparse.Namespace) -> int:
     from ..probing.attention_maps import attention_weights, labels, plot_layer, statistics_over, statistics_table
     from ..model.checkpoint import load_model
     from ..core.devices import resolve_device
-    from ..training.shaping import head_statistics
+    from ..probing.heads import head_statistics
 
     if args.text is None and not args.over:
         raise ValueError("give a TEXT to draw, --over FILE to average statistics, or both")

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from ..model.attention import masks
 from ..model.gpt import GPT, evaluating
 from ..core.paths import save_figure
-from ..training.shaping import head_statistics
+from .heads import head_statistics
 from ..data.vocab import PAD_ID, Vocab, visible
 
 # ---- weights ---------------------------------------------------------------------------------

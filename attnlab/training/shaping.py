@@ -1,4 +1,4 @@
-"""Attention-shaping losses and the attention statistics they are built from (SPEC section 7:
+"""Attention-shaping losses, built from the attention statistics of probing/heads.py (SPEC section 7:
 "attention-shaping losses (head entropy, robust distance penalty)").
 
 With alpha[l, k, t1, :] the attention distribution of layer l, head k and query position t1:
@@ -31,35 +31,14 @@ import torch
 from torch import Tensor, nn
 
 from ..model.gpt import GPT, lm_loss, packed_rows
+from ..probing.heads import row_distance, row_entropy
 from .trainer import default_loss
 from ..data.vocab import PAD_ID
 
 SHAPING_LOSSES = ("focus", "near")
 
 
-# ---- statistics of attention weights --------------------------------------------------------
-def row_entropy(weights: Tensor) -> Tensor:
-    """Entropy (nats) of each attention row: (..., S) -> (...).
-
-    Masked keys have weight exactly 0 and contribute 0 log 0 = 0. The log's argument is
-    replaced by 1 where the weight is 0, so the gradient there is finite (log 1 + 0 = 0) instead
-    of -inf, which softmax's backward would turn into NaN (0 * -inf)."""
-    w = weights.float()
-    safe = torch.where(w > 0, w, torch.ones_like(w))
-    return -(w * safe.log()).sum(-1)
-
-
-def row_distance(weights: Tensor, power: int = 1) -> Tensor:
-    """Expected distance sum_{t2} alpha[t1, t2] |t1 - t2|^power of each row: (..., T, S) -> (..., T).
-
-    The T queries are the last T of the S key positions (T == S in training)."""
-    T, S = weights.shape[-2:]
-    q = torch.arange(S - T, S, device=weights.device, dtype=torch.float32)[:, None]
-    k = torch.arange(S, device=weights.device, dtype=torch.float32)[None, :]
-    dist = (q - k).abs() ** power  # (T, S)
-    return (weights.float() * dist).sum(-1)
-
-
+# ---- the losses' average over layers, heads and real positions --------------------------------
 def _masked_mean(values: Tensor, valid: Tensor | None) -> Tensor:
     """Per-row mean of values (B, L, h, T) over layers, heads and valid queries -> (B,)."""
     if valid is None:
@@ -81,18 +60,6 @@ def near_loss(weights: list[Tensor], valid: Tensor | None = None, near_max: floa
         return torch.zeros(weights[0].shape[0], device=weights[0].device)
     capped = torch.stack([row_distance(w, power=2).clamp(max=near_max) for w in lower], 1)
     return _masked_mean(capped, valid)
-
-
-def head_statistics(weights: list[Tensor], valid: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """Per-row, per-layer, per-head mean entropy and mean |t1 - t2| over valid queries:
-    two tensors (B, L, h). Used by `attnlab attention` and the benchmark."""
-    ent = torch.stack([row_entropy(w) for w in weights], 1)  # (B, L, h, T)
-    dist = torch.stack([row_distance(w, power=1) for w in weights], 1)
-    if valid is None:
-        return ent.mean(-1), dist.mean(-1)
-    v = valid[:, None, None, :].float()
-    n = v.sum(-1).clamp(min=1)
-    return (ent * v).sum(-1) / n, (dist * v).sum(-1) / n
 
 
 # ---- the training loss ------------------------------------------------------------------------
