@@ -128,7 +128,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="timed training per measurement")
     parser.add_argument("--repeats", type=int, default=3, help="measurements of each; the median is shown")
     parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated settings to measure")
-    parser.add_argument("--write", action="store_true", help="write the table into BENCHMARKS.md")
+    parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--hog", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", default="quick", help=argparse.SUPPRESS)

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=70, help="training steps per process")
     ap.add_argument("--window", type=int, default=10, help="steps per reported window")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     ap.add_argument("--child", choices=["flush", "keep"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--max-minutes", type=float, default=0,
                     help="start no new edit after this many minutes and report the edits done (0 = no limit)")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = ap.parse_args(argv)
 
     model, vocab, _ = load_model(args.run, device=args.device)

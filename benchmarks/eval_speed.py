@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--subset", type=int, default=50, help="questions timed for the slow ways (b) and (c), extrapolated")
     ap.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = torch's default)")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -104,7 +105,7 @@ def train_and_report(args) -> None:
                      _pct(p["stored"], p["stored_total"]), f"{p['wall_s'] / 60:.1f} min"])
     text = table(["model", "dev extracted (exact match)", "dev stored (line completion)",
                   "pipeline wall time"], rows)
-    commands = "; ".join("attnlab " + " ".join(a) for a in stage_commands(args.preset, out))
+    commands = "; ".join(shlex.join(["attnlab", *a]) for a in stage_commands(args.preset, out))  # "" stays ''
     text += (f"\n\n- stages: `{commands}`, then dev evaluation ({scores['eval_seconds']} s)"
              "\n- stored: people whose gold place is written in their wiki.txt line; the model's greedy "
              "completion of that line up to the place must reproduce it"
@@ -172,7 +173,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="directory for the runs (default: runs/knowledge-PRESET)")
     parser.add_argument("--resume", action="store_true", help="continue runs already in --out")
     parser.add_argument("--ship", default=None, metavar="DIR", help="ship the finetuned model there (e.g. models/cpu)")
-    parser.add_argument("--write", action="store_true", help="write the table into BENCHMARKS.md")
+    parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     parser.add_argument("--curves", nargs="*", default=None, metavar="OUT[:LABEL]",
                         help="instead of training: draw the learning curves of runs made by this script")
     parser.add_argument("--plot", default="docs/learning_curves.png", help="PNG for --curves")

@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--amp", choices=["on", "off", "auto"], default="auto", help="bf16 autocast for the fast path (auto: on for CUDA)")
     ap.add_argument("--compile", choices=["on", "off", "auto"], default="auto", help="torch.compile the fast path's model (auto: on for CUDA)")
     ap.add_argument("--skip-course", action="store_true", help="time the fast path only")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     ap.add_argument("--no-process-settings", action="store_true",
                     help="leave out the attnlab program's CPU settings (flush denormals, keep freed memory)")
     args = ap.parse_args(argv)
