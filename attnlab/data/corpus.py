@@ -49,6 +49,20 @@ class CorpusIndex:
         i = self._line.get(name)
         return None if i is None else i + 1
 
+    def lines_about(self, name: str) -> list[int]:
+        """0-based indices of the lines about ``name``: the person's own line if the corpus has
+        one, else every line that mentions the name as whole words."""
+        i = self._line.get(name)
+        return [i] if i is not None else [j for j, doc in enumerate(self.docs) if contains_words(doc, name)]
+
+
+def contains_words(text: str, phrase: str) -> bool:
+    """Whether ``phrase`` occurs in ``text`` as whole words: "Bon" is not in "Boniface", but
+    "New York" is in "born in New York." (no letter or digit may touch either end)."""
+    if not phrase:
+        return False
+    return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text) is not None
+
 
 # ------------------------------------------------------------------------- recall format
 

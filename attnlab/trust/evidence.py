@@ -9,10 +9,10 @@ appears in their line, the ceiling of any method that reads the corpus).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-_QUESTION = re.compile(r"^\s*Where was (?P<name>.+?) born\?\s*$")
+from ..data import corpus
+from ..data.corpus import contains_words, person_of
 
 
 @dataclass(frozen=True)
@@ -32,31 +32,15 @@ class Evidence:
 
 def subject_of(question: str) -> str:
     """The person in "Where was NAME born?", or the whole question for other phrasings."""
-    m = _QUESTION.match(question)
-    return m.group("name") if m else question.strip()
+    return person_of(question) or question.strip()
 
 
-def contains_words(text: str, phrase: str) -> bool:
-    """Whether ``phrase`` occurs in ``text`` as whole words: "Bon" is not in "Boniface", but
-    "New York" is in "born in New York." (no letter or digit may touch either end)."""
-    if not phrase:
-        return False
-    return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text) is not None
-
-
-class CorpusIndex:
-    """Corpus lines by subject. Each wiki.txt line starts with "Name. ...", which we index;
-    other subjects fall back to a substring scan."""
-
-    def __init__(self, documents: list[str]):
-        self.documents = documents
-        self.by_title: dict[str, list[int]] = {}
-        for i, doc in enumerate(documents):
-            title = doc.split(". ", 1)[0]
-            self.by_title.setdefault(title, []).append(i)
+class CorpusIndex(corpus.CorpusIndex):
+    """The corpus index of data/corpus.py (a line ``NAME. text`` is NAME's, full stops in
+    names included), asked for the evidence of an answer."""
 
     def find(self, question: str, answer: str) -> Evidence:
         subject = subject_of(question)
-        hits = self.by_title.get(subject) or [i for i, d in enumerate(self.documents) if contains_words(d, subject)]
-        supporting = [i for i in hits if answer and contains_words(self.documents[i], answer)]
+        hits = self.lines_about(subject)
+        supporting = [i for i in hits if answer and contains_words(self.docs[i], answer)]
         return Evidence(subject, tuple(i + 1 for i in hits), tuple(i + 1 for i in supporting))
