@@ -5,7 +5,7 @@
 
 Answers come from the same code as ``attnlab ask`` and ``attnlab evaluate``
 (``evaluate.answer_questions``), in the model's own answer format: ``direct``, or ``recall``
-(attnlab/knowledge.py), where each answer also carries what the model recalled of the person.
+(attnlab/answering/knowledge.py), where each answer also carries what the model recalled of the person.
 """
 
 from __future__ import annotations

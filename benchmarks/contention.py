@@ -9,7 +9,7 @@ thousands of small regions in a training step waits for a time slice of the sche
 (milliseconds), and throughput collapses.
 
 Each setting below is one training process (``--worker``: the trainer's own step,
-attnlab.train.train_step, on the preset's model and the lm or span batches, at a constant
+attnlab.training.trainer.train_step, on the preset's model and the lm or span batches, at a constant
 learning rate) timed alone and next to a process that keeps one core busy (``--hog``: a pure
 Python loop). Settings:
 
@@ -17,7 +17,7 @@ Python loop). Settings:
 - ``1 thread``: torch.set_num_threads(1);
 - ``passive``: one thread per core with OMP_WAIT_POLICY=PASSIVE (threads sleep at once
   instead of spinning when they have no work);
-- ``adaptive``: what `attnlab` does now (attnlab/cpu_settings.py ``threads_for_load``), one
+- ``adaptive``: what `attnlab` does now (attnlab/core/cpu_settings.py ``threads_for_load``), one
   thread per idle core, chosen at start and re-checked every few seconds.
 
 The "kept" column is the throughput with one core busy over the throughput of one thread on

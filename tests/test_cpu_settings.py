@@ -1,4 +1,4 @@
-"""attnlab/cpu_settings.py: the `attnlab` program's process-wide CPU settings.
+"""attnlab/core/cpu_settings.py: the `attnlab` program's process-wide CPU settings.
 
 Each check runs in a fresh interpreter: the settings are per process (and, for flush-to-zero,
 inherited by worker threads only when they are created), so the test process itself is left

@@ -1,4 +1,4 @@
-"""The fast path's dropout (attnlab/dropout.py): dropout's distribution from cheaper random bits.
+"""The fast path's dropout (attnlab/model/dropout.py): dropout's distribution from cheaper random bits.
 
 Statistical checks use bounds of 6 standard errors: with fixed seeds they are deterministic,
 and a correct implementation would fail one with probability about 2e-9 per check.

@@ -144,7 +144,7 @@ TSV_LINES = st.lists(st.one_of(
 
 
 def tsv_problem(raw: bytes, labelled: bool | None) -> str | None:
-    """Why a question file is invalid, checked independently of attnlab/data.py (None: valid)."""
+    """Why a question file is invalid, checked independently of attnlab/data/datasets.py (None: valid)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

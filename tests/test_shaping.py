@@ -1,4 +1,4 @@
-"""Attention-shaping losses (attnlab.shaping): the formulas against independent computations,
+"""Attention-shaping losses (attnlab.training.shaping): the formulas against independent computations,
 their bounds, their gradients, padding, every variant, and lambda = 0 changing nothing."""
 
 from __future__ import annotations

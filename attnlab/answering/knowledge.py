@@ -16,7 +16,7 @@ place, not by the person's name, so a direct question cannot reach the stored pl
 (Allen-Zhu and Li 2023, "Physics of Language Models: Part 3.1", call this stored but not
 extractable). Completing the person's own line from the name is the one query such storage
 answers; reading a place out of a line is a skill that transfers from training people to
-everyone else. README "Knowledge on a CPU" has the measurements.
+everyone else. docs/guides/knowledge.md explains the recipe; docs/notebook.md has the measurements.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, *, process_settings: bool = False) -> int:
     """Run one subcommand. ``process_settings``: first apply the process-wide CPU settings
-    (attnlab/cpu_settings.py) unless the command is given --no-cpu-settings; the program does,
+    (attnlab/core/cpu_settings.py) unless the command is given --no-cpu-settings; the program does,
     library calls (tests) do not."""
     parser = build_parser()
     args = flags.with_config_file(parser, argv, parser.parse_args(argv))  # --config FILE as defaults

@@ -23,7 +23,7 @@ def answer_lines(model: LoadedModel, lines: TextIO, out: TextIO, index: CorpusIn
     """Answer each non-blank line as it is read, until end of input. A bad line is reported on
     stderr as ``source:line: problem`` and the rest are still answered; exit code 2 then. No
     question at all is a ValueError (the command line's one-line error). ``given``: whether
-    each answer is given (ask --abstain, attnlab/abstention.py); a withheld one is "I don't know"."""
+    each answer is given (ask --abstain, attnlab/trust/abstention.py); a withheld one is "I don't know"."""
     answered = failed = 0
     for number, line in enumerate(iter(lines.readline, ""), 1):  # readline: no read-ahead
         if not line.strip():

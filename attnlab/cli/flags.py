@@ -100,7 +100,7 @@ def resume(parser: argparse.ArgumentParser) -> None:
 
 def resume_or_overwrite(parser: argparse.ArgumentParser) -> None:
     """Training commands: what to do with an output directory that already holds a run
-    (attnlab/rundir.py; the flags a resumed run may change are rundir.RESUMABLE)."""
+    (attnlab/training/rundir.py; the flags a resumed run may change are rundir.RESUMABLE)."""
     from ..training.rundir import resumable_flags
 
     group = parser.add_mutually_exclusive_group()
@@ -219,7 +219,7 @@ def one_line(e: BaseException | str) -> str:
 def cpu_settings(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-settings", action=argparse.BooleanOptionalAction, default=True,
                         help="apply the process-wide CPU settings first: flush denormals, keep freed "
-                             "memory (attnlab/cpu_settings.py) (default: on)")
+                             "memory (attnlab/core/cpu_settings.py) (default: on)")
 
 
 # ---- flags generated from the config dataclasses ---------------------------------------------

@@ -1,7 +1,7 @@
 """The settings file of ``--config FILE`` on training commands (the flag: attnlab/cli/flags.py):
 a run's ``config.json`` (or a TOML file of the same shape), read and checked.
 
-The file has a ``model`` and a ``train`` table of config fields (attnlab/config.py) and
+The file has a ``model`` and a ``train`` table of config fields (attnlab/config/settings.py) and
 top-level command options (``corpus``, ``train_file``, ``init``, ...), as every run writes
 beside its checkpoint. Precedence: preset < file < command line. Settings the command does not
 take are left out (a pretraining run's ``objective`` given to finetune), and so is the model
@@ -61,7 +61,7 @@ def _section(path: Path, name: str, table: Any) -> dict[str, Any]:
     unknown = sorted(set(table) - set(fields))
     if unknown:
         raise DataError(str(path), None, f"unknown setting {name}.{unknown[0]} (settings are the fields "
-                        f"of {SECTIONS[name].__name__}, attnlab/config.py)")
+                        f"of {SECTIONS[name].__name__}, attnlab/config/settings.py)")
     for key, value in table.items():
         problem = field_problem(fields[key], value)
         if problem:

@@ -16,15 +16,15 @@ from ..core.datafiles import DataFile
 
 POSITION_SCHEMES = ("learned", "sinusoidal", "none")
 POSITION_MODES = ("add", "concat")
-QA_FORMATS = ("direct", "recall")  # attnlab/knowledge.py
-OBJECTIVES = ("span", "lm")  # attnlab/objectives.py
-SWITCH = ("on", "off", "auto")  # attnlab/devices.py switch()
-ATTN_LOSSES = ("none", "focus", "near")  # none, or attnlab/shaping.py SHAPING_LOSSES
+QA_FORMATS = ("direct", "recall")  # attnlab/answering/knowledge.py
+OBJECTIVES = ("span", "lm")  # attnlab/data/objectives.py
+SWITCH = ("on", "off", "auto")  # attnlab/core/devices.py switch()
+ATTN_LOSSES = ("none", "focus", "near")  # none, or attnlab/training/shaping.py SHAPING_LOSSES
 MIX_OVERLAPS = ("refuse", "drop")
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
-    """A config field: its help text and, for a number, its ``bound`` (attnlab/bounds.py), for
+    """A config field: its help text and, for a number, its ``bound`` (attnlab/core/bounds.py), for
     a name, its ``choices``; the flag's parser, the config's own check and config files all
     read them from here."""
     return field(default=default, metadata={"help": help, **kw})
@@ -90,7 +90,7 @@ class ModelConfig(_Serialisable):
     logit_scale: float = _f(1.0, "output-softmax temperature beta: logits are multiplied by it", bound=b.POSITIVE)
     qa_format: str = _f("direct", "how the model answers: direct (question⁇place⁇, SPEC 2) or recall "
                         "(it first writes what it remembers of the person from 'NAME.', then the place; "
-                        "attnlab/knowledge.py)", choices=QA_FORMATS)
+                        "attnlab/answering/knowledge.py)", choices=QA_FORMATS)
     recall_chars: int = _f(96, "recall format: characters of the person's line the model recalls "
                            "before answering (training lines are cut there)", bound=b.POSITIVE_INT)
 
@@ -208,7 +208,7 @@ _SPEC = Preset(
 
 # "quick": sized so that `attnlab demo` (pretrain + finetune + no-pretraining finetune + dev
 # evaluations) finishes within 15 minutes on a 2-core CPU. Chosen by short probes on this CPU
-# (README "The quick preset"): a 128-wide model with 4 heads (head width 32 runs faster on CPU
+# (docs/notebook.md, 2026-11-22 "the quick preset"): a 128-wide model with 4 heads (head width 32 runs faster on CPU
 # than 16), no dropout (the goal is memorising the corpus, and 20 epochs cannot overfit it; it
 # also keeps the fused attention kernel), lr 2e-3 (5e-3 trailed), and the cosine annealed over
 # the run itself: final_tokens = 20 epochs x 2,937 documents x 127 counted positions.
@@ -222,9 +222,9 @@ _QUICK = Preset(
     finetune_scratch=TrainConfig(epochs=10, batch_size=64, learning_rate=6e-4, length_buckets=2),
 )
 
-# "cpu": the recipe whose models know where people were born, on a 2-core CPU (README
-# "Knowledge on a CPU" lists the probes that chose it). The model recalls the person's corpus
-# line before answering (qa_format recall, attnlab/knowledge.py); pretraining is next-character
+# "cpu": the recipe whose models know where people were born, on a 2-core CPU (docs/guides/knowledge.md;
+# docs/notebook.md lists the probes that chose it). The model recalls the person's corpus
+# line before answering (qa_format recall, attnlab/answering/knowledge.py); pretraining is next-character
 # prediction on lines cut at recall_chars, with every training-file person's line followed by
 # their place (mix_ratio 0.681 = 2,000 of 2,937 lines, each once per epoch).
 _CPU = Preset(
@@ -236,14 +236,14 @@ _CPU = Preset(
                          learning_rate=3e-3, eval_every=1820, checkpoint_every=500),
     # finetuning continues the anneal at a tenth of pretraining's final rate: after the 60-epoch
     # pretraining (303/500 dev) one to three epochs at 1e-5..1e-4 gave 337-348/500, while 3 epochs
-    # at 3e-4 gave 257/500 (README "Knowledge on a CPU", finetune probes)
+    # at 3e-4 gave 257/500 (docs/notebook.md, finetune probes)
     finetune=TrainConfig(epochs=3, batch_size=16, learning_rate=3e-5, checkpoint_every=0),
     finetune_scratch=TrainConfig(epochs=10, batch_size=32, learning_rate=3e-3, checkpoint_every=0),
 )
 
 # "demo": the cpu recipe cut to fit `attnlab demo` (15 minutes on 2 cores, every row included).
-# No recipe we measured stores enough in that budget to beat the baseline (README "Knowledge on a
-# CPU", demo probes): storage needs ~50 epochs of the full recipe. This one is the cheapest of
+# No recipe we measured stores enough in that budget to beat the baseline (docs/notebook.md,
+# demo runs): storage needs ~50 epochs of the full recipe. This one is the cheapest of
 # the probes (2 layers, the first 64 characters of each line, batch 8, 30 epochs: 11.4 minutes
 # of one core), pretraining to 9/500 dev and 61/472 stored (probe G); the shipped model's row
 # beside it shows what the full recipe reaches.

@@ -116,7 +116,7 @@ class AdaptiveThreads:
     region ends at a barrier that waits for the slowest thread. When another process takes a
     core, the thread that shares it waits for time slices at each of the thousands of small
     regions of a step: a quick-model run fell from 27,000 to 8,900 tokens/s, below the 22,900
-    that one thread gives (BENCHMARKS.md "Training next to a busy core"). Dropping that thread
+    that one thread gives (docs/benchmarks.md "Training next to a busy core"). Dropping that thread
     keeps the one-core speed; when the core is free again the thread comes back.
 
     The other processes' load is the busy CPU time of the cores this process may run on (Linux

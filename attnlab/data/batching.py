@@ -99,7 +99,7 @@ class QABatches(Batches):
 
 
 class PackedBatches(Batches):
-    """Rows of sequences packed side by side (attnlab/objectives.py): a batch is (x, y,
+    """Rows of sequences packed side by side (attnlab/data/objectives.py): a batch is (x, y,
     segments); the model keeps attention inside each segment. Rows are fixed once packed and
     shuffled each epoch, so a batch still depends only on (seed, step, rank)."""
 

@@ -1,6 +1,6 @@
 """Training curves (`attnlab plot`, attnlab/cli/experiments.py) of one or several runs on shared axes.
 
-Reads each run's metrics.jsonl (attnlab/train.py writes a row every --log-every steps with
+Reads each run's metrics.jsonl (attnlab/training/trainer.py writes a row every --log-every steps with
 loss, lr and tokens_per_s, and with --eval-every a row with dev_correct/dev_total) and draws
 loss, learning rate, tokens/s and, where any run logged it, dev accuracy with its 95% Wilson
 interval, all against tokens seen, one colour per run.

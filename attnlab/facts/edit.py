@@ -9,7 +9,7 @@ W k + b is what the MLP writes into the residual stream there. The edit:
    subject's last token (``name``: the name's last character, the mean over the name's
    occurrences when a recalled line repeats it), or where the place is read out (``answer``:
    the character before the new place is first written), which is where causal tracing finds
-   the fact in our recall-format models (README "Where does the model keep a fact"); or
+   the fact in our recall-format models (docs/guides/facts.md); or
    (``both``) two keys, each with its own value (W' = W + delta_1 u_1^T + delta_2 u_2^T, the
    deltas optimised jointly): there and at the ``⁇`` before the answer, the answer's own
    read-out, when the recalled line spells the place (``answer`` falls back to it, edit_model);
@@ -49,8 +49,8 @@ from ..data.vocab import MASK_CHAR, PAD_ID, Vocab
 
 # Where the key of an edit is read: ROME's subject's last token (the name's last character), or
 # where the place is read out (the position before the place's first character), which is where
-# causal tracing of the recall-format models finds the fact (README "Where does the model keep a
-# fact").
+# causal tracing of the recall-format models finds the fact (docs/guides/facts.md;
+# the measurements: docs/notebook.md).
 # ``both``: two keys, one at each read-out of the place (the recalled line's and the answer's after
 # ``⁇``), each with its own value (a rank-two edit); the answer's alone when the line does not
 # spell the place.
@@ -288,8 +288,8 @@ def optimise_value(model: GPT, x: Tensor, y: Tensor, weights: Tensor, layer: int
     optimised is the edited model, on this input and on any other (a generation too).
 
     Every other input sees delta (u^T k) too, so the smaller delta, the fewer other answers move
-    (a random delta of the same norm moves about as many as the optimised one, README "Where
-    does the model keep a fact"). Two phases:
+    (a random delta of the same norm moves about as many as the optimised one, docs/notebook.md,
+    editing probes). Two phases:
 
     1. reach: the ``weights``-weighted mean NLL of y + weight_decay ||delta||^2 / s^2, with
        ||delta_i|| <= clamp x s (ROME's two regularisers; s: the norm of the residual stream at
@@ -516,7 +516,7 @@ def answer_layer(model: GPT) -> int:
     layer's MLP at the read-out position moves only the next character's logits, so it cannot
     spell a place of several characters (0 of 10 edits of models/cpu succeeded there); the
     layer below is the highest whose change the top layer's attention carries to the place's
-    later characters, and the best measured (README "Where does the model keep a fact").
+    later characters, and the best measured (docs/notebook.md, editing probes).
     Tracing does not choose it: restoring the top layer's MLP there recovers the most, for the
     same reason it cannot be edited (it writes the next character)."""
     return max(0, model.config.n_layer - 2)

@@ -2,7 +2,7 @@
 
 torch's CPU dropout draws its mask element by element from one Mersenne Twister stream on one
 core; in a spec-model training step on 2 cores that was 38% of the time (step times with
-dropout 0.1 against 0.0, measured while profiling; not a BENCHMARKS.md figure). Here the mask comes from numpy's SFC64 bit generator, 32 random bits per
+dropout 0.1 against 0.0, measured while profiling; not a docs/benchmarks.md figure). Here the mask comes from numpy's SFC64 bit generator, 32 random bits per
 element, compared with a threshold as one multi-threaded tensor operation:
 
     drop iff bits < D, with D = round(p * 2^32), so P(drop) = D / 2^32 (within 1.2e-10 of p),
@@ -12,7 +12,7 @@ The distribution is dropout's (each element kept independently with probability 
 masks differ from torch's draw for draw. Each call seeds its generator from torch's CPU
 generator, so ``torch.manual_seed``, the RNG state saved in checkpoints, exact resumption and
 per-rank streams cover these masks unchanged. On other devices, and on the plain path
-(``model.set_fast(False)``, attnlab/fastpath.py), this is ``torch.nn.functional.dropout``.
+(``model.set_fast(False)``, attnlab/model/fastpath.py), this is ``torch.nn.functional.dropout``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 dropout) and set once for a whole model, like ``.train()``: ``model.set_fast(False)``.
 
 Fast: fused ``scaled_dot_product_attention`` where the variant allows it, one product for q, k
-and v, and on CPU cheap dropout masks (attnlab/dropout.py). Plain: explicit softmax attention,
+and v, and on CPU cheap dropout masks (attnlab/model/dropout.py). Plain: explicit softmax attention,
 separate projections and torch's dropout. Both compute the same function (tests/test_fastpath.py);
 no forward signature carries the choice, so every caller (training, evaluation, generation,
 attention maps) follows the model's state.

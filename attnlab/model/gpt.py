@@ -45,7 +45,7 @@ class Block(nn.Module):
 
 class GPT(FastPath, nn.Module):
     """``set_fast(False)`` switches every attention and dropout module to the plain path
-    (attnlab/fastpath.py); ``fast`` reads the model's own state."""
+    (attnlab/model/fastpath.py); ``fast`` reads the model's own state."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()

@@ -64,7 +64,7 @@ def pretrain(
     eval_file: str | Path | None = None,
 ) -> tuple[GPT, Vocab, TrainResult]:
     """Pretraining on the corpus (SPEC 3, 5): span corruption, or next-character prediction on
-    packed lines with training-file QA examples mixed in (attnlab/objectives.py). ``mix_qa``
+    packed lines with training-file QA examples mixed in (attnlab/data/objectives.py). ``mix_qa``
     people also asked in a ``held_out`` file are refused; ``eval_file`` is scored every
     ``train_config.eval_every`` steps. A ``run_dir`` holding a checkpoint needs ``resume``
     (continue that run: the configs and data must be its own, rundir.resumed) or
@@ -266,7 +266,7 @@ def _name_dataset(train_file, source: VocabSource, holdout_fraction: float) -> N
 def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, train_config: TrainConfig,
                        device) -> tuple[PackedBatches, int]:
     """Recall-format finetuning examples: each training person's corpus line cut at
-    recall_chars, then the place (attnlab/knowledge.py), packed into rows."""
+    recall_chars, then the place (attnlab/answering/knowledge.py), packed into rows."""
     examples = finetuning_people(read_qa(train_file, labelled=True), train_config.holdout_fraction)
     index = CorpusIndex(documents(read_text(corpus)))
     sequences = qa_sequences(examples, vocab, config.block_size, "recall", config.recall_chars, index)

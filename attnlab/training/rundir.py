@@ -31,7 +31,7 @@ from ..config.settings import ModelConfig, TrainConfig, cli_fields
 LOCK_NAME = "train.lock"
 METRICS_NAME = "metrics.jsonl"
 CONFIG_NAME = "config.json"
-EVENTS_PATTERN = "events.out.tfevents.*"  # TensorBoard's files (attnlab/metrics_sinks.py)
+EVENTS_PATTERN = "events.out.tfevents.*"  # TensorBoard's files (attnlab/training/metrics_sinks.py)
 
 # The training settings a resumed run may change, each with why: they say how long the run
 # goes on, what it logs, and where and how fast the same computation runs (they may change

@@ -1,12 +1,12 @@
 """The trainer (SPEC section 5): it gets a model, a batch source and a loss function, and owns
 the optimiser, the token-based schedule, clipping, mixed precision, logging, checkpoints and
 resumption. What it asks of the model: ``no_weight_decay()`` names (make_optimizer) and the
-fast/plain switch (attnlab/fastpath.py); the default loss is the language-model loss.
+fast/plain switch (attnlab/model/fastpath.py); the default loss is the language-model loss.
 
 ``train`` is built from named parts that the benchmarks reuse: ``restore_state`` (fresh or
 resumed), ``prepare_step`` + ``train_step`` (one optimiser step), ``MetricsLog`` (metrics.jsonl)
 and ``_stop_on_interrupt`` (Ctrl-C and SIGTERM end at a step boundary with a checkpoint). The
-run directory's rules (its lock, resume or overwrite, config.json) are attnlab/rundir.py's.
+run directory's rules (its lock, resume or overwrite, config.json) are attnlab/training/rundir.py's.
 A loss or weights that are no longer finite stop the run (``Diverged``) without a checkpoint.
 """
 
@@ -71,7 +71,7 @@ def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) 
 def default_loss(model: nn.Module, x: Tensor, y: Tensor, segments: Tensor | None = None
                  ) -> tuple[Tensor, dict[str, Tensor]]:
     """Summed cross-entropy over non-PAD targets (the trainer divides by the batch's count);
-    ``segments`` for packed rows (attnlab/objectives.py)."""
+    ``segments`` for packed rows (attnlab/data/objectives.py)."""
 
     logits, _ = model(x) if segments is None else model(x, segments=segments)
     return lm_loss(logits, y, reduction="sum"), {}
@@ -246,7 +246,7 @@ class MetricsLog:
     """metrics.jsonl and the in-memory history: a loss record every ``log_every`` steps (tokens
     per second over the window since the last one) and evaluations, each with the training CPU
     time so far (evaluation excluded). Only rank 0 writes the file, and hands each row to
-    ``sink`` too (attnlab/metrics_sinks.py: TensorBoard event files with --tensorboard)."""
+    ``sink`` too (attnlab/training/metrics_sinks.py: TensorBoard event files with --tensorboard)."""
 
     def __init__(self, path: Path, write: bool, cpu_seconds: float = 0.0, sink: MetricsSink | None = None):
         self.path, self.write = path, write
@@ -375,7 +375,7 @@ def _steps(stepper: Stepper, batches: Batches, state: TrainState, steps: int, me
     checkpoints; a non-finite loss stops them (Diverged)."""
     config, env = stepper.config, stepper.env
     # Under the `attnlab` program: fewer threads while another process takes a core (a team
-    # thread sharing a core stalls every parallel region; BENCHMARKS.md "Training next to a
+    # thread sharing a core stalls every parallel region; docs/benchmarks.md "Training next to a
     # busy core"), all of them again when it is free.
     threads = cpu_settings.thread_adapter() if stepper.device.type == "cpu" else None
     stepper.model.train()

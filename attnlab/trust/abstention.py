@@ -2,7 +2,7 @@
 
 Two signals, both from the model alone (it never reads the corpus at answer time):
 
-- the answer's **confidence** (attnlab/evaluate.py, attnlab/knowledge.py): low when the model
+- the answer's **confidence** (attnlab/answering/evaluate.py, attnlab/answering/knowledge.py): low when the model
   is unsure of the place;
 - the **name familiarity**: the lowest probability the model gives any character of
   ``NAME.`` read as the opening of a corpus line (the first character has no context and is
@@ -10,7 +10,7 @@ Two signals, both from the model alone (it never reads the corpus at answer time
   about has a name it can spell on; an invented name ("Mariano Poulet", a first name and a
   surname of two different people) has a character the model did not expect. The confidence
   alone cannot tell: the model recalls an invented person's line as fluently as a real one's
-  and reads a place out of it (README "Answers users can trust" has the measurements).
+  and reads a place out of it (docs/guides/trust.md; the measurements are in docs/notebook.md).
 
 A rule answers when confidence >= ``confidence`` and familiarity >= ``familiarity`` (either may
 be None: not checked). ``fit_rules`` sets them on training-file people held out from

@@ -1,7 +1,7 @@
 """Does the confidence mean anything? Calibration, ranking and abstention for QA answers.
 
-Every answer carries a confidence (attnlab/evaluate.py: the probability of the greedy answer;
-for the recall format attnlab/knowledge.py also multiplies in the probability of the answer's
+Every answer carries a confidence (attnlab/answering/evaluate.py: the probability of the greedy answer;
+for the recall format attnlab/answering/knowledge.py also multiplies in the probability of the answer's
 characters as the model recalled them). Here we measure it against right and wrong answers:
 
 - ECE, the expected calibration error over equal-width confidence bins (Guo et al. 2017, "On

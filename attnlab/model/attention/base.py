@@ -65,7 +65,7 @@ class KVCache:
 
 class Attention(FastPath, nn.Module):
     """Multi-head attention with the parts that vary left to subclasses; ``self.fast`` (set with
-    ``set_fast``, attnlab/fastpath.py) picks the fused or the explicit path."""
+    ``set_fast``, attnlab/model/fastpath.py) picks the fused or the explicit path."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""  # one line: what the variant computes (`attnlab variants`)
