@@ -5,7 +5,7 @@
 
 Answers come from the same code as ``attnlab ask`` and ``attnlab evaluate``
 (``evaluate.answer_questions``), in the model's own answer format: ``direct``, or ``recall``
-(attnlab/knowledge.py), where each answer also carries what the model recalled of the person.
+(attnlab/answering/knowledge.py), where each answer also carries what the model recalled of the person.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any, Iterable
 
 import torch
 
-from .checkpoint import Checkpoint, load_checkpoint
-from .config import ModelConfig, TrainConfig
-from .data import QAExample
-from .devices import resolve_device
-from .evaluate import Answer, answer_questions
-from .model import GPT
-from .vocab import Vocab
+from .model.checkpoint import Checkpoint, load_checkpoint
+from .config.settings import ModelConfig, TrainConfig
+from .data.datasets import QAExample
+from .core.devices import resolve_device
+from .answering.evaluate import Answer, answer_questions
+from .model.gpt import GPT
+from .data.vocab import Vocab
 
 
 @dataclass

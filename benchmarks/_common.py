@@ -1,7 +1,7 @@
 """Helpers shared by the benchmark scripts: machine description, timing, tables, and the
-sections of BENCHMARKS.md.
+sections of docs/benchmarks.md.
 
-Each benchmark owns one section of BENCHMARKS.md, delimited by ``<!-- NAME:start -->`` and
+Each benchmark owns one section of docs/benchmarks.md, delimited by ``<!-- NAME:start -->`` and
 ``<!-- NAME:end -->``; ``write_section`` replaces that section (or appends it, creating the file
 if needed) and leaves every other section untouched. A section states the command that produced
 it, the machine, the date and the torch version, so numbers are never quoted without context.
@@ -30,9 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # the checkout's attnlab, not another install of it
     sys.path.insert(0, str(REPO))
 
-from attnlab.devices import resolve_device  # noqa: E402,F401  (the scripts import it from here)
+from attnlab.core.devices import resolve_device  # noqa: E402,F401  (the scripts import it from here)
 
-BENCHMARKS_MD = REPO / "BENCHMARKS.md"
+BENCHMARKS_MD = REPO / "docs" / "benchmarks.md"
 DATA = REPO / "data"
 _TITLE = "# Benchmarks\n\nEach section is written by the script named in it; re-run the command to refresh it.\n"
 
@@ -136,7 +136,7 @@ def write_section(name: str, body: str, *, device: torch.device | str = "cpu",
 
 
 def report(name: str, text: str, *, write: bool, title: str, device: torch.device | str = "cpu") -> None:
-    """Print a benchmark's text and, if ``write``, put it in its section of BENCHMARKS.md."""
+    """Print a benchmark's text and, if ``write``, put it in its section of docs/benchmarks.md."""
     print(text)
     if write:
         path = write_section(name, text, device=device, title=title)

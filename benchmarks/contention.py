@@ -9,7 +9,7 @@ thousands of small regions in a training step waits for a time slice of the sche
 (milliseconds), and throughput collapses.
 
 Each setting below is one training process (``--worker``: the trainer's own step,
-attnlab.train.train_step, on the preset's model and the lm or span batches, at a constant
+attnlab.training.trainer.train_step, on the preset's model and the lm or span batches, at a constant
 learning rate) timed alone and next to a process that keeps one core busy (``--hog``: a pure
 Python loop). Settings:
 
@@ -17,7 +17,7 @@ Python loop). Settings:
 - ``1 thread``: torch.set_num_threads(1);
 - ``passive``: one thread per core with OMP_WAIT_POLICY=PASSIVE (threads sleep at once
   instead of spinning when they have no work);
-- ``adaptive``: what `attnlab` does now (attnlab/cpu_settings.py ``threads_for_load``), one
+- ``adaptive``: what `attnlab` does now (attnlab/core/cpu_settings.py ``threads_for_load``), one
   thread per idle core, chosen at start and re-checked every few seconds.
 
 The "kept" column is the throughput with one core busy over the throughput of one thread on
@@ -51,18 +51,18 @@ def worker(args: argparse.Namespace) -> None:
     """Train for ``args.seconds`` after a warm-up; print one JSON line with tokens/s."""
     import torch
 
-    from attnlab import cpu_settings
-    from attnlab.batching import CorruptionBatches
-    from attnlab.config import TrainConfig, get_preset
-    from attnlab.data import SpanCorruptionDataset, read_text
-    from attnlab.model import GPT
-    from attnlab.train import make_optimizer, prepare_step, train_step
+    from attnlab.core import cpu_settings
+    from attnlab.data.batching import CorruptionBatches
+    from attnlab.config.settings import TrainConfig, get_preset
+    from attnlab.data.datasets import SpanCorruptionDataset, read_text
+    from attnlab.model.gpt import GPT
+    from attnlab.training.trainer import make_optimizer, prepare_step, train_step
 
     cpu_settings.apply()
     if args.threads:
         torch.set_num_threads(args.threads)
     preset = get_preset(args.model)
-    from attnlab.config import ModelConfig
+    from attnlab.config.settings import ModelConfig
 
     text = read_text(REPO / "data" / "wiki.txt")
     config = ModelConfig(**preset.model)
@@ -128,7 +128,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="timed training per measurement")
     parser.add_argument("--repeats", type=int, default=3, help="measurements of each; the median is shown")
     parser.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated settings to measure")
-    parser.add_argument("--write", action="store_true", help="write the table into BENCHMARKS.md")
+    parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--hog", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", default="quick", help=argparse.SUPPRESS)

@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA, report, resolve_device, table, timed  # noqa: E402
 
-from attnlab.data import SpanCorruptionDataset, corrupt_batch, read_text  # noqa: E402
+from attnlab.data.datasets import SpanCorruptionDataset, corrupt_batch, read_text  # noqa: E402
 
 
 def reference(dataset: SpanCorruptionDataset, order: list[int], batch_size: int) -> int:
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch-size", type=int, default=128, help="examples per batch")
     ap.add_argument("--block-size", type=int, default=128, help="span-corruption block size")
     ap.add_argument("--device", default="auto", help="device of the batched version: cpu, cuda, cuda:N or auto")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = ap.parse_args(argv)
     device = resolve_device(args.device)
     corpus = DATA / "wiki.txt"

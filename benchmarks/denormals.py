@@ -27,11 +27,11 @@ from _common import DATA, report, table  # noqa: E402
 def child(steps: int, flush: bool) -> None:
     import torch
 
-    from attnlab import cpu_settings
-    from attnlab.batching import CorruptionBatches
-    from attnlab.config import ModelConfig, get_preset
-    from attnlab.data import SpanCorruptionDataset, read_text
-    from attnlab.model import GPT
+    from attnlab.core import cpu_settings
+    from attnlab.data.batching import CorruptionBatches
+    from attnlab.config.settings import ModelConfig, get_preset
+    from attnlab.data.datasets import SpanCorruptionDataset, read_text
+    from attnlab.model.gpt import GPT
     from train_speed import fast_step, fast_stepper
 
     if flush:
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=70, help="training steps per process")
     ap.add_argument("--window", type=int, default=10, help="steps per reported window")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     ap.add_argument("--child", choices=["flush", "keep"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:

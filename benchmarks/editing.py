@@ -45,13 +45,14 @@ from tqdm.auto import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA, REPO, report, table  # noqa: E402
 
-from attnlab.checkpoint import load_model  # noqa: E402
-from attnlab.data import read_qa, read_text  # noqa: E402
-from attnlab.editing import (LOCI, changed_answers, completes_with, default_layer, edit_model,  # noqa: E402
-                             key_second_moment, place_slot, stat_texts, trajectory_keys,
-                             update_direction)
-from attnlab.evaluate import answer_questions  # noqa: E402
-from attnlab.knowledge import CorpusIndex, person_of  # noqa: E402
+from attnlab.model.checkpoint import load_model  # noqa: E402
+from attnlab.data.datasets import read_qa, read_text  # noqa: E402
+from attnlab.facts.edit import (
+    LOCI, changed_answers, completes_with, default_layer, edit_model, key_second_moment, place_slot, stat_texts,
+    trajectory_keys, update_direction
+)
+from attnlab.answering.evaluate import answer_questions  # noqa: E402
+from attnlab.answering.knowledge import CorpusIndex, person_of  # noqa: E402
 
 EFFICACY_TARGET = 0.95
 CHANGED_TARGET = 0.01
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--max-minutes", type=float, default=0,
                     help="start no new edit after this many minutes and report the edits done (0 = no limit)")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = ap.parse_args(argv)
 
     model, vocab, _ = load_model(args.run, device=args.device)

@@ -28,12 +28,12 @@ from tqdm.auto import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA, report, resolve_device, table, timed  # noqa: E402
 
-from attnlab.config import ModelConfig, get_preset  # noqa: E402
-from attnlab.data import SpanCorruptionDataset, read_qa, read_text  # noqa: E402
-from attnlab.evaluate import MAX_NEW_CHARS  # noqa: E402
-from attnlab.generate import generate  # noqa: E402
-from attnlab.model import GPT  # noqa: E402
-from attnlab.vocab import MASK_CHAR  # noqa: E402
+from attnlab.config.settings import ModelConfig, get_preset  # noqa: E402
+from attnlab.data.datasets import SpanCorruptionDataset, read_qa, read_text  # noqa: E402
+from attnlab.answering.evaluate import MAX_NEW_CHARS  # noqa: E402
+from attnlab.model.generate import generate  # noqa: E402
+from attnlab.model.gpt import GPT  # noqa: E402
+from attnlab.data.vocab import MASK_CHAR  # noqa: E402
 
 TARGET_SECONDS = 5.0  # the 500-question dev evaluation on the 2-core CPU (issue 4)
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--subset", type=int, default=50, help="questions timed for the slow ways (b) and (c), extrapolated")
     ap.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = torch's default)")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shlex
 import subprocess
 import sys
 import time
@@ -27,11 +28,12 @@ from _common import REPO, report, table
 
 sys.path.insert(0, str(REPO))
 
-from attnlab import cli, cpu_settings  # noqa: E402
-from attnlab.checkpoint import load_model  # noqa: E402
-from attnlab.data import documents, read_qa, read_text  # noqa: E402
-from attnlab.evaluate import evaluate, wilson_interval  # noqa: E402
-from attnlab.knowledge import CorpusIndex, measure_stored  # noqa: E402
+from attnlab import cli
+from attnlab.core import cpu_settings  # noqa: E402
+from attnlab.model.checkpoint import load_model  # noqa: E402
+from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
+from attnlab.answering.evaluate import evaluate, wilson_interval  # noqa: E402
+from attnlab.answering.knowledge import CorpusIndex, measure_stored  # noqa: E402
 
 DEV = "data/birth_dev.tsv"
 CORPUS = "data/wiki.txt"
@@ -112,7 +114,7 @@ def train_and_report(args) -> None:
                      _pct(p["stored"], p["stored_total"]), f"{p['wall_s'] / 60:.1f} min", "-", "-"])
     text = table(["model", "dev extracted (exact match)", "dev stored (line completion)",
                   "training wall time (pretrain + finetune)", "CPU time", "peak memory"], rows)
-    commands = "; ".join("attnlab " + " ".join(a) for a in stage_commands(args.preset, out, args.eval_every))
+    commands = "; ".join(shlex.join(["attnlab", *a]) for a in stage_commands(args.preset, out, args.eval_every))  # "" stays ''
     text += (f"\n\n- stages: `{commands}`, then dev evaluation ({scores['eval_seconds']} s, not in the wall time; "
              f"neither are evaluations during training); torch threads {row['threads']}; peak memory is the "
              "process's peak resident set"
@@ -122,7 +124,7 @@ def train_and_report(args) -> None:
     report(f"knowledge_{args.preset}", text, write=args.write, title=f"Knowledge on a CPU: preset {args.preset} "
            "(benchmarks/knowledge.py)")
     if args.ship:
-        from attnlab.shipped import ship
+        from attnlab.model.shipped import ship
 
         provenance = {"commands": ["attnlab " + " ".join(a) for a in stage_commands(args.preset, out)],
                       "commit": _commit(), "preset": args.preset, **row,
@@ -225,7 +227,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=0, metavar="STEPS",
                         help="score dev every STEPS pretraining steps for the learning curve (left out of the time)")
     parser.add_argument("--ship", default=None, metavar="DIR", help="ship the finetuned model there (e.g. models/cpu)")
-    parser.add_argument("--write", action="store_true", help="write the table into BENCHMARKS.md")
+    parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     parser.add_argument("--curves", nargs="*", default=None, metavar="OUT[:LABEL]",
                         help="instead of training: draw the learning curves of runs made by this script")
     parser.add_argument("--plot", default="docs/learning_curves.png", help="PNG for --curves")

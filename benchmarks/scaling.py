@@ -7,7 +7,7 @@ For each process count it starts `torchrun --nproc-per-node N` on this very file
 pretrains for a fixed number of steps at the same *global* batch, and reads the trainer's own
 token count and loop time from rank 0. Each process gets ``--threads`` torch threads (default
 1, one core each, the CPU stand-in for "one GPU per process"), so N processes use N times the
-compute of one: the speed-up shows how well data parallelism scales out. Results go into BENCHMARKS.md between the scaling markers; the rest of
+compute of one: the speed-up shows how well data parallelism scales out. Results go into docs/benchmarks.md between the scaling markers; the rest of
 that file is left as it is.
 """
 
@@ -33,9 +33,9 @@ def worker(args: argparse.Namespace) -> None:
 
     import torch
 
-    from attnlab import distributed
-    from attnlab.config import ModelConfig, get_preset
-    from attnlab.pipeline import pretrain
+    from attnlab.core import distributed
+    from attnlab.config.settings import ModelConfig, get_preset
+    from attnlab.training.pipeline import pretrain
 
     torch.set_num_threads(args.threads)
     env, device = distributed.setup("cpu")
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=32, help="global batch size (the same for every run)")
     p.add_argument("--processes", default="1,2", help="comma-separated process counts to compare")
     p.add_argument("--corpus", type=Path, default=REPO / "data" / "wiki.txt", help="pretraining corpus")
-    p.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md", help="file that gets the Scaling section")
+    p.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md", help="file that gets the Scaling section")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
     p.add_argument("--run-dir", default=None, help=argparse.SUPPRESS)

@@ -1,6 +1,6 @@
 """Attention-shaping losses on the QA task: pretrain + finetune with no shaping, with the focus
 (entropy) loss and with the near (locality) loss, then dev accuracy and the heads' mean entropy
-and attention distance on the dev questions. Writes a section of BENCHMARKS.md.
+and attention distance on the dev questions. Writes a section of docs/benchmarks.md.
 
     python benchmarks/shaping.py                       # quick preset (CPU: about 3 x the demo)
     python benchmarks/shaping.py --preset tiny --max-steps 5 --benchmarks /tmp/B.md   # smoke run
@@ -21,15 +21,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import replace_section  # noqa: E402
-from attnlab.checkpoint import load_model  # noqa: E402
-from attnlab.config import ModelConfig, get_preset  # noqa: E402
-from attnlab.evaluate import Score  # noqa: E402
-from attnlab.attention_maps import statistics_over  # noqa: E402
-from attnlab.data import read_texts  # noqa: E402
-from attnlab.config import DEFAULT_DEV  # noqa: E402
-from attnlab.pipeline import evaluate_file, finetune, pretrain  # noqa: E402
-from attnlab.devices import resolve_device  # noqa: E402
-from attnlab.vocab import MASK_CHAR  # noqa: E402
+from attnlab.model.checkpoint import load_model  # noqa: E402
+from attnlab.config.settings import ModelConfig, get_preset  # noqa: E402
+from attnlab.answering.evaluate import Score  # noqa: E402
+from attnlab.probing.attention_maps import statistics_over  # noqa: E402
+from attnlab.data.datasets import read_texts  # noqa: E402
+from attnlab.config.settings import DEFAULT_DEV  # noqa: E402
+from attnlab.training.pipeline import evaluate_file, finetune, pretrain  # noqa: E402
+from attnlab.core.devices import resolve_device  # noqa: E402
+from attnlab.data.vocab import MASK_CHAR  # noqa: E402
 
 
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=float, default=0, help="epochs of both stages (default: 0 = preset)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: auto)")
     p.add_argument("--out", default="runs/bench-shaping", help="run directory (default: runs/bench-shaping)")
-    p.add_argument("--benchmarks", default="BENCHMARKS.md", help="file whose section is written (default: BENCHMARKS.md)")
+    p.add_argument("--benchmarks", default="docs/benchmarks.md", help="file whose section is written (default: docs/benchmarks.md)")
     p.add_argument("--reuse", action="store_true",
                    help="reuse settings already finished in --out (their row.json) instead of retraining, so "
                         "settings can be trained by separate processes and gathered (default: retrain)")

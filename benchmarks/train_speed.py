@@ -7,13 +7,13 @@
 (b) fast path (``set_fast(True)``): ``corrupt_batch`` on the whole dataset held as tensors
     (``CorruptionBatches``), length-bucketed trimmed micro-batches, query/key/value in one
     product, fused SDPA (on CPU with dropout: one-baddbmm attention and numpy dropout masks,
-    attnlab/dropout.py), foreach/fused AdamW (``make_optimizer``), the trainer's bf16 autocast /
+    attnlab/model/dropout.py), foreach/fused AdamW (``make_optimizer``), the trainer's bf16 autocast /
     torch.compile switches when asked.
 
-Both paths run under the `attnlab` program's CPU process settings (attnlab/cpu_settings.py),
+Both paths run under the `attnlab` program's CPU process settings (attnlab/core/cpu_settings.py),
 applied before any work; ``--no-process-settings`` leaves them out.
 
-(b) is the trainer's own step, ``attnlab.train.train_step`` (summed CE / target count, clip 1.0,
+(b) is the trainer's own step, ``attnlab.training.trainer.train_step`` (summed CE / target count, clip 1.0,
 at a constant learning rate here: no warmup, no decay); (a) takes the same step by hand. Tokens
 are counted as the course counts them: ``batch * 127`` per step, padding included (SPEC 5).
 
@@ -45,13 +45,13 @@ from tqdm.auto import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA, matmul_peak, report, resolve_device, table, timed  # noqa: E402
 
-from attnlab import cpu_settings  # noqa: E402
-from attnlab.batching import Batches, CorruptionBatches  # noqa: E402
-from attnlab.config import ModelConfig, TrainConfig, get_preset  # noqa: E402
-from attnlab.data import SpanCorruptionDataset, read_text  # noqa: E402
-from attnlab.devices import switch  # noqa: E402
-from attnlab.model import GPT, lm_loss  # noqa: E402
-from attnlab.train import Stepper, make_optimizer, prepare_step, train_step  # noqa: E402
+from attnlab.core import cpu_settings  # noqa: E402
+from attnlab.data.batching import Batches, CorruptionBatches  # noqa: E402
+from attnlab.config.settings import ModelConfig, TrainConfig, get_preset  # noqa: E402
+from attnlab.data.datasets import SpanCorruptionDataset, read_text  # noqa: E402
+from attnlab.core.devices import switch  # noqa: E402
+from attnlab.model.gpt import GPT, lm_loss  # noqa: E402
+from attnlab.training.trainer import Stepper, make_optimizer, prepare_step, train_step  # noqa: E402
 
 COURSE_TOKENS_PER_S = 4_400  # the course code on this 2-core CPU (issue 4)
 TARGET_RATIO = 3.0
@@ -102,7 +102,7 @@ def fast_stepper(model: GPT, device: torch.device, buckets: int, amp: str = "off
 
 
 def fast_step(stepper: Stepper, batches: Batches, step: int) -> StepStats:
-    """One step exactly as the trainer takes it (attnlab.train.train_step)."""
+    """One step exactly as the trainer takes it (attnlab.training.trainer.train_step)."""
     out = train_step(stepper, batches, step, tokens=0)
     flops = sum(row_flops(stepper.model, *shape) for shape in out.shapes)
     positions = sum(rows * width for rows, width in out.shapes)
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--amp", choices=["on", "off", "auto"], default="auto", help="bf16 autocast for the fast path (auto: on for CUDA)")
     ap.add_argument("--compile", choices=["on", "off", "auto"], default="auto", help="torch.compile the fast path's model (auto: on for CUDA)")
     ap.add_argument("--skip-course", action="store_true", help="time the fast path only")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     ap.add_argument("--no-process-settings", action="store_true",
                     help="leave out the attnlab program's CPU settings (flush denormals, keep freed memory)")
     args = ap.parse_args(argv)
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     paths, model = build_paths(args, dataset, config, device)
     time_alternating(paths, args.steps, device, compile_)
 
-    # On CPU with dropout the fast path computes attention explicitly (attnlab/dropout.py).
+    # On CPU with dropout the fast path computes attention explicitly (attnlab/model/dropout.py).
     attention = ("one-baddbmm attention, numpy dropout masks" if device.type == "cpu" and config.dropout
                  else "fused SDPA")
     labels = {
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{peak / 1e9:,.1f} GFLOP/s",
     ]
     if settings:
-        notes.append(f"- process settings of the `attnlab` program, for both paths alike (attnlab/cpu_settings.py): "
+        notes.append(f"- process settings of the `attnlab` program, for both paths alike (attnlab/core/cpu_settings.py): "
                      + ", ".join(f"{k.replace('_', ' ')}: {'on' if v else 'unavailable'}" for k, v in settings.items()))
     if "course" in results:
         ratio = results["fast"] / results["course"]

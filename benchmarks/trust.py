@@ -1,6 +1,6 @@
 """Answers users can trust: for each model, `attnlab calibrate` on dev (ECE, AUROC, accuracy at
 coverage, the fitted abstention rule) and `attnlab audit` (invented people against dev people),
-as tables; ``--write`` puts them in the "trust" section of BENCHMARKS.md.
+as tables; ``--write`` puts them in the "trust" section of docs/benchmarks.md.
 
     .venv/bin/python benchmarks/trust.py runs/knowledge-cpu/finetune:shipped-recipe \\
         runs/holdout/finetune:holdout-recipe --out runs/trust --write
@@ -20,8 +20,8 @@ from pathlib import Path
 from _common import REPO, report, table  # puts the checkout's attnlab first on sys.path
 
 from attnlab import cli  # noqa: E402
-from attnlab.data import documents, read_text  # noqa: E402
-from attnlab.evidence import CorpusIndex  # noqa: E402
+from attnlab.data.datasets import documents, read_text  # noqa: E402
+from attnlab.trust.evidence import CorpusIndex  # noqa: E402
 
 DEV = "data/birth_dev.tsv"
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-right", type=float, default=0.9, help="--abstain auto's target")
     parser.add_argument("--reuse", action="store_true",
                         help="take a model's numbers from OUT/LABEL when an earlier run left them there")
-    parser.add_argument("--write", action="store_true", help="write the trust section of BENCHMARKS.md")
+    parser.add_argument("--write", action="store_true", help="write the trust section of docs/benchmarks.md")
     args = parser.parse_args(argv)
     out = Path(args.out)
     cal, aud, places, evidence = [], [], [], []
@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         "answers shuffled among the invented people):",
         table(["model", "invented", "entropy (bits)", "in train top 10", "a namesake's place (shuffled)",
                "most frequent answers"], places),
-        f"Plots: {out}/LABEL/reliability.png, coverage.png, audit.png. How each model was trained: README, "
-        "section \"Answers users can trust\"." + (" With --reuse, a model's numbers come from the JSON an earlier "
+        f"Plots: {out}/LABEL/reliability.png, coverage.png, audit.png. How each model was trained: "
+        "docs/guides/trust.md and the lab notebook (docs/notebook.md)." + (" With --reuse, a model's numbers come from the JSON an earlier "
                                                    "run of this script left in OUT/LABEL." if args.reuse else ""),
     ])
     report("trust", text, write=args.write, title="Answers users can trust (benchmarks/trust.py)")

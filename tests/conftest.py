@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab.config import ModelConfig, TrainConfig
+from attnlab.config.settings import ModelConfig, TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data"
 
 # One thread: the tests' tiny models gain little from a second one, and a thread team is what
-# collapses when another process takes a core (BENCHMARKS.md "Training next to a busy core").
+# collapses when another process takes a core (docs/benchmarks.md "Training next to a busy core").
 torch.set_num_threads(1)
 
 

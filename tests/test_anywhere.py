@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from attnlab import cli, datafiles
+from attnlab import cli
+from attnlab.core import datafiles
 from tests.conftest import DATA, REPO
 from tests.tiny_runs import train_tiny
 
@@ -49,7 +50,7 @@ def test_ask_finds_its_evidence_corpus_from_another_directory(tmp_path):
 
 
 def test_library_defaults_follow_the_directory_and_data_dir(tmp_path, monkeypatch):
-    from attnlab.config import DEFAULT_DEV
+    from attnlab.config.settings import DEFAULT_DEV
 
     monkeypatch.delenv(datafiles.DATA_DIR_ENV, raising=False)
     monkeypatch.chdir(tmp_path)

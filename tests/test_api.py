@@ -11,9 +11,9 @@ import pytest
 
 import attnlab
 from attnlab import cli
-from attnlab.data import DataError
-from attnlab.shipped import ship
-from attnlab.vocab import VocabError
+from attnlab.data.datasets import DataError
+from attnlab.model.shipped import ship
+from attnlab.data.vocab import VocabError
 from tests.conftest import REPO
 from tests.tiny_runs import train_tiny
 

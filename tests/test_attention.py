@@ -13,12 +13,12 @@ import math
 import pytest
 import torch
 
-from attnlab.attention import REGISTRY, VanillaAttention, merge_query_key, straight_through_argmax
-from attnlab.checkpoint import load_model, save_checkpoint
-from attnlab.config import ModelConfig
-from attnlab.model import GPT
-from attnlab.positions import sinusoidal_table
-from attnlab.vocab import Vocab
+from attnlab.model.attention import REGISTRY, VanillaAttention, merge_query_key, straight_through_argmax
+from attnlab.model.checkpoint import load_model, save_checkpoint
+from attnlab.config.settings import ModelConfig
+from attnlab.model.gpt import GPT
+from attnlab.model.positions import sinusoidal_table
+from attnlab.data.vocab import Vocab
 
 VOCAB = Vocab.from_text("abcdefghi")  # 11 ids: PAD, MASK and 9 letters
 VARIANTS = list(REGISTRY)

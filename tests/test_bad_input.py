@@ -18,8 +18,10 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from attnlab import checkpoint, cli, paths
-from attnlab.config import ModelConfig, TrainConfig
+from attnlab.model import checkpoint
+from attnlab import cli
+from attnlab.core import paths
+from attnlab.config.settings import ModelConfig, TrainConfig
 from tests.conftest import DATA, PEOPLE
 from tests.tiny_runs import train_tiny
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab.calibration import (abstained_predictions, accuracy_at_coverage, auroc, coverage_curve,
-                                 expected_calibration_error, finetuning_people, held_out_people,
-                                 keep_correct_threshold, reliability_bins)
+from attnlab.trust.calibration import (
+    abstained_predictions, accuracy_at_coverage, auroc, coverage_curve, expected_calibration_error,
+    finetuning_people, held_out_people, keep_correct_threshold, reliability_bins
+)
 
 CONF = [0.1, 0.38, 0.35, 0.8]
 RIGHT = [False, False, True, True]
@@ -60,7 +61,7 @@ def test_held_out_people_are_the_last_fraction_of_the_training_file(tmp_path):
     path.write_text("".join(f"Where was P{i} born?\tX{i}\n" for i in range(20)))
     held = held_out_people(path, 0.1)
     assert [e.answer for e in held] == ["X18", "X19"]
-    from attnlab.data import read_qa
+    from attnlab.data.datasets import read_qa
 
     kept = finetuning_people(read_qa(path), 0.1)
     assert len(kept) == 18 and not {e.question for e in kept} & {e.question for e in held}

@@ -1,4 +1,4 @@
-"""attnlab/cpu_settings.py: the `attnlab` program's process-wide CPU settings.
+"""attnlab/core/cpu_settings.py: the `attnlab` program's process-wide CPU settings.
 
 Each check runs in a fresh interpreter: the settings are per process (and, for flush-to-zero,
 inherited by worker threads only when they are created), so the test process itself is left
@@ -14,12 +14,12 @@ import textwrap
 
 import pytest
 
-from attnlab.cpu_settings import _glibc
+from attnlab.core.cpu_settings import _glibc
 
 FAULTS = textwrap.dedent("""
     import resource
     import torch
-    from attnlab.cpu_settings import keep_freed_memory
+    from attnlab.core.cpu_settings import keep_freed_memory
 
     size = 2_000_000
 
@@ -80,13 +80,13 @@ def test_keeping_freed_memory_can_be_switched_off() -> None:
 
 def test_denormals_flushed_on_every_thread_when_set_first() -> None:
     code = DENORMALS + textwrap.dedent("""
-        from attnlab import cpu_settings
+        from attnlab.core import cpu_settings
         before = flushed_everywhere()
         print(before)
     """)
     assert python(code).split() == ["False"]  # the default: denormals are kept
     code = DENORMALS + textwrap.dedent("""
-        from attnlab import cpu_settings
+        from attnlab.core import cpu_settings
         applied = cpu_settings.apply()
         print(applied["flush_denormals"], flushed_everywhere())
     """)
@@ -122,7 +122,7 @@ def test_the_program_applies_the_settings_and_no_cpu_settings_does_not(tmp_path)
 def test_threads_follow_the_other_processes_load(monkeypatch):
     import torch
 
-    from attnlab.cpu_settings import AdaptiveThreads
+    from attnlab.core.cpu_settings import AdaptiveThreads
 
     before = torch.get_num_threads()
     adapt = AdaptiveThreads(interval=0.0, max_threads=2)
@@ -140,7 +140,7 @@ def test_threads_follow_the_other_processes_load(monkeypatch):
 
 
 def test_thread_count_bounds():
-    from attnlab.cpu_settings import AdaptiveThreads
+    from attnlab.core.cpu_settings import AdaptiveThreads
 
     adapt = AdaptiveThreads(max_threads=4)
     adapt.cores = 4
@@ -149,7 +149,7 @@ def test_thread_count_bounds():
 
 
 def test_a_fixed_thread_count_is_kept():
-    code = ("from attnlab import cpu_settings\n"
+    code = ("from attnlab.core import cpu_settings\n"
             "print(cpu_settings.apply()['adaptive_threads'], cpu_settings.thread_adapter() is None)")
     assert python(code, {"OMP_NUM_THREADS": "1"}).split() == ["False", "True"]
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
@@ -158,7 +158,7 @@ def test_a_fixed_thread_count_is_kept():
 
 
 def test_library_calls_leave_threads_alone():
-    from attnlab import cpu_settings
+    from attnlab.core import cpu_settings
 
     assert cpu_settings.thread_adapter() is None  # this process never called apply()
 
@@ -168,7 +168,7 @@ def test_training_adapts_threads_when_the_program_asks(monkeypatch, tmp_path):
     load; with another process on a core the run continues on one thread."""
     import torch
 
-    from attnlab import cpu_settings
+    from attnlab.core import cpu_settings
     from tests.tiny_runs import train_tiny
 
     clock = iter(range(10_000))
@@ -186,7 +186,7 @@ def test_training_adapts_threads_when_the_program_asks(monkeypatch, tmp_path):
 
 
 def test_busy_time_of_the_allowed_cores_from_proc_stat():
-    from attnlab.cpu_settings import busy_seconds
+    from attnlab.core.cpu_settings import busy_seconds
 
     stat = ("cpu  300 0 100 900 50 0 0 0 0 0\n"
             "cpu0 100 0 50 400 25 0 0 0 0 0\n"  # busy 150 ticks (idle and iowait do not count)

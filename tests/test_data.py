@@ -12,23 +12,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlab.data import (
-    CharCorruptionDataset,
-    DataError,
-    NameDataset,
-    QAExample,
-    SpanCorruptionDataset,
-    corrupt_batch,
-    documents,
-    parse_qa,
-    qa_string,
-    qa_tensors,
-    read_qa,
-    read_text,
-    span_corruption_string,
-    trim_batch,
+from attnlab.data.datasets import (
+    CharCorruptionDataset, DataError, NameDataset, QAExample, SpanCorruptionDataset, corrupt_batch, documents,
+    parse_qa, qa_string, qa_tensors, read_qa, read_text, span_corruption_string, trim_batch
 )
-from attnlab.vocab import MASK_CHAR, MASK_ID, PAD_CHAR, PAD_ID, Vocab
+from attnlab.data.vocab import MASK_CHAR, MASK_ID, PAD_CHAR, PAD_ID, Vocab
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 LONG_DOC = "".join(chr(ord("a") + i % 26) for i in range(200))  # longer than any truncation

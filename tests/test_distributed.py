@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab import distributed
-from attnlab.batching import CorruptionBatches, shard_rows
-from attnlab.checkpoint import load_checkpoint
-from attnlab.config import ModelConfig, TrainConfig
-from attnlab.data import SpanCorruptionDataset
-from attnlab.train import default_loss, micro_batches
-from attnlab.vocab import PAD_ID
+from attnlab.core import distributed
+from attnlab.data.batching import CorruptionBatches, shard_rows
+from attnlab.model.checkpoint import load_checkpoint
+from attnlab.config.settings import ModelConfig, TrainConfig
+from attnlab.data.datasets import SpanCorruptionDataset
+from attnlab.training.trainer import default_loss, micro_batches
+from attnlab.data.vocab import PAD_ID
 
 # The worker's settings, shared with the single-process references below. A global batch of 4
 # over 13 documents makes step 3 a 1-row batch, so one rank has an empty share there; with
@@ -47,7 +47,7 @@ def _worker(d: Path) -> None:
     import torch.distributed as tdist
 
     from attnlab import cli
-    from attnlab.pipeline import finetune, pretrain
+    from attnlab.training.pipeline import finetune, pretrain
 
     tdist.init_process_group("gloo")
     env = distributed.environment()
@@ -123,7 +123,7 @@ TOL = dict(atol=2e-5, rtol=1e-4)
 
 
 def test_two_processes_train_like_one_with_the_same_global_batch(launched):
-    from attnlab.pipeline import finetune, pretrain
+    from attnlab.training.pipeline import finetune, pretrain
 
     d, quiet = launched["dir"], (lambda _m: None)
     assert [r["world"] for r in launched["reports"]] == [2, 2]
@@ -154,7 +154,7 @@ def test_two_process_run_resumes_exactly(launched):
 
 
 def test_sharded_evaluation_writes_the_single_process_predictions(launched):
-    from attnlab.pipeline import evaluate_file
+    from attnlab.training.pipeline import evaluate_file
 
     d = launched["dir"]
     _, score, out = evaluate_file(d / "exact", d / "dev.tsv", out=d / "pred-1proc.txt", device="cpu",
@@ -211,7 +211,7 @@ def test_micro_batches_cover_the_share_and_respect_the_limit():
 
 
 def test_an_empty_share_contributes_zero_loss_but_touches_every_parameter():
-    from attnlab.model import GPT
+    from attnlab.model.gpt import GPT
 
     model = GPT(ModelConfig(vocab_size=40, **MODEL))
     [(x, y)] = micro_batches(torch.zeros(0, 5, dtype=torch.long), torch.zeros(0, 5, dtype=torch.long), 1, 0, True)

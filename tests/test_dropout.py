@@ -1,4 +1,4 @@
-"""The fast path's dropout (attnlab/dropout.py): dropout's distribution from cheaper random bits.
+"""The fast path's dropout (attnlab/model/dropout.py): dropout's distribution from cheaper random bits.
 
 Statistical checks use bounds of 6 standard errors: with fixed seeds they are deterministic,
 and a correct implementation would fail one with probability about 2e-9 per check.
@@ -13,12 +13,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import attnlab.dropout as dropout_module
-from attnlab.attention import build_attention
-from attnlab.config import ModelConfig, TrainConfig
-from attnlab.dropout import Dropout, drop_threshold, dropout, keep_scale
-from attnlab.model import GPT
-from attnlab.pipeline import pretrain
+import attnlab.model.dropout as dropout_module
+from attnlab.model.attention import build_attention
+from attnlab.config.settings import ModelConfig, TrainConfig
+from attnlab.model.dropout import Dropout, drop_threshold, dropout, keep_scale
+from attnlab.model.gpt import GPT
+from attnlab.training.pipeline import pretrain
 
 P = 0.1
 P_EFF = drop_threshold(P) / 2**32  # the probability actually used
@@ -148,7 +148,7 @@ def test_fast_cpu_training_uses_the_cheap_masks(monkeypatch) -> None:
         assert dropout_p == 0.0, "fused attention with dropout on CPU"
         return real_sdpa(*args, dropout_p=dropout_p, **kw)
 
-    monkeypatch.setattr("attnlab.attention.base.F.scaled_dot_product_attention", sdpa)
+    monkeypatch.setattr("attnlab.model.attention.base.F.scaled_dot_product_attention", sdpa)
     config = ModelConfig(vocab_size=30, block_size=16, n_layer=2, n_head=2, n_embd=16, dropout=0.1)
     model = GPT(config).train()
     idx = torch.randint(1, 30, (3, 12))

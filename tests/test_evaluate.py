@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.config import TrainConfig
-from attnlab.data import QAExample, read_qa
-from attnlab.evaluate import extract_answer, most_frequent_place, score, write_predictions
-from attnlab.pipeline import baseline, evaluate_file, finetune, pretrain
+from attnlab.config.settings import TrainConfig
+from attnlab.data.datasets import QAExample, read_qa
+from attnlab.answering.evaluate import extract_answer, most_frequent_place, score, write_predictions
+from attnlab.training.pipeline import baseline, evaluate_file, finetune, pretrain
 
 from tests.conftest import DATA, PEOPLE
 
@@ -58,7 +58,7 @@ def trained(tmp_path_factory):
     (tmp / "wiki.txt").write_text("\n".join(lines + ["Where was everyone born? We know."]))
     (tmp / "train.tsv").write_text("".join(f"Where was {n} born?\t{p}\n" for n, p in c.PEOPLE))
     (tmp / "test.tsv").write_text("".join(f"Where was {n} born?\n" for n, _ in c.PEOPLE))
-    from attnlab.config import ModelConfig
+    from attnlab.config.settings import ModelConfig
 
     config = ModelConfig(block_size=48, n_layer=2, n_head=2, n_embd=48, dropout=0.0)
     torch.manual_seed(0)
@@ -93,7 +93,7 @@ def test_argmax_evaluation_of_a_vanilla_checkpoint(trained):
 
 
 def test_wilson_interval_matches_hand_computed_values():
-    from attnlab.evaluate import Score, wilson_interval
+    from attnlab.answering.evaluate import Score, wilson_interval
 
     # 25/500: p = 0.05, z = 1.96: centre = (0.05 + 3.8415/1000) / 1.0076829 = 0.053431,
     # half = 1.96 * sqrt(0.05*0.95/500 + 3.8415/1e6) / 1.0076829 = 0.019337 -> [0.034094, 0.072768]

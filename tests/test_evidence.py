@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnlab.evidence import CorpusIndex, subject_of
+from attnlab.trust.evidence import CorpusIndex, subject_of
 
 
 DOCS = [
@@ -37,3 +37,13 @@ def test_evidence_matches_whole_words_only():
     assert index.find("Where was Ada Brook born?", "Boniface").supporting == (1,)
     assert index.find("Where was Ada Brook born?", "New York").supporting == (1,)
     assert index.find("Where was Cato Fenn born?", "Lima").lines == ()  # "Fenn" is no word of "Fennimore"
+
+
+def test_a_name_with_full_stops_finds_its_own_line_only():
+    # One corpus index (data/corpus.py) for evidence too: "John F. Kenning" is the title of line
+    # 1, so line 2, which only mentions him, is not taken for his own line.
+    docs = ["John F. Kenning. John F. Kenning was born in Brookline.",
+            "Mary Ott. Mary Ott met John F. Kenning in Dallas."]
+    e = CorpusIndex(docs).find("Where was John F. Kenning born?", "Dallas")
+    assert e.lines == (1,) and e.supporting == ()
+    assert CorpusIndex(docs).find("Where was John F. Kenning born?", "Brookline").supporting == (1,)

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import cli, editing, tracing
-from attnlab.checkpoint import load_model, save_checkpoint
-from attnlab.config import ModelConfig
-from attnlab.knowledge import answer_by_recall, recall_string
-from attnlab.model import GPT
-from attnlab.vocab import Vocab
+from attnlab import cli
+from attnlab.facts import edit as editing, trace as tracing
+from attnlab.model.checkpoint import load_model, save_checkpoint
+from attnlab.config.settings import ModelConfig
+from attnlab.answering.knowledge import answer_by_recall, recall_string
+from attnlab.model.gpt import GPT
+from attnlab.data.vocab import Vocab
 from tests.tiny_runs import memorise
 
 # The names differ only in their last character, so the model must read the person there: the
@@ -297,8 +298,8 @@ def test_tightening_shrinks_the_change_and_the_saved_edit_still_works(run):
 
 
 def test_trajectory_keys_are_the_keys_along_each_answer(run):
-    from attnlab.data import QAExample
-    from attnlab.evaluate import answer_questions
+    from attnlab.data.datasets import QAExample
+    from attnlab.answering.evaluate import answer_questions
 
     model, vocab = _model(run)
     examples = [QAExample(f"Where was {n} born?", p, "<t>", i) for i, (n, p) in enumerate(PEOPLE)]
@@ -341,8 +342,8 @@ def test_bad_input_gives_a_one_line_error_and_exit_code_2(run, tmp_path, capsys,
 def test_changed_answers_equal_a_full_second_evaluation(run, noise):
     import copy
 
-    from attnlab.data import read_qa
-    from attnlab.evaluate import answer_questions
+    from attnlab.data.datasets import read_qa
+    from attnlab.answering.evaluate import answer_questions
 
     model, vocab = _model(run)
     examples = read_qa(run / "dev.tsv")

@@ -20,13 +20,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.attention import REGISTRY, build_attention
-from attnlab.batching import CorruptionBatches, QABatches, length_buckets
-from attnlab.config import ModelConfig, TrainConfig
-from attnlab.data import SpanCorruptionDataset
-from attnlab.model import GPT, lm_loss
-from attnlab.train import default_loss, make_optimizer, train
-from attnlab.vocab import PAD_ID, Vocab
+from attnlab.model.attention import REGISTRY, build_attention
+from attnlab.data.batching import CorruptionBatches, QABatches, length_buckets
+from attnlab.config.settings import ModelConfig, TrainConfig
+from attnlab.data.datasets import SpanCorruptionDataset
+from attnlab.model.gpt import GPT, lm_loss
+from attnlab.training.trainer import default_loss, make_optimizer, train
+from attnlab.data.vocab import PAD_ID, Vocab
 
 ATOL, RTOL = 1e-5, 1e-4
 VARIANTS = sorted(REGISTRY)
@@ -136,7 +136,7 @@ def test_fused_attention_matches_explicit_with_cache(variant: str) -> None:
     keys = torch.cat([pos0, pos1], 1)
     outs = {}
     for fast in (True, False):
-        from attnlab.attention import KVCache
+        from attnlab.model.attention import KVCache
 
         cache = KVCache()
         layer.set_fast(fast)
@@ -332,12 +332,12 @@ def test_seeded_batches_depend_only_on_seed_step_rank() -> None:
 def test_every_caller_follows_the_models_path(monkeypatch) -> None:
     """``set_fast`` is model state: generation and attention maps take the fused kernel only
     when the model is on the fast path (the maps need weights, so they never do)."""
-    from attnlab.attention_maps import attention_weights
-    from attnlab.generate import generate
+    from attnlab.probing.attention_maps import attention_weights
+    from attnlab.model.generate import generate
 
     calls = []
     real = F.scaled_dot_product_attention
-    monkeypatch.setattr("attnlab.attention.base.F.scaled_dot_product_attention",
+    monkeypatch.setattr("attnlab.model.attention.base.F.scaled_dot_product_attention",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     torch.manual_seed(0)
     model = GPT(tiny("vanilla", True)).eval()

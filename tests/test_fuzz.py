@@ -22,7 +22,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from attnlab import cli
-from attnlab.checkpoint import CHECKPOINT_NAME
+from attnlab.model.checkpoint import CHECKPOINT_NAME
 from tests.conftest import DATA, PEOPLE
 from tests.tiny_runs import train_tiny
 
@@ -144,7 +144,7 @@ TSV_LINES = st.lists(st.one_of(
 
 
 def tsv_problem(raw: bytes, labelled: bool | None) -> str | None:
-    """Why a question file is invalid, checked independently of attnlab/data.py (None: valid)."""
+    """Why a question file is invalid, checked independently of attnlab/data/datasets.py (None: valid)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -243,7 +243,7 @@ def _original(world) -> tuple[dict, dict]:
 
 def _wrong_type(field: str, value) -> bool:
     """A model_config value of the wrong JSON type (bool is no number here)."""
-    from attnlab.config import ModelConfig
+    from attnlab.config.settings import ModelConfig
 
     kind = str(ModelConfig.__dataclass_fields__[field].type)
     if kind in ("int", "float") and isinstance(value, bool):

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.attention import REGISTRY
-from attnlab.config import ModelConfig
-from attnlab.generate import generate
-from attnlab.model import GPT
+from attnlab.model.attention import REGISTRY
+from attnlab.config.settings import ModelConfig
+from attnlab.model.generate import generate
+from attnlab.model.gpt import GPT
 
 VARIANTS = sorted(REGISTRY)
 VOCAB = 24

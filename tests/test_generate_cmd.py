@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnlab import cli
-from attnlab.attention import VanillaAttention
-from attnlab.checkpoint import save_checkpoint
-from attnlab.config import ModelConfig
-from attnlab.generate import filter_logits
-from attnlab.loops import Loop, LoopReport, find_loop
-from attnlab.model import GPT
-from attnlab.generate import continue_texts
-from attnlab.vocab import Vocab
+from attnlab.model.attention import VanillaAttention
+from attnlab.model.checkpoint import save_checkpoint
+from attnlab.config.settings import ModelConfig
+from attnlab.model.generate import filter_logits
+from attnlab.probing.loops import Loop, LoopReport, find_loop
+from attnlab.model.gpt import GPT
+from attnlab.model.generate import continue_texts
+from attnlab.data.vocab import Vocab
 
 VOCAB = Vocab.from_text("abcdefgh ?\n")
 

@@ -22,11 +22,15 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from attnlab import checkpoint, cli, datafiles, experiments, train
-from attnlab.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint, save_checkpoint
-from attnlab.config import ModelConfig
-from attnlab.model import GPT
-from attnlab.vocab import Vocab
+from attnlab.model import checkpoint
+from attnlab import cli
+from attnlab.core import datafiles
+from attnlab.experiments import runner as experiments
+from attnlab.training import trainer as train
+from attnlab.model.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint, save_checkpoint
+from attnlab.config.settings import ModelConfig
+from attnlab.model.gpt import GPT
+from attnlab.data.vocab import Vocab
 from tests.conftest import PEOPLE, REPO
 from tests.test_variants import write_data
 
@@ -75,14 +79,14 @@ def test_an_interrupted_demo_continues_with_the_command_it_prints(demo_data, tmp
         _ctrl_c_in_first_step(monkeypatch)
         return real_pretrain(*args, **kw)
 
-    monkeypatch.setattr("attnlab.experiments.pretrain", pretrain_interrupted)
+    monkeypatch.setattr("attnlab.experiments.runner.pretrain", pretrain_interrupted)
     assert cli.main(_demo(out, demo_data)) == 130
     printed = capsys.readouterr().out
     assert load_checkpoint(out / "pretrain").meta["step"] == 2
     assert (out / "scratch" / "row.json").exists() and not (out / "row.json").exists()
     command = printed.split("continue with: ")[-1].strip()
     assert command.startswith("attnlab demo --resume ") and "--data-dir" in command
-    monkeypatch.setattr("attnlab.experiments.pretrain", real_pretrain)
+    monkeypatch.setattr("attnlab.experiments.runner.pretrain", real_pretrain)
 
     # without --resume the finished rows are not overwritten; other settings are refused
     assert cli.main(_demo(out, demo_data)) == 2
@@ -120,12 +124,12 @@ def test_an_interrupted_compare_continues_the_interrupted_stage(tmp_path, monkey
             _ctrl_c_in_first_step(monkeypatch)
         return real_finetune(*args, **kw)
 
-    monkeypatch.setattr("attnlab.experiments.finetune", finetune)
+    monkeypatch.setattr("attnlab.experiments.runner.finetune", finetune)
     with pytest.raises(KeyboardInterrupt):
         _run(_compare(paths, out))
     assert "continue with the same command plus --resume" in capsys.readouterr().out
     assert load_checkpoint(out / "rotary" / "finetune").meta["step"] == 2
-    monkeypatch.setattr("attnlab.experiments.finetune", real_finetune)
+    monkeypatch.setattr("attnlab.experiments.runner.finetune", real_finetune)
 
     # another data file than the stored rows were made with is refused, naming both
     changed = tmp_path / "train2.tsv"

@@ -6,14 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.config import ModelConfig
-from attnlab.data import DataError, QAExample
-from attnlab.knowledge import (
-    CorpusIndex, answer_by_recall, measure_stored, person_of, recall_string, require_person,
-    stored_probes,
+from attnlab.config.settings import ModelConfig
+from attnlab.data.datasets import DataError, QAExample
+from attnlab.answering.knowledge import (
+    CorpusIndex, answer_by_recall, measure_stored, person_of, recall_string, require_person, stored_probes
 )
-from attnlab.model import GPT
-from attnlab.vocab import MASK_CHAR, Vocab
+from attnlab.model.gpt import GPT
+from attnlab.data.vocab import MASK_CHAR, Vocab
 from tests.tiny_runs import memorise
 
 LINES = [

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from attnlab import cli
-from attnlab.config import get_preset
-from attnlab.data import read_qa
-from attnlab.evaluate import wilson_interval
+from attnlab.config.settings import get_preset
+from attnlab.data.datasets import read_qa
+from attnlab.answering.evaluate import wilson_interval
 
 RECALL = ["--preset", "tiny", "--objective", "lm", "--qa-format", "recall", "--recall-chars", "40",
           "--device", "cpu"]
@@ -85,14 +85,14 @@ def test_the_cpu_preset_is_the_recall_recipe():
 def test_a_shipped_model_is_used_as_a_run_directory_and_never_written_into(tiny_data, tmp_path, monkeypatch, capsys):
     import hashlib
 
-    from attnlab.shipped import ship
+    from attnlab.model.shipped import ship
 
     run = tmp_path / "pre"
     assert _pretrain(tiny_data, run, "--mix-ratio", "1", "--epochs", "1") == 0
     shipped = ship(run, tmp_path / "models" / "tiny", {"command": "test", "dev_accuracy": None})
     files = sorted(p.name for p in shipped.iterdir())
     assert files == ["checkpoint.safetensors", "provenance.json"]
-    from attnlab.checkpoint import load_checkpoint
+    from attnlab.model.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(shipped)
     assert ckpt.optimizer_state is None and ckpt.rng_state is None  # weights only
@@ -116,12 +116,12 @@ def test_demo_scores_every_row_extracted_and_stored_with_intervals(tmp_path, mon
     from tests.conftest import REPO
 
     monkeypatch.chdir(REPO)  # the demo reads data/ as the README's commands do
-    from attnlab.experiments import demo
+    from attnlab.experiments.runner import demo
 
     out = tmp_path / "demo"
     pre = tmp_path / "shipped-from"
     assert cli.main(["pretrain", "--preset", "tiny", "--out-dir", str(pre), "--max-steps", "3", "--device", "cpu"]) == 0
-    from attnlab.shipped import ship
+    from attnlab.model.shipped import ship
 
     shipped = ship(pre, tmp_path / "models" / "m", {"command": "test"})
     rows = demo("tiny", out=out, device="cpu", shipped=shipped, log=lambda _m: None)

@@ -10,15 +10,15 @@ import pytest
 import torch
 from PIL import Image
 
-from attnlab import attention_maps as maps
+from attnlab.probing import attention_maps as maps
 from attnlab import cli
-from attnlab.attention import REGISTRY
-from attnlab.checkpoint import save_checkpoint
-from attnlab.config import ModelConfig
-from attnlab.attention_maps import attention_weights, plot_layer, statistics_over
-from attnlab.data import read_texts
-from attnlab.model import GPT
-from attnlab.vocab import Vocab
+from attnlab.model.attention import REGISTRY
+from attnlab.model.checkpoint import save_checkpoint
+from attnlab.config.settings import ModelConfig
+from attnlab.probing.attention_maps import attention_weights, plot_layer, statistics_over
+from attnlab.data.datasets import read_texts
+from attnlab.model.gpt import GPT
+from attnlab.data.vocab import Vocab
 
 VOCAB = Vocab.from_text("abcdefgh ?\n")
 

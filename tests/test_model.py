@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from attnlab import GPT, GPTConfig
-from attnlab.model import lm_loss
+from attnlab.model.gpt import lm_loss
 
 
 def test_course_constructor_defaults_are_the_spec_preset():
@@ -38,7 +38,7 @@ def test_pad_targets_are_ignored_by_the_loss():
 
 
 def test_same_seed_same_weights_and_different_seed_differs(tiny_config):
-    from attnlab.pipeline import build_model
+    from attnlab.training.pipeline import build_model
 
     a, b, c = build_model(tiny_config, 3), build_model(tiny_config, 3), build_model(tiny_config, 4)
     for (n, p), q, r in zip(a.state_dict().items(), b.state_dict().values(), c.state_dict().values()):

@@ -5,17 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.attention import REGISTRY
-from attnlab.config import ModelConfig
-from attnlab.data import DataError, QAExample
-from attnlab.knowledge import CorpusIndex
-from attnlab.attention.masks import segments as segment_mask
-from attnlab.model import GPT, lm_loss
-from attnlab.positions import segment_positions
-from attnlab.objectives import (
-    Sequence, corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people,
-)
-from attnlab.vocab import MASK_CHAR, PAD_ID, Vocab
+from attnlab.model.attention import REGISTRY
+from attnlab.config.settings import ModelConfig
+from attnlab.data.datasets import DataError, QAExample
+from attnlab.data.corpus import CorpusIndex
+from attnlab.model.attention.masks import segments as segment_mask
+from attnlab.model.gpt import GPT, lm_loss
+from attnlab.model.positions import segment_positions
+from attnlab.data.objectives import Sequence, corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people
+from attnlab.data.vocab import MASK_CHAR, PAD_ID, Vocab
 
 DOCS = ["Ada Brook. Ada Brook was born in Paris.", "Bo Li. Bo Li was born in Lima, a city.",
         "Cy Ng. Born in Oslo.", "Di Fo. Di Fo was born in Rome and died in Kyiv."]

@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from attnlab import cli
-from attnlab.evaluate import wilson_interval
-from attnlab.plots import CURVES, DEV_LABEL, X_LABEL, read_metrics, training_figure
+from attnlab.answering.evaluate import wilson_interval
+from attnlab.experiments.curves import CURVES, DEV_LABEL, X_LABEL, read_metrics, training_figure
 from tests.tiny_runs import train_tiny
 
 

@@ -12,10 +12,10 @@ from contextlib import redirect_stdout
 import pytest
 
 from attnlab import cli
-from attnlab.checkpoint import load_checkpoint
+from attnlab.model.checkpoint import load_checkpoint
 from attnlab.cli import flags
 from attnlab.cli.training import run_recipe
-from attnlab.config import DEFAULT_PRESET, PRESETS, get_preset
+from attnlab.config.settings import DEFAULT_PRESET, PRESETS, get_preset
 from tests.tiny_runs import train_tiny
 
 

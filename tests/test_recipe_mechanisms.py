@@ -9,13 +9,13 @@ import dataclasses
 import pytest
 import torch
 
-from attnlab.checkpoint import load_checkpoint
-from attnlab.config import TrainConfig
-from attnlab.knowledge import SpanConstraint, answer_by_recall
-from attnlab.model import GPT
-from attnlab.pipeline import pretrain
-from attnlab.train import CombinedOptimizer, lr_at, make_optimizer, muon_weights
-from attnlab.vocab import MASK_ID, Vocab
+from attnlab.model.checkpoint import load_checkpoint
+from attnlab.config.settings import TrainConfig
+from attnlab.answering.knowledge import SpanConstraint, answer_by_recall
+from attnlab.model.gpt import GPT
+from attnlab.training.pipeline import pretrain
+from attnlab.training.trainer import CombinedOptimizer, lr_at, make_optimizer, muon_weights
+from attnlab.data.vocab import Vocab
 from tests.tiny_runs import memorise
 
 

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab import cli, pipeline
-from attnlab.checkpoint import load_checkpoint
-from attnlab.config import TrainConfig
-from attnlab.rundir import LOCK_NAME, RunDirError
+from attnlab import cli
+from attnlab.training import pipeline
+from attnlab.model.checkpoint import load_checkpoint
+from attnlab.config.settings import TrainConfig
+from attnlab.training.rundir import LOCK_NAME, RunDirError
 
 # Tiny runs on the 13-line tiny corpus: 4 examples a step, a few steps.
 BASE = ["--preset", "tiny", "--batch-size", "4", "--epochs", "5", "--log-every", "1", "--device", "cpu",

@@ -1,4 +1,4 @@
-"""Attention-shaping losses (attnlab.shaping): the formulas against independent computations,
+"""Attention-shaping losses (attnlab.training.shaping): the formulas against independent computations,
 their bounds, their gradients, padding, every variant, and lambda = 0 changing nothing."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlab.attention import REGISTRY
-from attnlab.batching import Batches
-from attnlab.config import ModelConfig, TrainConfig
-from attnlab.model import GPT
-from attnlab.pipeline import _loss_fn
-from attnlab.shaping import (focus_loss, head_statistics, near_loss, row_distance, row_entropy,
-                             shaping_loss_fn)
-from attnlab.train import default_loss, train
-from attnlab.vocab import PAD_ID, Vocab
+from attnlab.model.attention import REGISTRY
+from attnlab.data.batching import Batches
+from attnlab.config.settings import ModelConfig, TrainConfig
+from attnlab.model.gpt import GPT
+from attnlab.training.pipeline import _loss_fn
+from attnlab.probing.heads import head_statistics, row_distance, row_entropy
+from attnlab.training.shaping import focus_loss, near_loss, shaping_loss_fn
+from attnlab.training.trainer import default_loss, train
+from attnlab.data.vocab import PAD_ID, Vocab
 
 V = 12
 
@@ -242,7 +242,7 @@ def test_lambda_zero_trains_bit_identically_and_lambda_logs(tmp_path):
 
 
 def test_wrappers_are_reached_through():
-    from attnlab.shaping import unwrap
+    from attnlab.training.shaping import unwrap
 
     from types import SimpleNamespace
 

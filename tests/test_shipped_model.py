@@ -4,10 +4,10 @@ provenance says it knows."""
 import json
 from pathlib import Path
 
-from attnlab.checkpoint import load_checkpoint, load_model
-from attnlab.data import read_qa
-from attnlab.evaluate import evaluate
-from attnlab.shipped import is_shipped, output_dir
+from attnlab.model.checkpoint import load_checkpoint, load_model
+from attnlab.data.datasets import read_qa
+from attnlab.answering.evaluate import evaluate
+from attnlab.model.shipped import is_shipped, output_dir
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "models" / "cpu"

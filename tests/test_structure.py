@@ -1,5 +1,6 @@
-"""The package's structure (issue 16): no import cycle in attnlab/, the library never imports
-the command line, and every command shares one name per idea."""
+"""The package's structure (issues 16 and 24): the layers of attnlab/ (every import goes down a
+layer or stays inside its package), no import cycle, the library never imports the command line,
+and every command shares one name per idea."""
 
 from __future__ import annotations
 
@@ -75,9 +76,9 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_is_read_from_the_code():
     graph = import_graph()
-    assert "attnlab.model" in graph["attnlab.train"]  # a module-level import
+    assert "attnlab.model.gpt" in graph["attnlab.training.trainer"]  # a module-level import
     assert "attnlab.cli.flags" in graph["attnlab.cli.training"]  # a relative one
-    assert "attnlab.pipeline" in graph["attnlab.cli.training"]  # a function-level one
+    assert "attnlab.training.pipeline" in graph["attnlab.cli.training"]  # a function-level one
 
 
 def test_no_import_cycle_in_attnlab():
@@ -140,3 +141,58 @@ def test_new_commands_join_with_their_register_hook(monkeypatch, capsys):
 
     monkeypatch.setattr(cli, "COMMANDS", cli.COMMANDS + [register])
     assert cli.main(["hello"]) == 0 and capsys.readouterr().out == "hello\n"
+
+
+# The layers, lowest first (docs/architecture.md). A module may import a module of its own
+# package or of a package on a lower layer: never one above (upward) nor a sibling on the same
+# layer (sideways). ``python -m attnlab`` and the package face ``attnlab`` sit on top.
+LAYERS: dict[str, int] = {
+    "core": 0, "_version": 0,
+    "data": 1,
+    "config": 2,
+    "model": 3,
+    "answering": 4, "probing": 4, "explore": 4,
+    "training": 5, "trust": 5, "facts": 5,
+    "experiments": 6, "api": 6,
+    "cli": 7,
+    "__main__": 8, "": 8,
+}
+
+
+def package_of(module: str) -> str:
+    """``attnlab.model.attention.base`` -> ``model``; the face ``attnlab`` -> ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def wrong_way(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that goes up a layer or sideways to another package of its layer."""
+    found = []
+    for module, edges in sorted(graph.items()):
+        here = package_of(module)
+        for target in sorted(edges):
+            there = package_of(target)
+            if there != here and LAYERS[there] >= LAYERS[here]:
+                way = "up" if LAYERS[there] > LAYERS[here] else "sideways"
+                found.append(f"{module} -> {target} ({way}: layer {LAYERS[here]} -> {LAYERS[there]})")
+    return found
+
+
+def test_every_module_lives_in_a_layer():
+    homeless = {m for m in import_graph() if package_of(m) not in LAYERS}
+    assert homeless == set(), f"put these in a package of a layer (LAYERS): {sorted(homeless)}"
+
+
+def test_every_import_goes_down_a_layer_or_stays_in_its_package():
+    assert wrong_way(import_graph()) == []
+
+
+def test_an_upward_or_sideways_import_is_caught():
+    graph = {"attnlab.data.objectives": {"attnlab.answering.knowledge", "attnlab.data.vocab"},
+             "attnlab.training.pipeline": {"attnlab.trust.calibration", "attnlab.model.gpt"},
+             "attnlab.cli.trust": {"attnlab.cli.flags", "attnlab.core.paths"}}
+    assert wrong_way(graph) == [
+        "attnlab.data.objectives -> attnlab.answering.knowledge (up: layer 1 -> 4)",
+        "attnlab.training.pipeline -> attnlab.trust.calibration (sideways: layer 5 -> 5)",
+    ]
+

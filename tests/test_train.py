@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
-from attnlab.checkpoint import load_checkpoint, load_model, save_checkpoint
-from attnlab.config import TrainConfig, get_preset
-from attnlab.pipeline import finetune, pretrain
-from attnlab.train import lr_at, make_optimizer
+from attnlab.model.checkpoint import load_checkpoint, load_model, save_checkpoint
+from attnlab.config.settings import TrainConfig, get_preset
+from attnlab.training.pipeline import finetune, pretrain
+from attnlab.training.trainer import lr_at, make_optimizer
 
 
 def test_learning_rate_at_chosen_token_counts():
@@ -31,7 +31,7 @@ def test_learning_rate_at_chosen_token_counts():
 
 
 def test_weight_decay_only_on_weight_matrices(tiny_config):
-    from attnlab.model import GPT
+    from attnlab.model.gpt import GPT
 
     model = GPT(tiny_config)
     opt = make_optimizer(model, TrainConfig(), torch.device("cpu"))
@@ -91,8 +91,8 @@ def test_metrics_and_checkpoint_interval(tiny_data, tmp_path, tiny_config):
 
 
 def test_checkpoint_round_trip_gives_identical_logits(tmp_path, tiny_config):
-    from attnlab.model import GPT
-    from attnlab.vocab import Vocab
+    from attnlab.model.gpt import GPT
+    from attnlab.data.vocab import Vocab
 
     torch.manual_seed(1)
     model = GPT(dataclasses.replace(tiny_config, vocab_size=8)).eval()
@@ -106,7 +106,7 @@ def test_checkpoint_round_trip_gives_identical_logits(tmp_path, tiny_config):
 
 
 def test_damaged_checkpoint_is_a_one_line_error(tmp_path):
-    from attnlab.checkpoint import CheckpointError
+    from attnlab.model.checkpoint import CheckpointError
 
     bad = tmp_path / "checkpoint.safetensors"
     bad.write_bytes(b"not a checkpoint")
@@ -153,8 +153,8 @@ def test_finetune_keeps_the_pretrained_config_unless_told(tiny_data, tmp_path, t
 def test_each_variant_declares_its_undecayed_parameters(tiny_config):
     """A variant names its own no-decay parameters (Attention.no_decay); the optimiser honours
     them without the model knowing any variant by name."""
-    from attnlab.attention import REGISTRY
-    from attnlab.model import GPT
+    from attnlab.model.attention import REGISTRY
+    from attnlab.model.gpt import GPT
 
     for name, cls in REGISTRY.items():
         model = GPT(dataclasses.replace(tiny_config, attention=name))

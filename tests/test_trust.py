@@ -7,9 +7,9 @@ import json
 import pytest
 
 from attnlab import cli
-from attnlab.audit import corpus_people, invent_people
-from attnlab.checkpoint import load_checkpoint
-from attnlab.data import documents, read_qa, read_text
+from attnlab.trust.audit import corpus_people, invent_people
+from attnlab.model.checkpoint import load_checkpoint
+from attnlab.data.datasets import documents, read_qa, read_text
 from tests.conftest import DATA, PEOPLE
 
 
@@ -51,8 +51,8 @@ def recall_run(tmp_path_factory):
 
 
 def _answers(root):
-    from attnlab.checkpoint import load_model
-    from attnlab.evaluate import answer_questions
+    from attnlab.model.checkpoint import load_model
+    from attnlab.answering.evaluate import answer_questions
 
     model, vocab, _ = load_model(root / "ft")
     return answer_questions(model, vocab, read_qa(root / "dev.tsv"))
@@ -137,8 +137,8 @@ def test_familiarity_is_the_least_likely_character_of_the_name(recall_run):
 
     import torch
 
-    from attnlab.abstention import name_familiarity
-    from attnlab.checkpoint import load_model
+    from attnlab.trust.abstention import name_familiarity
+    from attnlab.model.checkpoint import load_model
 
     model, vocab, _ = load_model(recall_run / "ft")
     names = ["Ada Brook", "Fay Dunmore", "Jun Sato"]
@@ -192,7 +192,7 @@ def test_bad_input_is_a_one_line_error_with_exit_2(recall_run, capsys, argv, pro
 
 
 def test_name_echo_counts_answers_that_are_a_namesakes_place():
-    from attnlab.audit import name_echo
+    from attnlab.trust.audit import name_echo
 
     real = {"Ada Brook": "Paris", "Bela Kron": "Lima", "Cato Fenn": "Oslo"}
     # Ada Kron: namesakes in Paris and Lima; Cato Brook: Oslo and Paris; Bela Fenn: Lima and Oslo
@@ -204,7 +204,7 @@ def test_name_echo_counts_answers_that_are_a_namesakes_place():
 
 
 def test_pretraining_leaves_held_out_people_out_of_the_qa_mix(tiny_data, tmp_path, monkeypatch):
-    from attnlab import pipeline
+    from attnlab.training import pipeline
 
     mixed_in = []
     real = pipeline.qa_sequences

@@ -23,8 +23,8 @@ import sys
 import pytest
 import torch
 
-from attnlab.config import ModelConfig, get_preset
-from attnlab.pipeline import finetune, pretrain
+from attnlab.config.settings import ModelConfig, get_preset
+from attnlab.training.pipeline import finetune, pretrain
 
 EXPECTED = {
     "span-vanilla-dropout": [3.015253283, -19.45547133, 12.96762143, 2.730904889, 24.01554547, 1.022382124,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from attnlab import variants
+from attnlab.experiments import variants
 from attnlab.cli import experiments as experiment_commands
-from attnlab.attention import REGISTRY
-from attnlab.config import ModelConfig
+from attnlab.model.attention import REGISTRY
+from attnlab.config.settings import ModelConfig
 
 PEOPLE = [("Ada Lovelace", "London"), ("Niels Bohr", "Copenhagen"), ("Marie Curie", "Warsaw"),
           ("Alan Turing", "London"), ("Emmy Noether", "Erlangen"), ("Kurt Godel", "Brno"),
@@ -65,7 +65,7 @@ def test_variant_table_has_every_variant_with_its_counts(tmp_path, capsys):
 
 
 def test_compare_trains_every_chosen_variant_and_writes_its_report(tmp_path, capsys, monkeypatch):
-    from attnlab import experiments
+    from attnlab.experiments import runner as experiments
 
     titles = []
     drawn = experiments.dev_accuracy_figure
@@ -89,7 +89,7 @@ def test_compare_trains_every_chosen_variant_and_writes_its_report(tmp_path, cap
         assert r["stored_total"] is not None and 0 <= r["stored"] <= r["stored_total"]
         assert (Path(r["run_dir"]) / "finetune" / "checkpoint.safetensors").exists()
     # the finetuned checkpoints record their variant
-    from attnlab.checkpoint import load_checkpoint
+    from attnlab.model.checkpoint import load_checkpoint
 
     assert load_checkpoint(out / "rotary" / "finetune").model_config.attention == "rotary"
     table = (out / "results.md").read_text().split("\n\n", 1)[1]  # after the settings header
@@ -126,8 +126,8 @@ def test_the_compare_chart_names_the_preset_and_shows_counts_and_intervals():
     import pytest
     from matplotlib.container import ErrorbarContainer
 
-    from attnlab.evaluate import Score, wilson_interval
-    from attnlab.experiments import Row, dev_accuracy_figure
+    from attnlab.answering.evaluate import Score, wilson_interval
+    from attnlab.experiments.runner import Row, dev_accuracy_figure
 
     rows = [Row('baseline ("London")', "baseline", Score(25, 500)),
             Row("vanilla", "variant", Score(5, 500), parameters=1000, pretrain_loss=1.5),

@@ -11,8 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlab.data import NameDataset, SpanCorruptionDataset, read_text
-from attnlab.vocab import MASK_CHAR, MASK_ID, PAD_CHAR, PAD_ID, Vocab, VocabError
+from attnlab.data.datasets import NameDataset, SpanCorruptionDataset, read_text
+from attnlab.data.vocab import MASK_CHAR, MASK_ID, PAD_CHAR, PAD_ID, Vocab, VocabError
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 
 from attnlab import cli
-from attnlab.model import GPT, lm_loss
-from attnlab.vocab import Vocab
+from attnlab.model.gpt import GPT, lm_loss
+from attnlab.data.vocab import Vocab
 from tests.conftest import DATA
 
 

@@ -16,7 +16,7 @@ import argparse
 import sys
 from typing import Callable
 
-from .. import __version__
+from .._version import __version__
 from . import answering, experiments, facts, flags, probing, training, trust
 from .flags import model_config_from, train_config_from  # noqa: F401  (the library-facing helpers)
 
@@ -57,13 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, *, process_settings: bool = False) -> int:
     """Run one subcommand. ``process_settings``: first apply the process-wide CPU settings
-    (attnlab/cpu_settings.py) unless the command is given --no-cpu-settings; the program does,
+    (attnlab/core/cpu_settings.py) unless the command is given --no-cpu-settings; the program does,
     library calls (tests) do not."""
     parser = build_parser()
     args = flags.with_config_file(parser, argv, parser.parse_args(argv))  # --config FILE as defaults
     flags.resolve_data_paths(args)  # data/NAME from any directory, or --data-dir
     if process_settings and args.cpu_settings:
-        from .. import cpu_settings
+        from ..core import cpu_settings
 
         cpu_settings.apply()
     return run(args)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import bounds, paths
-from ..config import DEFAULT_CORPUS
-from ..data import read_corpus, read_questions
+from ..core import bounds, paths
+from ..config.settings import DEFAULT_CORPUS
+from ..data.datasets import read_corpus, read_questions
 from . import flags, trust
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .. import distributed
-    from ..pipeline import evaluate_file
+    from ..core import distributed
+    from ..training.pipeline import evaluate_file
 
     trust.check_abstain_flags(args)
     _check_evaluate_files(args)
@@ -29,8 +29,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _check_evaluate_files(args: argparse.Namespace) -> None:
     """The checkpoint, the question file and where the predictions go, before any decoding."""
-    from ..checkpoint import resolve
-    from ..shipped import output_dir
+    from ..model.checkpoint import resolve
+    from ..model.shipped import output_dir
 
     resolve(args.checkpoint)
     read_questions(paths.input_file(args.eval_file, "--eval-file"))
@@ -45,7 +45,7 @@ def _check_evaluate_files(args: argparse.Namespace) -> None:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     from ..api import load
-    from ..asking import answer_lines, describe, evidence_index, withheld
+    from .asking import answer_lines, describe, evidence_index, withheld
 
     trust.check_abstain_flags(args)
     for number, question in enumerate(args.questions, 1):
@@ -68,7 +68,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
-    from ..pipeline import baseline
+    from ..training.pipeline import baseline
 
     read_questions(paths.input_file(args.train_file, "--train-file"), labelled=True)
     read_questions(paths.input_file(args.eval_file, "--eval-file"))

@@ -7,16 +7,16 @@ import argparse
 import dataclasses
 import os
 
-from .. import paths
-from ..attention import REGISTRY
-from ..attention import names as attention_names
-from ..data import read_corpus, read_questions
+from ..core import paths
+from ..model.attention import REGISTRY
+from ..model.attention import names as attention_names
+from ..data.datasets import read_corpus, read_questions
 from . import flags
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ..checkpoint import load_checkpoint
-    from ..experiments import demo
+    from ..model.checkpoint import load_checkpoint
+    from ..experiments.runner import demo
 
     paths.output_dir(args.out_dir, "--out-dir")
     if args.shipped and os.path.lexists(args.shipped):  # scored last: a damaged one is refused first
@@ -27,7 +27,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..experiments import compare
+    from ..experiments.runner import compare
 
     if args.attention is not None:
         raise ValueError("compare trains several variants: choose them with --variants, not --attention")
@@ -45,8 +45,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_variants(args: argparse.Namespace) -> int:
-    from ..variants import format_variant_table, variant_table
-    from ..vocab import Vocab
+    from ..experiments.variants import format_variant_table, variant_table
+    from ..data.vocab import Vocab
 
     config = flags.model_config_from(args)
     text = read_corpus(paths.input_file(args.corpus, "--corpus"))
@@ -60,7 +60,7 @@ def cmd_variants(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from ..plots import metrics_path, plot_runs
+    from ..experiments.curves import metrics_path, plot_runs
 
     for run in args.runs:
         paths.input_file(metrics_path(run), "the metrics file")

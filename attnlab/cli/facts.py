@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import bounds, paths
-from ..data import read_corpus, read_questions
-from ..editing import LOCI
-from ..tracing import TraceError
+from ..core import bounds, paths
+from ..data.datasets import read_corpus, read_questions
+from ..facts.edit import LOCI
+from ..facts.trace import TraceError
 from . import flags
 
 LOCUS_WORDS = {"name": "the name's last character",
@@ -23,7 +23,7 @@ LOCUS_WORDS = {"name": "the name's last character",
 
 # ---- trace -----------------------------------------------------------------------------------
 def _trace_one(model, vocab, args, out: Path) -> None:
-    from .. import tracing
+    from ..facts import trace as tracing
 
     t = tracing.trace(model, vocab, args.question, name=args.name, noise=args.noise,
                       samples=args.samples, seed=args.seed)
@@ -53,10 +53,10 @@ def _trace_one(model, vocab, args, out: Path) -> None:
 def _trace_over(model, vocab, args, out: Path) -> None:
     from tqdm.auto import tqdm
 
-    from .. import tracing
-    from ..data import read_qa
-    from ..evaluate import answer_questions
-    from ..knowledge import require_person
+    from ..facts import trace as tracing
+    from ..data.datasets import read_qa
+    from ..answering.evaluate import answer_questions
+    from ..answering.knowledge import require_person
 
     examples = read_qa(args.over, labelled=True)[: args.limit or None]
     if not examples:
@@ -94,7 +94,7 @@ def _trace_over(model, vocab, args, out: Path) -> None:
 
 
 def _report_strongest(recovered, labels, name_last) -> None:
-    from ..tracing import strongest
+    from ..facts.trace import strongest
 
     for kind, (layer, label, value) in strongest(recovered, labels).items():
         print(f"strongest {kind} effect: layer {layer} at {label} (recovered {value:.4f})")
@@ -109,8 +109,8 @@ def _write_json(path: Path, data) -> None:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from ..checkpoint import load_model
-    from ..devices import resolve_device
+    from ..model.checkpoint import load_model
+    from ..core.devices import resolve_device
 
     if args.question is None and not args.over:
         raise TraceError("give a QUESTION to trace, --over FILE to average, or both")
@@ -129,13 +129,15 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 # ---- edit ------------------------------------------------------------------------------------
 def cmd_edit(args: argparse.Namespace) -> int:
-    from ..checkpoint import CHECKPOINT_NAME, load_model, resolve, save_checkpoint
-    from ..data import QAExample, read_qa
-    from ..devices import resolve_device
-    from ..editing import (changed_answers, check_layer, completes_with, default_layer, edit_model,
-                          key_second_moment, place_slot, stat_texts)
-    from ..evaluate import answer_questions
-    from ..knowledge import CorpusIndex, person_of, require_person
+    from ..model.checkpoint import CHECKPOINT_NAME, load_model, resolve, save_checkpoint
+    from ..data.datasets import QAExample, read_qa
+    from ..core.devices import resolve_device
+    from ..facts.edit import (
+        changed_answers, check_layer, completes_with, default_layer, edit_model, key_second_moment, place_slot,
+        stat_texts
+    )
+    from ..answering.evaluate import answer_questions
+    from ..answering.knowledge import CorpusIndex, person_of, require_person
 
     if not args.out_dir:  # not argparse's required=True, which would refuse the old name --out
         raise TraceError("--out-dir is required: the new run directory for the edited model")

@@ -14,14 +14,16 @@ import dataclasses
 import sys
 from typing import Any
 
-from .. import datafiles
-from ..attention import names as attention_names
-from ..config import (DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, PRESETS, ModelConfig,
-                      DEFAULT_PRESET, RENAMED_PRESETS, TrainConfig, cli_fields, get_preset)
-from ..config_file import read_config_file
-from ..data import DataError
-from ..devices import check_device
-from ..paths import PathError
+from ..core import datafiles
+from ..model.attention import names as attention_names
+from ..config.settings import (
+    DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, PRESETS, ModelConfig, TrainConfig, cli_fields,
+    DEFAULT_PRESET, RENAMED_PRESETS, get_preset
+)
+from ..config.files import read_config_file
+from ..data.datasets import DataError
+from ..core.devices import check_device
+from ..core.paths import PathError
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -119,8 +121,8 @@ def resume(parser: argparse.ArgumentParser) -> None:
 
 def resume_or_overwrite(parser: argparse.ArgumentParser) -> None:
     """Training commands: what to do with an output directory that already holds a run
-    (attnlab/rundir.py; the flags a resumed run may change are rundir.RESUMABLE)."""
-    from ..rundir import resumable_flags
+    (attnlab/training/rundir.py; the flags a resumed run may change are rundir.RESUMABLE)."""
+    from ..training.rundir import resumable_flags
 
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true",
@@ -238,7 +240,7 @@ def one_line(e: BaseException | str) -> str:
 def cpu_settings(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-settings", action=argparse.BooleanOptionalAction, default=True,
                         help="apply the process-wide CPU settings first: flush denormals, keep freed "
-                             "memory (attnlab/cpu_settings.py) (default: on)")
+                             "memory (attnlab/core/cpu_settings.py) (default: on)")
 
 
 # ---- flags generated from the config dataclasses ---------------------------------------------

@@ -7,9 +7,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import bounds, explore, paths
-from ..data import read_texts
-from ..vocab import MASK_CHAR, visible
+from ..core import bounds, paths
+from .. import explore
+from ..data.datasets import read_texts
+from ..data.vocab import MASK_CHAR, visible
 from . import flags
 
 
@@ -21,10 +22,10 @@ def _prompts_from_file(path: str, prompt_chars: int, limit: int) -> list[str]:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from ..checkpoint import load_model
-    from ..devices import resolve_device
-    from ..generate import continue_texts
-    from ..loops import LoopReport, find_loop
+    from ..model.checkpoint import load_model
+    from ..core.devices import resolve_device
+    from ..model.generate import continue_texts
+    from ..probing.loops import LoopReport, find_loop
 
     if args.loops:
         paths.input_file(args.loops, "--loops")
@@ -84,10 +85,10 @@ def one_character(text: str) -> str:
 
 
 def cmd_attention(args: argparse.Namespace) -> int:
-    from ..attention_maps import attention_weights, labels, plot_layer, statistics_over, statistics_table
-    from ..checkpoint import load_model
-    from ..devices import resolve_device
-    from ..shaping import head_statistics
+    from ..probing.attention_maps import attention_weights, labels, plot_layer, statistics_over, statistics_table
+    from ..model.checkpoint import load_model
+    from ..core.devices import resolve_device
+    from ..probing.heads import head_statistics
 
     if args.text is None and not args.over:
         raise ValueError("give a TEXT to draw, --over FILE to average statistics, or both")

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from .. import paths
-from ..checkpoint import CHECKPOINT_NAME
-from ..config import DEFAULT_PRESET, PRESETS, ModelConfig, TrainConfig
-from ..data import read_corpus, read_qa, read_questions
+from ..core import paths
+from ..model.checkpoint import CHECKPOINT_NAME
+from ..config.settings import DEFAULT_PRESET, PRESETS, ModelConfig, TrainConfig
+from ..data.datasets import read_corpus, read_qa, read_questions
 from . import flags
 
 
@@ -27,7 +27,7 @@ def _configs(args: argparse.Namespace, stage: str, run_dir: Path, device: str
     if not args.resume:
         model = None if stage == "finetune" else flags.model_config_from(args)
         return model, dataclasses.replace(flags.train_config_from(args, stage), device=device)
-    from .. import rundir
+    from ..training import rundir
 
     ckpt = rundir.resumable(run_dir, "finetune" if stage.startswith("finetune") else stage)
     return rundir.resumed_configs(ckpt, flags.overrides(args, ModelConfig),
@@ -35,8 +35,8 @@ def _configs(args: argparse.Namespace, stage: str, run_dir: Path, device: str
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
-    from .. import distributed
-    from ..pipeline import pretrain
+    from ..core import distributed
+    from ..training.pipeline import pretrain
 
     run_dir = Path(args.out_dir or f"runs/pretrain-{args.attention or 'vanilla'}")
     args.out_dir = str(run_dir)
@@ -62,8 +62,8 @@ def _check_pretrain_files(args: argparse.Namespace, config: TrainConfig) -> None
 
 
 def cmd_finetune(args: argparse.Namespace) -> int:
-    from .. import distributed
-    from ..pipeline import evaluate_file, finetune
+    from ..core import distributed
+    from ..training.pipeline import evaluate_file, finetune
 
     stage = "finetune" if args.init else "finetune_scratch"
     args.preset = args.preset or (run_recipe(args.init) if args.init else DEFAULT_PRESET)
@@ -89,7 +89,7 @@ def run_recipe(init: str) -> str:
     continues with it, so a short finetune of a model never uses another recipe's rates."""
     import json
 
-    from ..checkpoint import load_checkpoint, resolve
+    from ..model.checkpoint import load_checkpoint, resolve
 
     recorded = load_checkpoint(init).meta.get("train_config", {}).get("preset")
     provenance = resolve(init).parent / "provenance.json"
@@ -106,7 +106,7 @@ def _check_finetune_files(args: argparse.Namespace) -> None:
     """Every file finetuning reads, and its output directory, before anything is written. The
     corpus is read from scratch (it defines the vocabulary), and from --init only for some runs
     (the recall format), so there it may be missing."""
-    from ..checkpoint import resolve
+    from ..model.checkpoint import resolve
 
     if args.init:
         resolve(args.init)

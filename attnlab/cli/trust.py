@@ -12,12 +12,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..abstention import Rule, decide, fit_rules, people_of
-from ..calibration import (COVERAGES, N_BINS, accuracy_at_coverage, auroc, check_probability,
-                           expected_calibration_error, plot_coverage, plot_reliability, reliability_bins)
-from .. import bounds, paths
-from ..config import DEFAULT_TRAIN
-from ..data import read_corpus, read_questions
+from ..trust.abstention import Rule, decide, fit_rules, people_of
+from ..trust.calibration import (
+    COVERAGES, N_BINS, accuracy_at_coverage, auroc, check_probability, expected_calibration_error, plot_coverage,
+    plot_reliability, reliability_bins
+)
+from ..core import bounds, paths
+from ..config.settings import DEFAULT_TRAIN
+from ..data.datasets import read_corpus, read_questions
 from . import flags
 
 DEFAULT_HOLDOUT = 0.1
@@ -95,8 +97,8 @@ def rule_from_args(args: argparse.Namespace, model, vocab, run: str, meta: dict,
 
 
 def _given(args, answers, log: Log) -> tuple[Rule | None, list[bool]]:
-    from ..checkpoint import load_model
-    from ..devices import resolve_device
+    from ..model.checkpoint import load_model
+    from ..core.devices import resolve_device
 
     model, vocab, ckpt = load_model(args.checkpoint, device=str(resolve_device(getattr(args, "device", "auto"))))
     rule = rule_from_args(args, model, vocab, args.checkpoint, ckpt.meta, log)
@@ -107,7 +109,7 @@ def _given(args, answers, log: Log) -> tuple[Rule | None, list[bool]]:
 
 
 def answers_as_examples(answers):
-    from ..data import QAExample
+    from ..data.datasets import QAExample
 
     return [QAExample(a.question, None, "<question>", i + 1) for i, a in enumerate(answers)]
 
@@ -115,8 +117,8 @@ def answers_as_examples(answers):
 def abstain_in_evaluation(args: argparse.Namespace, answers, out: Path, log: Log = print) -> None:
     """`evaluate`: rewrite the predictions with an empty line for each withheld answer (input
     order kept) and report coverage and accuracy on the answered questions."""
-    from ..data import read_qa
-    from ..evaluate import write_predictions
+    from ..data.datasets import read_qa
+    from ..answering.evaluate import write_predictions
 
     rule, given = _given(args, answers, log)
     write_predictions(out, [a.answer if ok else "" for a, ok in zip(answers, given)])
@@ -148,10 +150,10 @@ def given_in_ask(args: argparse.Namespace, model, log: Log | None = None) -> Cal
 
 # ---- calibrate ---------------------------------------------------------------------------------
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from ..checkpoint import load_model
-    from ..data import DataError
-    from ..evaluate import answer_questions
-    from ..devices import resolve_device
+    from ..model.checkpoint import load_model
+    from ..data.datasets import DataError
+    from ..answering.evaluate import answer_questions
+    from ..core.devices import resolve_device
 
     check_abstain_flags(args)
     examples = read_questions(paths.input_file(args.eval_file, "--eval-file"))
@@ -216,12 +218,12 @@ def report_lines(report: dict) -> list[str]:
 
 # ---- audit -------------------------------------------------------------------------------------
 def cmd_audit(args: argparse.Namespace) -> int:
-    from ..audit import AuditReport, invent_people, name_echo, plot_audit
-    from ..knowledge import require_person
-    from ..checkpoint import load_model
-    from ..data import QAExample, documents, read_qa
-    from ..evaluate import answer_questions
-    from ..devices import resolve_device
+    from ..trust.audit import AuditReport, invent_people, name_echo, plot_audit
+    from ..answering.knowledge import require_person
+    from ..model.checkpoint import load_model
+    from ..data.datasets import QAExample, documents, read_qa
+    from ..answering.evaluate import answer_questions
+    from ..core.devices import resolve_device
 
     if args.names <= 0:
         raise ValueError(f"--names must be a positive number of people, got {args.names}")
@@ -284,7 +286,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _audit_json(r) -> dict:
-    from ..audit import entropy_bits
+    from ..trust.audit import entropy_bits
 
     return {"policy": r.policy, "invented": r.invented, "invented_abstained": r.invented_abstained,
             "dev": r.dev, "dev_abstained": r.dev_abstained, "dev_right": r.dev_right,

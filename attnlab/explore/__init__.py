@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from .. import bounds
-from ..paths import output_dir
+from ..core import bounds
+from ..core.paths import output_dir
 
 # Importing a theme registers its topics: this order is the order of the notes (and of `all`).
 from . import one_head, heads, architecture  # noqa: F401,I001

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from ..positions import sinusoidal_table
+from ..model.positions import sinusoidal_table
 from .base import DTYPE, ExploreOptions, TopicResult, _fmt, _generator, _randn, need, topic
 
 
@@ -143,7 +143,7 @@ def topic_receptive_field(o: ExploreOptions) -> TopicResult:
 
 
 def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
-    """The model's sinusoidal table (attnlab/positions.py) in float64: p_i[2m] = sin(i w_m),
+    """The model's sinusoidal table (attnlab/model/positions.py) in float64: p_i[2m] = sin(i w_m),
     p_i[2m+1] = cos(i w_m), w_m = 10000^(-2m/d); so p_i . p_j = sum_m cos((i-j) w_m)."""
     return sinusoidal_table(n, d, dtype=DTYPE)
 

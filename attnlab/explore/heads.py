@@ -8,8 +8,11 @@ import os
 
 import torch
 
-from ..paths import save_figure
-from .base import ExploreOptions, TopicResult, _attend, _fmt, _generator, _orthonormal_columns, _randn, _scale_list, finite_beta, need, topic
+from ..core.paths import save_figure
+from .base import (
+    ExploreOptions, TopicResult, _attend, _fmt, _generator, _orthonormal_columns, _randn, _scale_list, finite_beta,
+    need, topic
+)
 
 
 KEY_NOISE = 1e-3  # alpha: the (small) isotropic key variance

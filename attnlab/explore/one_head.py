@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import math
 
-from .base import ExploreOptions, TopicResult, _attend, _fmt, _generator, _orthonormal_columns, _randn, _scale_list, dim_holds_n, finite_beta, need, topic
+from .base import (
+    ExploreOptions, TopicResult, _attend, _fmt, _generator, _orthonormal_columns, _randn, _scale_list, dim_holds_n,
+    finite_beta, need, topic
+)
 
 
 @topic(

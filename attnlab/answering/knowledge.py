@@ -1,0 +1,179 @@
+"""Closed-book knowledge: who is asked about, what the corpus says of them, what the model
+stored, and the recall answer format.
+
+Two answer formats (``ModelConfig.qa_format``):
+
+- ``direct`` (SPEC 2 and 6): the model reads ``question⁇`` and writes ``place⁇``.
+- ``recall``: the model first writes what it remembers of the person, starting from the
+  corpus's own opening ``NAME.`` and running for at most ``recall_chars`` characters (or until
+  it writes ``⁇``), then ``⁇``, then the place and ``⁇``. Training strings are the corpus line
+  cut at ``recall_chars`` characters, ``⁇``, and for training-file people their place and
+  ``⁇``. The model never sees the corpus at answer time: the recalled text comes from its
+  weights, and the place is read from that text.
+
+Why recall: a small model memorises biography lines as strings keyed by the text before each
+place, not by the person's name, so a direct question cannot reach the stored place
+(Allen-Zhu and Li 2023, "Physics of Language Models: Part 3.1", call this stored but not
+extractable). Completing the person's own line from the name is the one query such storage
+answers; reading a place out of a line is a skill that transfers from training people to
+everyone else. docs/guides/knowledge.md explains the recipe; docs/notebook.md has the measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..data.corpus import CorpusIndex, person_of, recall_prompt, recall_string, require_person  # noqa: F401
+from ..data.datasets import QAExample
+from ..model.generate import generate
+from ..model.gpt import GPT
+from ..data.vocab import MASK_ID, Vocab
+
+QA_FORMATS = ("direct", "recall")
+
+
+@dataclass(frozen=True)
+class RecallAnswer:
+    answer: str
+    confidence: float  # see answer_by_recall
+    complete: bool  # the answer was closed by ⁇ within the budget
+    recalled: str  # what the model wrote about the person before answering
+
+
+READ_OUTS = ("copy", "free")
+
+
+@torch.no_grad()
+def answer_by_recall(model: GPT, vocab: Vocab, names: list[str], recall_chars: int, *,
+                     batch_size: int = 256, max_answer_chars: int = 32,
+                     read_out: str = "copy") -> list[RecallAnswer]:
+    """Recall each person's line from ``NAME.`` (greedy), then read the place (greedy).
+
+    ``read_out="copy"`` lets the answer be only a span of the recalled text (after the prompt):
+    at each character the model's most likely choice among those that continue some span, or
+    the closing mark. A small character model chooses the right span far more often than it
+    spells it out: free reading garbles copies ("Paris" -> "Pars"; docs/guides/knowledge.md).
+    ``"free"`` is the unconstrained greedy read-out. A row that recalled nothing reads freely.
+
+    Confidence is the probability of the answer and its closing mark given the recalled text,
+    times, when the answer is spelled out in the recalled text, the probability the model gave
+    those characters while recalling: a place read from a confidently remembered line is
+    surer than one read from a line the model was unsure of."""
+    out: list[RecallAnswer] = []
+    for start in range(0, len(names), batch_size):
+        out += _recall_batch(model, vocab, names[start:start + batch_size], recall_chars,
+                             max_answer_chars, read_out)
+    return out
+
+
+def _recall_batch(model, vocab, names, recall_chars, max_answer_chars, read_out) -> list[RecallAnswer]:
+    prompts = [vocab.encode(recall_prompt(n)) for n in names]
+    budget = max(1, recall_chars - min(len(p) for p in prompts))
+    first = generate(model, prompts, budget, stop_token=MASK_ID)
+    seconds, recalls = [], []
+    for prompt, new, logps in zip(prompts, first.tokens, first.logprobs):
+        text = (prompt + new)[:recall_chars]
+        if MASK_ID in text:
+            text = text[: text.index(MASK_ID)]
+        kept = max(0, len(text) - len(prompt))
+        recalls.append((vocab.decode(text), logps[:kept], len(prompt)))
+        seconds.append(text + [MASK_ID])
+    spans = None
+    if read_out == "copy":
+        spans = SpanConstraint([text[len(p):-1] for text, p in zip(seconds, prompts)], vocab)
+    second = generate(model, seconds, max_answer_chars + 1, stop_token=MASK_ID, allowed_next=spans)
+    answers = []
+    for (recalled, recall_logps, prompt_len), toks, logps in zip(recalls, second.tokens, second.logprobs):
+        complete = bool(toks) and toks[-1] == MASK_ID
+        answer = vocab.decode(toks[:-1] if complete else toks)
+        log_conf = sum(logps)
+        at = recalled.find(answer, prompt_len) if answer else -1
+        if at >= 0:  # the characters of the answer as the model recalled them
+            log_conf += sum(recall_logps[at - prompt_len: at - prompt_len + len(answer)])
+        answers.append(RecallAnswer(answer, math.exp(log_conf) if complete else 0.0, complete, recalled))
+    return answers
+
+
+class SpanConstraint:
+    """Next-token masks that keep each row's answer a run of whole words of its source text:
+    it starts where a word starts and may close with ``⁇`` only where a word ends. Called by
+    ``generate`` with the tokens chosen so far."""
+
+    def __init__(self, sources: list[list[int]], vocab: Vocab):
+        self.sources = sources
+        self.vocab_size = len(vocab)
+        self.in_word = [ch.isalnum() for ch in vocab.itos]
+
+    def __call__(self, chosen: list[list[int]]) -> torch.Tensor:
+        mask = torch.zeros(len(self.sources), self.vocab_size, dtype=torch.bool)
+        for row, (source, so_far) in enumerate(zip(self.sources, chosen)):
+            starts = self.occurrences(source, so_far)
+            if not starts:  # nothing recalled to copy from: read freely
+                mask[row] = True
+                continue
+            n = len(so_far)
+            mask[row, [source[s + n] for s in starts if s + n < len(source)]] = True
+            if n and any(self.word_ends(source, s + n) for s in starts):
+                mask[row, MASK_ID] = True
+        return mask
+
+    def occurrences(self, source: list[int], so_far: list[int]) -> list[int]:
+        """Word-start positions where ``source`` continues with ``so_far``."""
+        n = len(so_far)
+        return [s for s in range(len(source) - n + (1 if n else 0))
+                if (s == 0 or not self.in_word[source[s - 1]]) and self.in_word[source[s]]
+                and source[s:s + n] == so_far]
+
+    def word_ends(self, source: list[int], end: int) -> bool:
+        return self.in_word[source[end - 1]] and (end == len(source) or not self.in_word[source[end]])
+
+
+# ------------------------------------------------------------------------------- stored
+
+
+@dataclass(frozen=True)
+class Stored:
+    """People whose gold place is written in their corpus line (``total``), and how many of
+    them the model reproduces by greedy completion of the line up to the place (``stored``)."""
+
+    stored: int
+    total: int
+    asked: int  # people asked about (total <= asked)
+
+    def __str__(self) -> str:
+        pct = 100.0 * self.stored / self.total if self.total else 0.0
+        return f"{self.stored}/{self.total} ({pct:.1f}%)"
+
+
+def stored_probes(index: CorpusIndex, examples: list[QAExample], block_size: int) -> list[tuple[str, str]]:
+    """(line prefix up to the place, place) for each labelled person whose place appears in
+    their corpus line and fits the model's block."""
+    probes = []
+    for ex in examples:
+        name = person_of(ex.question)
+        line = index.line_of(name) if name else None
+        if not line or not ex.answer:
+            continue
+        at = line.find(ex.answer, len(name) + 1)  # after the line's opening "NAME."
+        if at > 0 and at + len(ex.answer) <= block_size:
+            probes.append((line[:at], ex.answer))
+    return probes
+
+
+@torch.no_grad()
+def measure_stored(model: GPT, vocab: Vocab, index: CorpusIndex, examples: list[QAExample], *,
+                   batch_size: int = 256) -> Stored:
+    """How many facts the model stored: greedy completion of each person's own line prefix
+    reproduces the place (the corpus-side counterpart of QA accuracy, "extracted")."""
+    probes = stored_probes(index, examples, model.config.block_size)
+    hits = 0
+    for start in range(0, len(probes), batch_size):
+        part = probes[start:start + batch_size]
+        prompts = [vocab.encode(prefix) for prefix, _ in part]
+        longest = max(len(place) for _, place in part)
+        gen = generate(model, prompts, longest)
+        hits += sum(vocab.decode(toks).startswith(place) for toks, (_, place) in zip(gen.tokens, part))
+    return Stored(hits, len(probes), len(examples))

@@ -1,0 +1,63 @@
+"""Answering typed questions (`attnlab ask`, attnlab/cli/answering.py): one line per answer
+with its confidence, and questions read one per line from a stream, each answered as soon as
+it is read and the answer flushed, so the command works interactively and as a process at the
+other end of a pipe."""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable, Sequence, TextIO
+
+from ..api import LoadedModel
+from ..data.datasets import DataError, read_text
+from ..answering.evaluate import MAX_NEW_CHARS, Answer
+from ..trust.evidence import CorpusIndex
+from ..data.vocab import VocabError
+
+
+NO_QUESTIONS = "no questions: pass them as arguments or one per line on stdin"
+
+
+def answer_lines(model: LoadedModel, lines: TextIO, out: TextIO, index: CorpusIndex | None = None,
+                 source: str = "<stdin>", given: Callable[[Sequence[Answer]], list[bool]] | None = None) -> int:
+    """Answer each non-blank line as it is read, until end of input. A bad line is reported on
+    stderr as ``source:line: problem`` and the rest are still answered; exit code 2 then. No
+    question at all is a ValueError (the command line's one-line error). ``given``: whether
+    each answer is given (ask --abstain, attnlab/trust/abstention.py); a withheld one is "I don't know"."""
+    answered = failed = 0
+    for number, line in enumerate(iter(lines.readline, ""), 1):  # readline: no read-ahead
+        if not line.strip():
+            continue
+        try:
+            (answer,) = model.ask([line], source=source, first_line=number)
+        except (DataError, VocabError) as e:
+            print(f"attnlab ask: error: {e}", file=sys.stderr, flush=True)
+            failed += 1
+            continue
+        shown = describe(answer, index) if given is None or given([answer])[0] else withheld(answer)
+        print(shown, file=out, flush=True)
+        answered += 1
+    if not answered and not failed:
+        raise ValueError(NO_QUESTIONS)
+    return 2 if failed else 0
+
+
+def describe(answer: Answer, index: CorpusIndex | None = None) -> str:
+    """One tab-separated line: question, answer, confidence, [evidence verdict], [recalled]."""
+    note = "" if answer.complete else f" (unfinished: no closing mark within {MAX_NEW_CHARS} characters)"
+    line = f"{answer.question}\t{answer.answer}\tconfidence {answer.confidence:.2f}{note}"
+    if index is not None:
+        line += f"\t{index.find(answer.question, answer.answer).verdict}"
+    if answer.recalled is not None:  # recall format: what the model wrote of the person first
+        line += f"\trecalled: {answer.recalled!r}"
+    return line
+
+
+def withheld(answer: Answer) -> str:
+    """The line of an answer the abstention rule withholds: "I don't know", and what it was."""
+    return f"{answer.question}\tI don't know\t(withheld: {answer.answer!r}, confidence {answer.confidence:.2f})"
+
+
+def evidence_index(corpus: str | None) -> CorpusIndex | None:
+    """The corpus in which each answer is looked up (None: --evidence '')."""
+    return CorpusIndex(read_text(corpus).split("\n")) if corpus else None

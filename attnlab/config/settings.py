@@ -1,0 +1,329 @@
+"""Typed, frozen configurations and the named presets.
+
+Every field carries its help text in ``metadata["help"]``; the CLI turns each field into a
+``--dashed-name`` flag from that, so a new option is added in exactly one place. Configs are
+saved as JSON in every checkpoint and beside every run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core import bounds as b
+from ..core.datafiles import DataFile
+
+POSITION_SCHEMES = ("learned", "sinusoidal", "none")
+POSITION_MODES = ("add", "concat")
+QA_FORMATS = ("direct", "recall")  # attnlab/answering/knowledge.py
+OBJECTIVES = ("span", "lm")  # attnlab/data/objectives.py
+SWITCH = ("on", "off", "auto")  # attnlab/core/devices.py switch()
+ATTN_LOSSES = ("none", "focus", "near")  # none, or attnlab/training/shaping.py SHAPING_LOSSES
+MIX_OVERLAPS = ("refuse", "drop")
+OPTIMIZERS = ("adamw", "muon")  # attnlab/training/trainer.py make_optimizer
+SCHEDULES = ("cosine", "wsd")  # attnlab/training/trainer.py lr_at
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    """A config field: its help text and, for a number, its ``bound`` (attnlab/core/bounds.py), for
+    a name, its ``choices``; the flag's parser, the config's own check and config files all
+    read them from here."""
+    return field(default=default, metadata={"help": help, **kw})
+
+
+def field_problem(f: dataclasses.Field, value: Any) -> str | None:
+    """What is wrong with ``value`` for field ``f`` ('must be ..., got ...'), or None."""
+    kind = str(f.type)
+    if "bound" in f.metadata:
+        return f.metadata["bound"].problem(value)
+    if kind == "bool":
+        return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
+    if not isinstance(value, str):
+        return f"must be a string, got {value!r}"
+    choices = f.metadata.get("choices")
+    if choices and value not in choices:
+        return f"must be one of {', '.join(choices)}, got {value!r}"
+    return None
+
+
+class _Serialisable:
+    """JSON round trip for the config dataclasses (saved in checkpoints and run directories).
+    Unknown keys are ignored so that checkpoints written by newer versions still load."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    def _check_fields(self) -> None:
+        """Every field of the right type and in its bounds (ValueError naming the field)."""
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            problem = field_problem(f, getattr(self, f.name))
+            if problem:
+                raise ValueError(f"{f.name} {problem}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]):
+        if not isinstance(d, dict):
+            raise TypeError(f"expected an object of {cls.__name__} settings, got {type(d).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass(frozen=True)
+class ModelConfig(_Serialisable):
+    """The GPT's shape (SPEC section 4). Keyword defaults are the course ("spec") numbers."""
+
+    vocab_size: int = _f(256, "vocabulary size (set from the corpus, never by hand)", cli=False, bound=b.at_least(3))
+    block_size: int = _f(128, "longest sequence the model sees (the span-corruption block)", bound=b.at_least(2))
+    n_layer: int = _f(4, "number of transformer blocks", bound=b.POSITIVE_INT)
+    n_head: int = _f(8, "attention heads per block", bound=b.POSITIVE_INT)
+    n_embd: int = _f(256, "model width", bound=b.POSITIVE_INT)
+    attention: str = _f("vanilla", "attention variant, by registry name (see `attnlab variants`)")
+    positions: str = _f("learned", "absolute position scheme: learned, sinusoidal or none",
+                         choices=POSITION_SCHEMES)
+    position_mode: str = _f("add", "how absolute positions join the token embedding: add or concat",
+                             choices=POSITION_MODES)
+    position_dim: int = _f(0, "width of the position part with --position-mode concat (0 = n_embd/2)",
+                           bound=b.NON_NEGATIVE_INT)
+    causal: bool = _f(True, "causal (decoder) masking; --no-causal gives an encoder for analysis")
+    dropout: float = _f(0.1, "dropout on embeddings, attention probabilities and residuals", bound=b.FRACTION)
+    rel_clip: int = _f(0, "relative attention: clip distances to |i-j| <= k (0 = no clipping)",
+                       bound=b.NON_NEGATIVE_INT)
+    logit_scale: float = _f(1.0, "output-softmax temperature beta: logits are multiplied by it", bound=b.POSITIVE)
+    qa_format: str = _f("direct", "how the model answers: direct (question⁇place⁇, SPEC 2) or recall "
+                        "(it first writes what it remembers of the person from 'NAME.', then the place; "
+                        "attnlab/answering/knowledge.py)", choices=QA_FORMATS)
+    recall_chars: int = _f(96, "recall format: characters of the person's line the model recalls "
+                           "before answering (training lines are cut there)", bound=b.POSITIVE_INT)
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.qa_format == "recall" and not 0 < self.recall_chars < self.block_size:
+            raise ValueError(f"recall_chars must be between 1 and block_size-1, got {self.recall_chars}")
+        if self.position_mode == "concat" and not 0 < self.pos_width < self.n_embd:
+            raise ValueError(f"position_dim must be between 1 and n_embd-1, got {self.pos_width}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def pos_width(self) -> int:
+        """Width of the position embedding: the whole model width when added."""
+        if self.position_mode == "add":
+            return self.n_embd
+        return self.position_dim or self.n_embd // 2
+
+
+
+# The course's public name.
+GPTConfig = ModelConfig
+
+
+@dataclass(frozen=True)
+class TrainConfig(_Serialisable):
+    """One training run (SPEC section 5): optimiser, schedule, batching, checkpoints."""
+
+    epochs: float = _f(650, "passes over the dataset (fractions allowed)", bound=b.POSITIVE)
+    batch_size: int = _f(128, "global batch size (examples per optimiser step)", bound=b.POSITIVE_INT)
+    learning_rate: float = _f(6e-3, "peak learning rate", bound=b.POSITIVE)
+    beta1: float = _f(0.9, "AdamW beta1", bound=b.FRACTION)
+    beta2: float = _f(0.95, "AdamW beta2", bound=b.FRACTION)
+    weight_decay: float = _f(0.1, "AdamW weight decay on weight matrices (not biases, LayerNorm, embeddings)",
+                              bound=b.NON_NEGATIVE)
+    optimizer: str = _f("adamw", "adamw, or muon: Muon (orthogonalised momentum, its update scaled to "
+                        "AdamW's size so one learning rate serves both) for the blocks' weight matrices, "
+                        "AdamW for embeddings, head, biases and norms", choices=OPTIMIZERS)
+    schedule: str = _f("cosine", "learning-rate shape after warmup: cosine (decay to the floor at "
+                       "final_tokens) or wsd (warmup-stable-decay: the peak held, then a linear decay to "
+                       "the floor over the last --decay-fraction of final_tokens)", choices=SCHEDULES)
+    decay_fraction: float = _f(0.2, "wsd schedule: the share of final_tokens spent decaying", bound=b.UNIT)
+    grad_clip: float = _f(1.0, "clip the global gradient norm to this (0 = off)", bound=b.NON_NEGATIVE)
+    warmup_tokens: int = _f(10_240, "linear learning-rate warmup over this many tokens", bound=b.NON_NEGATIVE_INT)
+    final_tokens: int = _f(0, "tokens at which cosine decay reaches the floor (0 = 200 * len(pretrain corpus) * block_size)",
+                          bound=b.NON_NEGATIVE_INT)
+    lr_floor: float = _f(0.1, "learning-rate floor as a fraction of the peak", bound=b.UNIT)
+    seed: int = _f(0, "random seed (weights, data order, span corruption)", bound=b.SEED)
+    length_buckets: int = _f(0, "split each batch into this many length-sorted micro-batches, each trimmed to its longest example (exact; saves padding work); 0 = auto: 8 on CPU, 1 on CUDA", bound=b.NON_NEGATIVE_INT)
+    micro_batch_size: int = _f(0, "most examples one process puts through the model at once; a larger share of the batch is split and its gradients accumulated (0 = no limit)", bound=b.NON_NEGATIVE_INT)
+    rank_streams: bool = _f(True, "multi-process runs: each process corrupts its share of the batch with its own random stream (--no-rank-streams: all share one stream, so N processes train exactly like 1)")
+    max_steps: int = _f(0, "stop after this many optimiser steps (0 = run all epochs)", bound=b.NON_NEGATIVE_INT)
+    checkpoint_every: int = _f(500, "write a checkpoint every N steps (0 = only at the end)", bound=b.NON_NEGATIVE_INT)
+    log_every: int = _f(10, "append metrics to metrics.jsonl every N steps", bound=b.POSITIVE_INT)
+    device: str = _f("auto", "cpu, cuda, cuda:N or auto")
+    compile: str = _f("auto", "torch.compile the model: on, off, or auto (on for CUDA)", choices=SWITCH)
+    amp: str = _f("auto", "bf16 autocast: on, off, or auto (on for CUDA)", choices=SWITCH)
+    fast: bool = _f(True, "the fast path: fused scaled_dot_product_attention where the variant allows it and, on CPU, cheap dropout masks (--no-fast: explicit softmax attention, separate q/k/v products, torch's dropout: the same function, slower)")
+    attn_loss: str = _f("none", "attention-shaping loss added to the LM loss: none, focus or near",
+                        choices=ATTN_LOSSES)
+    attn_loss_weight: float = _f(0.0, "weight lambda of the attention-shaping loss", bound=b.NON_NEGATIVE)
+    near_max: float = _f(16.0, "L_max: per-row cap of the near (locality) loss", bound=b.POSITIVE)
+    objective: str = _f("span", "pretraining objective: span (span corruption, SPEC 3) or lm (next "
+                        "character on corpus lines, several packed exactly into each row)", stages=("pretrain",),
+                        choices=OBJECTIVES)
+    mix_ratio: float = _f(0.0, "lm objective: question-answer examples of --mix-qa people mixed in, per "
+                          "corpus line and epoch (0 = none)", stages=("pretrain",),
+                          bound=b.NON_NEGATIVE)
+    mix_overlap: str = _f("refuse", "a --mix-qa question also asked in a --held-out file: refuse (an error) or "
+                          "drop (leave it out of the mix, and say so)", stages=("pretrain",),
+                          choices=MIX_OVERLAPS)
+    holdout_fraction: float = _f(0.0, "hold the last fraction of the training file out of finetuning (and of "
+                                 "pretraining's QA mix), so that `calibrate` and `--abstain auto` fit on "
+                                 "people whose labels the model never saw (0 = train on all)",
+                                 bound=b.FRACTION)
+    eval_every: int = _f(0, "score the dev file (answers and stored facts) every N steps and at the end, "
+                         "into metrics.jsonl (0 = only finetuning's final evaluation)",
+                         bound=b.NON_NEGATIVE_INT)
+    preset: str = _f("", "the preset these settings started from ('' = none recorded): `finetune --init RUN` "
+                     "continues with the run's own recipe", cli=False)
+    tensorboard: bool = _f(False, "also write the metrics as TensorBoard event files next to metrics.jsonl "
+                           "(needs the tensorboard extra: pip install 'attnlab[tensorboard]')")
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        if self.mix_ratio > 0 and self.objective != "lm":
+            raise ValueError("mix_ratio needs the lm objective (span corruption mixes nothing in)")
+
+
+
+# The course's data files, relative to the checkout (the README's commands run from its root).
+DATA = DataFile("data")  # resolved when used: from any directory, or --data-dir (datafiles.py)
+DEFAULT_CORPUS = DATA / "wiki.txt"
+DEFAULT_TRAIN = DATA / "birth_places_train.tsv"
+DEFAULT_DEV = DATA / "birth_dev.tsv"
+DEFAULT_TEST = DATA / "birth_test_inputs.tsv"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named bundle: the model shape and the three training runs of the experiment."""
+
+    name: str
+    description: str  # one line: what it is for
+    model: dict[str, Any]
+    pretrain: TrainConfig
+    finetune: TrainConfig  # from a pretrained model
+    finetune_scratch: TrainConfig  # without pretraining
+    expected: str = ""  # how long it takes, and where
+
+    def summary(self) -> str:
+        """'NAME: description (layers x width, parameters; expected time)' for --help."""
+        m = {**dataclasses.asdict(ModelConfig()), **self.model}
+        size = f"{m['n_layer']} layers x {m['n_embd']} wide"
+        return f"{self.name}: {self.description} ({size}{'; ' + self.expected if self.expected else ''})"
+
+
+_SPEC = Preset(
+    name="spec",
+    description="the course's exact numbers (SPEC sections 4-5): about 2 GPU-hours, learns nothing in CPU minutes",
+    expected="about 2 hours on one GPU, days on a CPU",
+    model=dict(block_size=128, n_layer=4, n_head=8, n_embd=256),
+    pretrain=TrainConfig(epochs=650, batch_size=128, learning_rate=6e-3),
+    finetune=TrainConfig(epochs=10, batch_size=256, learning_rate=6e-4),
+    finetune_scratch=TrainConfig(epochs=75, batch_size=256, learning_rate=6e-4),
+)
+
+# "quick": sized so that `attnlab demo` (pretrain + finetune + no-pretraining finetune + dev
+# evaluations) finishes within 15 minutes on a 2-core CPU. Chosen by short probes on this CPU
+# (docs/notebook.md, 2026-11-22 "the quick preset"): a 128-wide model with 4 heads (head width 32 runs faster on CPU
+# than 16), no dropout (the goal is memorising the corpus, and 20 epochs cannot overfit it; it
+# also keeps the fused attention kernel), lr 2e-3 (5e-3 trailed), and the cosine annealed over
+# the run itself: final_tokens = 20 epochs x 2,937 documents x 127 counted positions.
+_QUICK = Preset(
+    name="quick",
+    description="the course's recipe (span corruption) cut to CPU size: 1% of dev, kept for comparison",
+    expected="about 8 minutes on 2 CPU cores",
+    model=dict(block_size=128, n_layer=4, n_head=4, n_embd=128, dropout=0.0),
+    pretrain=TrainConfig(epochs=20, batch_size=32, learning_rate=2e-3, length_buckets=4,
+                         final_tokens=20 * 2937 * 127),
+    finetune=TrainConfig(epochs=10, batch_size=64, learning_rate=6e-4, length_buckets=2),
+    finetune_scratch=TrainConfig(epochs=10, batch_size=64, learning_rate=6e-4, length_buckets=2),
+)
+
+# "cpu": the recipe whose models know where people were born, on a 2-core CPU (docs/guides/knowledge.md;
+# docs/notebook.md lists the probes that chose it). The model recalls the person's corpus
+# line before answering (qa_format recall, attnlab/answering/knowledge.py); pretraining is next-character
+# prediction on lines cut at recall_chars, with every training-file person's line followed by
+# their place (mix_ratio 0.681 = 2,000 of 2,937 lines, each once per epoch).
+_CPU = Preset(
+    name="cpu",
+    description="the recipe of the shipped model models/cpu: recall format, lm objective with mixed QA, AdamW",
+    expected="about 22 minutes on 2 CPU cores",
+    model=dict(block_size=128, n_layer=4, n_head=4, n_embd=128, dropout=0.0, qa_format="recall",
+               recall_chars=96),
+    pretrain=TrainConfig(objective="lm", mix_ratio=0.681, mix_overlap="drop", epochs=60, batch_size=16,
+                         learning_rate=3e-3, eval_every=1820, checkpoint_every=500),
+    # finetuning continues the anneal at a tenth of pretraining's final rate: after the 60-epoch
+    # pretraining (303/500 dev) one to three epochs at 1e-5..1e-4 gave 337-348/500, while 3 epochs
+    # at 3e-4 gave 257/500 (docs/notebook.md, finetune probes)
+    finetune=TrainConfig(epochs=3, batch_size=16, learning_rate=3e-5, checkpoint_every=0),
+    finetune_scratch=TrainConfig(epochs=10, batch_size=32, learning_rate=3e-3, checkpoint_every=0),
+)
+
+# "cpu15" and "cpu5": the cpu recipe with Muon for the blocks' weight matrices, annealed over
+# what fits 15 and 5 minutes of 2 cores (docs/guides/knowledge.md has the probes that chose them,
+# on held-out training people). Muon stores facts several times faster per pass than AdamW at
+# the same learning rate; with the copy read-out a stored fact is an answered one.
+_CPU15 = Preset(
+    name="cpu15",
+    description="knowledge in 15 minutes: the cpu recipe with Muon, annealed over 15 minutes",
+    model=_CPU.model,
+    pretrain=TrainConfig(objective="lm", mix_ratio=0.681, mix_overlap="drop", epochs=38, batch_size=16,
+                         learning_rate=3e-3, optimizer="muon", checkpoint_every=500),
+    finetune=_CPU.finetune,
+    finetune_scratch=_CPU.finetune_scratch,
+    expected="about 15 minutes on 2 CPU cores",
+)
+
+_CPU5 = Preset(
+    name="cpu5",
+    description="knowledge in 5 minutes: the cpu15 recipe annealed over 5 minutes",
+    model=_CPU.model,
+    pretrain=dataclasses.replace(_CPU15.pretrain, epochs=12),
+    finetune=dataclasses.replace(_CPU.finetune, epochs=1),
+    finetune_scratch=_CPU.finetune_scratch,
+    expected="about 5 minutes on 2 CPU cores",
+)
+
+# "demo": what `attnlab demo` trains while you wait, within its 15 minutes on 2 cores (every
+# row included): the cpu15 recipe annealed over what is left after the other rows.
+_DEMO = Preset(
+    name="demo",
+    description="the recipe `attnlab demo` trains while you wait (cpu15 over 10 minutes)",
+    model=_CPU.model,
+    pretrain=dataclasses.replace(_CPU15.pretrain, epochs=25),
+    finetune=dataclasses.replace(_CPU.finetune, epochs=1),
+    finetune_scratch=TrainConfig(epochs=4, batch_size=32, learning_rate=3e-3, checkpoint_every=0),
+    expected="about 10 minutes on 2 CPU cores",
+)
+
+# "tiny": seconds-long runs for tests and smoke checks.
+_TINY = Preset(
+    name="tiny",
+    description="seconds-long runs for tests and smoke checks (knows nothing)",
+    expected="seconds",
+    model=dict(block_size=80, n_layer=2, n_head=2, n_embd=32, dropout=0.0),
+    pretrain=TrainConfig(epochs=1, batch_size=16, learning_rate=3e-3, checkpoint_every=0),
+    finetune=TrainConfig(epochs=1, batch_size=16, learning_rate=1e-3, checkpoint_every=0),
+    finetune_scratch=TrainConfig(epochs=1, batch_size=16, learning_rate=1e-3, checkpoint_every=0),
+)
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (_CPU15, _CPU5, _CPU, _DEMO, _QUICK, _SPEC, _TINY)}
+# What pretrain and finetune use unless told: a recipe that knows on a CPU.
+DEFAULT_PRESET = "cpu15"
+# Retired preset names and what they are called now (accepted with a note).
+RENAMED_PRESETS: dict[str, str] = {}
+
+
+def get_preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+
+
+def cli_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields of a config dataclass that become command-line flags."""
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("cli", True)]

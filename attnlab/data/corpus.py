@@ -1,0 +1,78 @@
+"""Who a question is about and what the corpus says of them: the question form, the corpus
+index by person, and the recall format's prompt and training strings. Text only, no model:
+pretraining data (objectives) and answering (answering/knowledge.py) both read it here."""
+
+from __future__ import annotations
+
+import re
+
+from .datasets import DataError, QAExample
+from .vocab import MASK_CHAR
+
+_QUESTION = re.compile(r"^Where was (?P<name>.+) born\?$")
+
+
+def person_of(question: str) -> str | None:
+    """The name in a question of the experiment's form ``Where was NAME born?`` (else None)."""
+    match = _QUESTION.match(question.strip())
+    return match.group("name") if match else None
+
+
+def require_person(example: QAExample) -> str:
+    name = person_of(example.question)
+    if name is None:
+        raise DataError(example.source, example.line,
+                        f"expected a question 'Where was NAME born?', got {example.question!r}")
+    return name
+
+
+class CorpusIndex:
+    """The corpus lines by the person they are about: a line ``NAME. text`` belongs to NAME.
+    A name may contain full stops ("John F. Kennedy"), so every ``". "`` in a line's opening
+    is a candidate end of its name; the first line that opens with a name wins."""
+
+    def __init__(self, docs: list[str], max_name_chars: int = 120):
+        self.docs = docs
+        self._line: dict[str, int] = {}
+        for i, doc in enumerate(docs):
+            for m in re.finditer(r"\. ", doc[: max_name_chars + 2]):
+                self._line.setdefault(doc[: m.start()], i)
+            if doc.endswith(".") and len(doc) <= max_name_chars + 1:
+                self._line.setdefault(doc[:-1], i)
+
+    def line_of(self, name: str) -> str | None:
+        i = self._line.get(name)
+        return None if i is None else self.docs[i]
+
+    def line_number(self, name: str) -> int | None:
+        """1-based line number of the person's line in the corpus file (None if absent)."""
+        i = self._line.get(name)
+        return None if i is None else i + 1
+
+    def lines_about(self, name: str) -> list[int]:
+        """0-based indices of the lines about ``name``: the person's own line if the corpus has
+        one, else every line that mentions the name as whole words."""
+        i = self._line.get(name)
+        return [i] if i is not None else [j for j, doc in enumerate(self.docs) if contains_words(doc, name)]
+
+
+def contains_words(text: str, phrase: str) -> bool:
+    """Whether ``phrase`` occurs in ``text`` as whole words: "Bon" is not in "Boniface", but
+    "New York" is in "born in New York." (no letter or digit may touch either end)."""
+    if not phrase:
+        return False
+    return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text) is not None
+
+
+# ------------------------------------------------------------------------- recall format
+
+
+def recall_prompt(name: str) -> str:
+    """What a recall model is given: the opening of the person's corpus line."""
+    return f"{name}."
+
+
+def recall_string(line: str, recall_chars: int, place: str | None = None) -> str:
+    """A training string: the line cut at ``recall_chars``, ``⁇``, and ``place⁇`` if given."""
+    text = line[:recall_chars] + MASK_CHAR
+    return text if place is None else text + place + MASK_CHAR

@@ -1,0 +1,151 @@
+"""Pretraining objectives besides span corruption: next-character prediction on corpus lines
+(``--objective lm``), packed several lines to a row, with question-answer examples of
+training-file people mixed in (``--mix-qa FILE --mix-ratio R``).
+
+Packing is exact: each row holds whole sequences side by side, every position attends only to
+earlier positions of its own sequence and counts its position from the sequence's start, so a
+sequence gets the same logits, and the same loss, as it would alone (tests/test_objectives.py).
+Rows are then almost free of padding, which is most of the work saved on a CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .datasets import DataError, QAExample
+from .corpus import CorpusIndex, recall_string, require_person
+from .vocab import MASK_CHAR, PAD_ID, Vocab
+
+OBJECTIVES = ("span", "lm")
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """Token ids of one training string; targets predicting its first ``unscored`` characters
+    (a question) are left out of the loss."""
+
+    ids: list[int]
+    unscored: int = 0
+
+
+def corpus_sequences(docs: list[str], vocab: Vocab, block_size: int, qa_format: str,
+                     recall_chars: int, source: str = "<corpus>") -> list[Sequence]:
+    """One sequence per corpus line: the line cut to fit the block (direct format) or cut at
+    ``recall_chars`` and closed with ``⁇`` (recall format)."""
+    out = []
+    for n, doc in enumerate(docs, 1):
+        text = recall_string(doc, recall_chars) if qa_format == "recall" else doc
+        out.append(Sequence(vocab.encode(text[: block_size + 1], source=source, line=n)))
+    return out
+
+
+def qa_sequences(examples: list[QAExample], vocab: Vocab, block_size: int, qa_format: str,
+                 recall_chars: int, index: CorpusIndex | None) -> list[Sequence]:
+    """The QA examples in the model's answer format: ``question⁇place⁇`` with the question
+    unscored (SPEC 2), or the person's recall string with the place (every character scored)."""
+    out = []
+    for ex in examples:
+        if qa_format == "recall":
+            name = require_person(ex)
+            line = index.line_of(name) if index is not None else None
+            if line is None:
+                raise DataError(ex.source, ex.line, f"no corpus line opens with {name + '.'!r}")
+            text, unscored = recall_string(line, recall_chars, ex.answer), 0
+        else:
+            text = ex.question + MASK_CHAR + ex.answer + MASK_CHAR
+            unscored = len(ex.question) - 1  # targets that predict question characters (SPEC 2)
+        if len(text) > block_size + 1:
+            raise DataError(ex.source, ex.line, f"the example is {len(text)} characters, longer than "
+                            f"block_size + 1 = {block_size + 1}")
+        out.append(Sequence(vocab.encode(text, source=ex.source, line=ex.line), unscored))
+    return out
+
+
+def refuse_held_out_people(mix: list[QAExample], held_out: dict[str, list[QAExample]],
+                           drop: bool = False) -> tuple[list[QAExample], list[QAExample]]:
+    """Only training-file people may be mixed into pretraining: a mixed question that is also
+    asked in an evaluation file (dev, test) is refused, naming both places; with ``drop`` such
+    questions are left out instead. Returns (kept, dropped). The course's training file asks
+    three questions that dev or test also ask (namesakes with other places)."""
+    asked: dict[str, tuple[str, int]] = {}
+    for path, examples in held_out.items():
+        for ex in examples:
+            asked.setdefault(ex.question.strip(), (path, ex.line))
+    kept, dropped = [], []
+    for ex in mix:
+        where = asked.get(ex.question.strip())
+        if where is None:
+            kept.append(ex)
+        elif drop:
+            dropped.append(ex)
+        else:
+            raise DataError(ex.source, ex.line, f"{ex.question!r} is also asked in {where[0]} line "
+                            f"{where[1]}: only training-file people may be mixed into pretraining "
+                            "(--mix-overlap drop leaves such questions out)")
+    return kept, dropped
+
+
+def mixed(corpus: list[Sequence], qa: list[Sequence], count: int, seed: int) -> list[Sequence]:
+    """The corpus plus ``count`` QA sequences per epoch: every QA example the same number of
+    times (give or take one), the remainder drawn by a seeded permutation."""
+    if count <= 0 or not qa:
+        return list(corpus)
+    whole, rest = divmod(count, len(qa))
+    g = torch.Generator().manual_seed(seed)
+    extra = [qa[i] for i in torch.randperm(len(qa), generator=g)[:rest].tolist()]
+    return list(corpus) + qa * whole + extra
+
+
+@dataclass(frozen=True)
+class PackedRows:
+    """Rows of packed sequences: inputs, targets (PAD where unscored or empty) and the segment
+    each position belongs to (-1 for padding); positions follow from the segments
+    (model.segment_positions)."""
+
+    x: Tensor
+    y: Tensor
+    segments: Tensor
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+
+def pack(sequences: list[Sequence], width: int) -> PackedRows:
+    """First-fit decreasing: each sequence of n ids contributes n-1 (input, target) positions;
+    sequences are placed longest first into the first row with room. Deterministic."""
+    spans = sorted(range(len(sequences)), key=lambda i: -len(sequences[i].ids))
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in spans:
+        n = len(sequences[i].ids) - 1
+        if n < 1:
+            continue
+        if n > width:
+            raise ValueError(f"a sequence of {n + 1} ids does not fit rows of width {width}")
+        # First fit: scanning is fine at corpus scale (a few thousand rows).
+        r = next((r for r, free in enumerate(room) if free >= n), None)
+        if r is None:
+            rows.append([])
+            room.append(width)
+            r = len(rows) - 1
+        rows[r].append(i)
+        room[r] -= n
+    R = len(rows)
+    x = torch.full((R, width), PAD_ID, dtype=torch.long)
+    y = torch.full((R, width), PAD_ID, dtype=torch.long)
+    seg = torch.full((R, width), -1, dtype=torch.long)
+    for r, members in enumerate(rows):
+        at = 0
+        for s, i in enumerate(members):
+            ids = torch.tensor(sequences[i].ids)
+            n = len(ids) - 1
+            x[r, at:at + n] = ids[:-1]
+            target = ids[1:].clone()
+            target[: sequences[i].unscored] = PAD_ID
+            y[r, at:at + n] = target
+            seg[r, at:at + n] = s
+            at += n
+    return PackedRows(x, y, seg)

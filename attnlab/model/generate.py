@@ -1,0 +1,165 @@
+"""Batched decoding: greedy, temperature, top-k and top-p sampling, with a KV cache.
+
+Prompts of different lengths share a batch by left padding: each row's positions count from
+its own first real token and padded keys are masked out, so a row decodes exactly as it would
+alone. With the cache, each new token costs one position's worth of work per layer instead of
+a forward pass over the whole sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from .attention import KVCache, masks
+from ..data.datasets import DataError
+from .gpt import GPT, evaluating
+from .positions import left_padded_positions
+from ..data.vocab import PAD_ID, Vocab
+
+
+@dataclass
+class Generation:
+    tokens: list[list[int]]  # new tokens per prompt (stopped rows end at their stop token)
+    logprobs: list[list[float]]  # log-probability of each chosen token under the model
+
+
+def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """Logits (B, V) divided by the temperature, with -inf outside the sampling candidates:
+    exactly the ``top_k`` highest (even under ties), then the smallest prefix of the
+    remaining tokens, by falling probability, whose mass reaches ``top_p``."""
+    logits = logits / temperature
+    if top_k > 0:
+        keep = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).indices
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, keep, logits.gather(-1, keep))
+    if 0 < top_p < 1:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        drop = probs.cumsum(-1) - probs >= top_p  # mass before the token already reaches top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    return logits
+
+
+def _pick(logits: Tensor, temperature: float, top_k: int, top_p: float, generator) -> Tensor:
+    """Next token ids (B,) from last-position logits (B, V)."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)
+    probs = filter_logits(logits, temperature, top_k, top_p).softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def generate(
+    model: GPT,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    *,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    stop_token: int | None = None,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+    allowed_next: Callable[[list[list[int]]], Tensor | None] | None = None,
+) -> Generation:
+    """Continue each prompt by up to ``max_new_tokens`` tokens (fewer if the block is full).
+    Rows stop at ``stop_token`` (kept); decoding ends when every row has stopped.
+    ``allowed_next``, given the tokens chosen so far in each row, returns a (B, V) mask of the
+    tokens each row may choose next (None: any); the log-probabilities stay the model's own."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    device = next(model.parameters()).device
+    block = model.config.block_size
+    longest = max(len(p) for p in prompts)
+    if longest > block:
+        raise ValueError(f"a prompt of {longest} tokens exceeds the model's block_size {block}")
+    # Each row may grow until it fills the block, whatever the other rows' lengths.
+    limits = torch.tensor([min(max_new_tokens, block - len(p)) for p in prompts], device=device)
+    B = len(prompts)
+    idx, valid = _left_padded(prompts, device)
+    positions = left_padded_positions(valid)  # (B, P)
+    caches = [KVCache() for _ in model.blocks] if use_cache else None
+    out = torch.empty(B, 0, dtype=torch.long, device=device)
+    logps = torch.empty(B, 0, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    step_idx, step_pos, key_pos = idx, positions, positions
+    with evaluating(model):
+        for step in range(int(limits.max())):
+            allowed = masks.padded(valid, step_idx.shape[1])
+            logits, _ = model.run(step_idx, positions=step_pos, allowed=allowed, caches=caches,
+                                  key_positions=key_pos)
+            last = logits[:, -1].float()
+            mask = allowed_next(out.tolist()) if allowed_next is not None else None
+            nxt = _pick(last if mask is None else last.masked_fill(~mask.to(device), float("-inf")),
+                        temperature, top_k, top_p, generator)
+            nxt = torch.where(done, torch.full_like(nxt, PAD_ID), nxt)
+            lp = last.log_softmax(-1).gather(1, nxt[:, None])
+            out = torch.cat([out, nxt[:, None]], 1)
+            logps = torch.cat([logps, lp], 1)
+            if stop_token is not None:
+                done |= nxt == stop_token
+            done |= limits <= step + 1
+            if bool(done.all()):
+                break
+            new_pos = (key_pos[:, -1:] + 1).clamp(max=block - 1)  # clamped only in finished rows
+            valid = torch.cat([valid, torch.ones(B, 1, dtype=torch.bool, device=device)], 1)
+            key_pos = torch.cat([key_pos, new_pos], 1)
+            if use_cache:
+                step_idx, step_pos = nxt[:, None], new_pos
+            else:
+                step_idx = torch.cat([step_idx, nxt[:, None]], 1)
+                step_pos = key_pos
+    return _trimmed(out, logps, limits, stop_token)
+
+
+def _left_padded(prompts: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
+    """(B, P) token ids, prompts right-aligned after PAD, and (B, P) which of them are real."""
+    longest = max(len(p) for p in prompts)
+    idx = torch.full((len(prompts), longest), PAD_ID, dtype=torch.long, device=device)
+    valid = torch.zeros(len(prompts), longest, dtype=torch.bool, device=device)
+    for b, p in enumerate(prompts):
+        idx[b, longest - len(p):] = torch.tensor(p, device=device)
+        valid[b, longest - len(p):] = True
+    return idx, valid
+
+
+def _trimmed(out: Tensor, logps: Tensor, limits: Tensor, stop_token: int | None) -> Generation:
+    """Each row's tokens up to its limit, or up to and including its stop token."""
+    tokens, logprobs = [], []
+    for b in range(out.shape[0]):
+        row = out[b].tolist()
+        n = min(len(row), int(limits[b]))
+        if stop_token is not None and stop_token in row[:n]:
+            n = row.index(stop_token) + 1
+        tokens.append(row[:n])
+        logprobs.append(logps[b, :n].tolist())
+    return Generation(tokens, logprobs)
+
+
+def continue_texts(model: GPT, vocab: Vocab, prompts: list[str], *, max_new: int,
+                   temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+                   batch_size: int = 64, stop: str | None = None, progress: bool = False,
+                   source: str = "<prompt>") -> list[str]:
+    """The continuation (new characters only) of every prompt; batches share one seeded
+    generator, so the same seed and batch size give the same samples."""
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    stop_id = None if stop is None else vocab.encode(stop, source="--stop")[0]
+    encoded = [vocab.encode(p, source=source, line=i + 1) for i, p in enumerate(prompts)]
+    for i, ids in enumerate(encoded):
+        if len(ids) > model.config.block_size:
+            raise DataError(source, i + 1, f"the prompt is {len(ids)} characters, more than the model's "
+                            f"block_size {model.config.block_size}")
+    out: list[str] = []
+    starts = range(0, len(encoded), batch_size)
+    for s in tqdm(starts, desc="generate", disable=not progress):
+        gen = generate(model, encoded[s : s + batch_size], max_new, temperature=temperature,
+                       top_k=top_k, top_p=top_p, stop_token=stop_id, generator=generator)
+        out.extend(vocab.decode(t) for t in gen.tokens)
+    return out
+

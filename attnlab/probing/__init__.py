@@ -1,0 +1,1 @@
+"""Layer 4, looking inside a model: attention maps and loops."""

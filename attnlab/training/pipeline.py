@@ -1,0 +1,362 @@
+"""The experiment's stages as typed functions: pretrain, finetune, evaluate, stored facts,
+baseline (experiments.py builds demo and compare from them). The CLI is a thin layer over
+these; so are tests and benchmarks."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..core import distributed
+from . import rundir
+from ..data.batching import CorruptionBatches, PackedBatches, QABatches
+from ..model.checkpoint import CHECKPOINT_NAME, Checkpoint, load_checkpoint, load_model
+from ..config.settings import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, ModelConfig, TrainConfig
+from ..data.datasets import NameDataset, SpanCorruptionDataset, documents, read_qa, read_text
+from ..answering.knowledge import CorpusIndex, Stored, measure_stored, require_person
+from ..data.splits import finetuning_people
+from ..answering.evaluate import Answer, Score, evaluate, most_frequent_place, score, write_predictions
+from ..model.gpt import GPT
+from ..data.objectives import corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people
+from .shaping import shaping_loss_fn
+from ..model.shipped import output_dir
+from ..core.devices import resolve_device
+from .trainer import TrainResult, default_loss, total_steps, train
+from ..data.vocab import MASK_CHAR, Vocab
+
+
+
+@dataclass(frozen=True)
+class VocabSource:
+    """What NameDataset needs from a "pretraining dataset": its vocabulary and block size."""
+
+    vocab: Vocab
+    block_size: int
+
+
+def final_tokens_for(corpus_docs: int, block_size: int, config: TrainConfig) -> int:
+    """SPEC 5: 200 * len(pretrain_dataset) * block_size unless the config sets it."""
+    return config.final_tokens or 200 * corpus_docs * block_size
+
+
+def build_model(config: ModelConfig, seed: int) -> GPT:
+    torch.manual_seed(seed)  # the same seed gives the same initial weights
+    return GPT(config)
+
+
+def pretrain(
+    model_config: ModelConfig,
+    train_config: TrainConfig,
+    *,
+    corpus: str | Path = DEFAULT_CORPUS,
+    run_dir: str | Path,
+    resume: bool = False,
+    overwrite: bool = False,
+    device: str | None = None,
+    log: Callable[[str], None] = print,
+    mix_qa: str | Path | None = DEFAULT_TRAIN,
+    held_out: tuple[str | Path, ...] = (DEFAULT_DEV, DEFAULT_TEST),
+    eval_file: str | Path | None = None,
+) -> tuple[GPT, Vocab, TrainResult]:
+    """Pretraining on the corpus (SPEC 3, 5): span corruption, or next-character prediction on
+    packed lines with training-file QA examples mixed in (attnlab/data/objectives.py). ``mix_qa``
+    people also asked in a ``held_out`` file are refused; ``eval_file`` is scored every
+    ``train_config.eval_every`` steps. A ``run_dir`` holding a checkpoint needs ``resume``
+    (continue that run: the configs and data must be its own, rundir.resumed) or
+    ``overwrite`` (replace it)."""
+    run_dir = Path(run_dir)
+    with rundir.claim(run_dir, resume=resume, overwrite=overwrite, log=log):
+        ckpt = None
+        if resume:
+            ckpt, model_config, train_config = _resumed(run_dir, "pretrain", model_config.to_dict(), train_config)
+        text = read_text(corpus)
+        dataset = SpanCorruptionDataset(text, model_config.block_size)
+        model_config = dataclasses.replace(model_config, vocab_size=dataset.vocab_size)
+        dev = resolve_device(device or train_config.device)
+        model = build_model(model_config, train_config.seed).to(dev)
+        mixing = train_config.objective == "lm" and train_config.mix_ratio > 0
+        if train_config.objective == "lm":
+            batches, described = _lm_batches(text, dataset.vocab, model_config, train_config, corpus,
+                                              mix_qa, held_out, dev, log)
+            # The course's decay length is defined for span corruption; lm runs anneal over themselves.
+            final_tokens = train_config.final_tokens or _run_tokens(batches, train_config, model_config)
+        else:
+            batches = CorruptionBatches(dataset, train_config.batch_size, dev, train_config.seed)
+            described = f"{len(dataset):,} documents, span corruption"
+            final_tokens = final_tokens_for(len(dataset), model_config.block_size, train_config)
+        files = rundir.data_files(corpus=[corpus], mix_qa=[mix_qa] if mixing else [],
+                                  held_out=[p for p in held_out if mixing and Path(p).is_file()])
+        if ckpt is not None:
+            rundir.check_data(ckpt, files, run_dir / CHECKPOINT_NAME)
+        log(f"pretraining {model_config.attention} ({model.num_parameters():,} parameters) on {corpus} "
+            f"({described}) on {dev}; outputs in {run_dir}")
+        result = train(model, batches, train_config, vocab=dataset.vocab, run_dir=run_dir,
+                       final_tokens=final_tokens, resume=resume, overwrite=overwrite,
+                       trim=model_config.causal and train_config.objective == "span",
+                       meta={"stage": "pretrain", "corpus_documents": len(dataset), "data_files": files},
+                       settings={"stage": "pretrain", "corpus": str(corpus),
+                                 "mix_qa": str(mix_qa) if train_config.mix_ratio else None},
+                       desc="pretrain", log=log, loss_fn=_loss_fn(train_config),
+                       evaluator=_dev_evaluator(eval_file, corpus, dataset.vocab, train_config))
+    return model, dataset.vocab, result
+
+
+def _resumed(run_dir: Path, stage: str, model_given: dict[str, Any], train_config: TrainConfig
+             ) -> tuple[Checkpoint, ModelConfig, TrainConfig]:
+    """The checkpoint of the run to continue and its configs: settings given that contradict
+    them are errors; of the training settings, those of rundir.RESUMABLE apply."""
+    ckpt = rundir.resumable(run_dir, stage)
+    return (ckpt, *rundir.resumed_configs(ckpt, model_given, train_config.to_dict(), run_dir / CHECKPOINT_NAME))
+
+
+def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: TrainConfig,
+                corpus: str | Path, mix_qa: str | Path | None, held_out, device,
+                log: Callable[[str], None] = print) -> tuple[PackedBatches, str]:
+    """Packed rows of corpus lines (and QA examples) for the lm objective."""
+    docs = documents(text)
+    fmt, K, block = model_config.qa_format, model_config.recall_chars, model_config.block_size
+    sequences = corpus_sequences(docs, vocab, block, fmt, K, source=str(corpus))
+    described = f"{len(docs):,} lines"
+    if config.mix_ratio > 0:
+        if mix_qa is None:
+            raise ValueError("--mix-ratio needs --mix-qa FILE (questions of training-file people)")
+        mix = finetuning_people(read_qa(mix_qa, labelled=True), config.holdout_fraction)
+        mix, dropped = refuse_held_out_people(mix, {str(p): read_qa(p) for p in held_out if Path(p).is_file()},
+                                              drop=config.mix_overlap == "drop")
+        if dropped:
+            log(f"left out of the mix, also asked in a held-out file: "
+                + "; ".join(f"{e.source}:{e.line} {e.question!r}" for e in dropped))
+        index = CorpusIndex(docs)
+        qa = qa_sequences(mix, vocab, block, fmt, K, index)
+        count = round(config.mix_ratio * len(docs))
+        if fmt == "recall" and count >= len(qa):
+            # A recall example holds the person's line: it stands in for the plain line.
+            mixed_lines = {index.line_number(require_person(e)) for e in mix}
+            sequences = [s for n, s in enumerate(sequences, 1) if n not in mixed_lines]
+        sequences = mixed(sequences, qa, count, config.seed)
+        described = f"{len(sequences) - count:,} lines + {count:,} QA examples of {mix_qa} per epoch"
+    rows = pack(sequences, block)
+    return PackedBatches(rows, config.batch_size, device, config.seed), f"{described}, packed in {len(rows):,} rows"
+
+
+def _run_tokens(batches, config: TrainConfig, model_config: ModelConfig) -> int:
+    """Counted tokens of the whole run (the trainer counts rows x width per step)."""
+    return total_steps(config, batches.steps_per_epoch) * config.batch_size * model_config.block_size
+
+
+def _dev_evaluator(eval_file, corpus, vocab: Vocab, config: TrainConfig):
+    """For --eval-every: answers (extracted) and stored facts on a labelled file."""
+    if not config.eval_every or not eval_file:
+        return None
+    examples = read_qa(eval_file, labelled=True)
+    index = CorpusIndex(documents(read_text(corpus)))
+
+    def score_now(model: GPT) -> dict[str, Any]:
+        answers, result = evaluate(model, vocab, examples)
+        stored = measure_stored(model, vocab, index, examples)
+        return {"dev_correct": result.correct, "dev_total": result.total,
+                "stored": stored.stored, "stored_total": stored.total}
+
+    return score_now
+
+
+def finetune(
+    train_config: TrainConfig,
+    *,
+    run_dir: str | Path,
+    init: str | Path | None = None,
+    model_config: ModelConfig | None = None,
+    overrides: dict[str, Any] | None = None,
+    corpus: str | Path = DEFAULT_CORPUS,
+    train_file: str | Path = DEFAULT_TRAIN,
+    resume: bool = False,
+    overwrite: bool = False,
+    device: str | None = None,
+    log: Callable[[str], None] = print,
+    eval_file: str | Path | None = None,
+) -> tuple[GPT, Vocab, TrainResult]:
+    """QA finetuning (SPEC 2, 5), from a pretrained checkpoint (``init``) or from scratch
+    (``model_config``), in which case the corpus still defines the vocabulary. ``overrides``
+    change fields of a pretrained model's config that add no parameters (dropout, logit_scale).
+    A ``run_dir`` holding a checkpoint needs ``resume`` (continue that finetuning run: the
+    configs, ``init`` and data given must be its own) or ``overwrite`` (replace it)."""
+    run_dir = Path(run_dir)
+    with rundir.claim(run_dir, resume=resume, overwrite=overwrite, log=log):
+        ckpt = None
+        if resume:
+            given = {**(model_config.to_dict() if model_config else {}), **(overrides or {})}
+            ckpt, model_config, train_config = _resumed(run_dir, "finetune", given, train_config)
+            init = _same_init(init, ckpt, run_dir / CHECKPOINT_NAME)
+        dev = resolve_device(device or train_config.device)
+        model, vocab, corpus_docs, source = _finetuning_model(ckpt, init, model_config, overrides, corpus,
+                                                              train_config.seed, dev)
+        config = model.config
+        reads_corpus = init is None or config.qa_format == "recall" or not corpus_docs
+        if not corpus_docs:
+            corpus_docs = len(SpanCorruptionDataset(read_text(corpus), config.block_size))
+        final_tokens = final_tokens_for(corpus_docs, config.block_size, train_config)
+        if config.qa_format == "recall":
+            batches, questions = _recall_qa_batches(train_file, corpus, vocab, config, train_config, dev)
+        else:
+            dataset = _name_dataset(train_file, VocabSource(vocab, config.block_size), train_config.holdout_fraction)
+            batches, questions = QABatches(dataset, train_config.batch_size, dev, train_config.seed), len(dataset)
+        files = rundir.data_files(train_file=[train_file], corpus=[corpus] if reads_corpus else [])
+        if ckpt is not None:
+            rundir.check_data(ckpt, files, run_dir / CHECKPOINT_NAME)
+        log(f"finetuning {config.attention} from {source} on {train_file} ({questions:,} questions, "
+            f"{config.qa_format} format) on {dev}; outputs in {run_dir}")
+        init_text = str(init) if init else None
+        result = train(model, batches, train_config, vocab=vocab, run_dir=run_dir, final_tokens=final_tokens,
+                       resume=resume, overwrite=overwrite, trim=config.causal and config.qa_format == "direct",
+                       meta={"stage": "finetune", "init": init_text, "corpus_documents": corpus_docs,
+                             "data_files": files},
+                       settings={"stage": "finetune", "init": init_text, "train_file": str(train_file)},
+                       desc="finetune", log=log, loss_fn=_loss_fn(train_config),
+                       evaluator=_dev_evaluator(eval_file, corpus, vocab, train_config))
+    return model, vocab, result
+
+
+def _finetuning_model(ckpt: Checkpoint | None, init, model_config: ModelConfig | None,
+                      overrides: dict[str, Any] | None, corpus, seed: int, dev
+                      ) -> tuple[GPT, Vocab, int, str]:
+    """The model to finetune, its vocabulary, the corpus size that sets the schedule (0: not
+    known) and where it comes from: a resumed run's checkpoint (its weights are restored by
+    the trainer), a pretrained model (``init``) or a new one (``model_config``)."""
+    if ckpt is not None:
+        return (build_model(ckpt.model_config, seed).to(dev), ckpt.vocab,
+                int(ckpt.meta.get("corpus_documents", 0)), f"its checkpoint at step {ckpt.meta['step']}")
+    if init is not None:
+        pretrained = load_checkpoint(init, training_state=False)  # finetuning starts its own optimiser
+        model = pretrained.build_model(**_non_shape_overrides(overrides or {}, init)).to(dev)
+        return (model, pretrained.vocab, int(pretrained.meta.get("corpus_documents", 0)),
+                f"the pretrained model {init}")
+    if model_config is None:
+        raise ValueError("finetuning without --init needs a model configuration")
+    corpus_dataset = SpanCorruptionDataset(read_text(corpus), model_config.block_size)
+    vocab = corpus_dataset.vocab
+    model = build_model(dataclasses.replace(model_config, vocab_size=len(vocab)), seed).to(dev)
+    return model, vocab, len(corpus_dataset), "scratch (no pretraining)"
+
+
+def _same_init(init: str | Path | None, ckpt: Checkpoint, where: Path) -> str | None:
+    """The pretrained model a resumed finetuning run started from: ``init`` when given must
+    be the checkpoint's (none for a run from scratch)."""
+    stored = ckpt.meta.get("init")
+    if init is None:
+        return stored
+    if stored is None or Path(init).resolve() != Path(stored).resolve():
+        raise rundir.RunDirError(f"--init {init} contradicts the checkpoint's "
+                                 f"{stored or 'none (finetuned from scratch)'} ({where})")
+    return stored
+
+
+def _name_dataset(train_file, source: VocabSource, holdout_fraction: float) -> NameDataset:
+    """The direct-format finetuning examples, less the held-out tail of the file."""
+    if not holdout_fraction:
+        return NameDataset.from_file(train_file, source)
+    kept = finetuning_people(read_qa(train_file, labelled=True), holdout_fraction)
+    return NameDataset("".join(f"{e.question}\t{e.answer}\n" for e in kept), source, source=str(train_file))
+
+
+def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, train_config: TrainConfig,
+                       device) -> tuple[PackedBatches, int]:
+    """Recall-format finetuning examples: each training person's corpus line cut at
+    recall_chars, then the place (attnlab/answering/knowledge.py), packed into rows."""
+    examples = finetuning_people(read_qa(train_file, labelled=True), train_config.holdout_fraction)
+    index = CorpusIndex(documents(read_text(corpus)))
+    sequences = qa_sequences(examples, vocab, config.block_size, "recall", config.recall_chars, index)
+    rows = pack(sequences, config.block_size)
+    return PackedBatches(rows, train_config.batch_size, device, train_config.seed), len(examples)
+
+
+def _loss_fn(config: TrainConfig):
+    if config.attn_loss == "none" or config.attn_loss_weight == 0:
+        return default_loss
+    return shaping_loss_fn(config.attn_loss, config.attn_loss_weight, near_max=config.near_max)
+
+
+def _non_shape_overrides(overrides: dict[str, Any], init: str | Path) -> dict[str, Any]:
+    """The overrides a finetune may apply to a pretrained model: those that add no parameters."""
+    allowed = {"dropout", "logit_scale"}
+    refused = sorted(set(overrides) - allowed)
+    if refused:
+        raise ValueError(f"{init}: a pretrained model's {', '.join(refused)} cannot change when finetuning "
+                         f"(only {', '.join(sorted(allowed))} can)")
+    return overrides
+
+
+def evaluate_file(
+    checkpoint: str | Path,
+    path: str | Path,
+    *,
+    out: str | Path | None = None,
+    device: str = "auto",
+    batch_size: int = 256,
+    overrides: dict[str, Any] | None = None,
+    log: Callable[[str], None] = print,
+    stored_corpus: str | Path | None = None,
+) -> tuple[list[Answer], Score | None, Path]:
+    """Answer every question of a QA file, write the predictions (default: beside the
+    checkpoint, in a file of their own when ``overrides`` change the model: predictions_name),
+    score them if labelled; with ``stored_corpus`` also report how many of the places the
+    model stored."""
+    dev = resolve_device(device)
+    model, vocab, ckpt = load_model(checkpoint, device=str(dev), **(overrides or {}))
+    examples = read_qa(path)
+    start = time.perf_counter()
+    env = distributed.environment()
+    if env.world_size == 1:
+        answers, result = evaluate(model, vocab, examples, batch_size=batch_size, progress=True)
+    else:  # each rank decodes whole single-process batches; all gather them in input order
+        answers = distributed.sharded_map(
+            lambda part: evaluate(model, vocab, part, batch_size=batch_size, progress=env.is_main)[0],
+            examples, env, key=lambda e: len(vocab.encode(e.question + MASK_CHAR)), chunk=batch_size)
+        result = score([a.answer for a in answers], examples)
+    seconds = time.perf_counter() - start
+    if out is None:  # beside the checkpoint; a shipped model's go to runs/NAME instead
+        out = output_dir(checkpoint) / predictions_name(path, ckpt.model_config, model.config)
+    out = Path(out)
+    if not env.is_main:  # rank 0 alone writes and reports
+        return answers, result, out
+    out = write_predictions(out, [a.answer for a in answers])
+    if result is None:
+        log(f"{path}: {len(examples)} questions have no labels, so no accuracy can be computed; "
+            f"predictions written to {out} ({seconds:.1f} s)")
+    else:
+        log(f"{path}: {result.with_interval()} correct; predictions written to {out} ({seconds:.1f} s)")
+    if stored_corpus is not None and result is not None:
+        stored = measure_stored(model, vocab, CorpusIndex(documents(read_text(stored_corpus))), examples)
+        log(f"{path}: extracted (answered correctly) {result.with_interval()}; stored (greedy completion of the "
+            f"person's {stored_corpus} line up to the place) {stored} of the {stored.total} people "
+            "whose place the line states")
+    return answers, result, out
+
+
+def predictions_name(path: str | Path, stored: ModelConfig, used: ModelConfig) -> str:
+    """predictions-STEM.txt for the checkpoint's own model; a model changed by overrides gets its
+    own file (predictions-STEM-argmax.txt), so it never replaces the plain model's predictions."""
+    changed = [f.name for f in dataclasses.fields(ModelConfig) if getattr(stored, f.name) != getattr(used, f.name)]
+    parts = [str(getattr(used, k)) if k == "attention" else f"{k}{getattr(used, k)}" for k in changed]
+    return f"predictions-{'-'.join([Path(path).stem, *parts])}.txt"
+
+
+def baseline(train_file: str | Path = DEFAULT_TRAIN, eval_file: str | Path = DEFAULT_DEV) -> tuple[str, Score | None]:
+    """Answer every question with the training file's most frequent place."""
+    place = most_frequent_place(read_qa(train_file, labelled=True))
+    examples = read_qa(eval_file)
+    return place, score([place] * len(examples), examples)
+
+
+def stored_facts(checkpoint: str | Path, path: str | Path, corpus: str | Path = DEFAULT_CORPUS,
+                 device: str = "auto") -> Stored | None:
+    """How many of the labelled people of ``path`` the model stored (None: no labels)."""
+    examples = read_qa(path)
+    if any(e.answer is None for e in examples):
+        return None
+    model, vocab, _ = load_model(checkpoint, device=str(resolve_device(device)))
+    return measure_stored(model, vocab, CorpusIndex(documents(read_text(corpus))), examples)

@@ -1,0 +1,138 @@
+"""Saying "I don't know": when a model's answer is withheld, and how the rule is fitted.
+
+Two signals, both from the model alone (it never reads the corpus at answer time):
+
+- the answer's **confidence** (attnlab/answering/evaluate.py, attnlab/answering/knowledge.py): low when the model
+  is unsure of the place;
+- the **name familiarity**: the lowest probability the model gives any character of
+  ``NAME.`` read as the opening of a corpus line (the first character has no context and is
+  not scored). Pretraining reads every corpus person's line, so a person the model has read
+  about has a name it can spell on; an invented name ("Mariano Poulet", a first name and a
+  surname of two different people) has a character the model did not expect. The confidence
+  alone cannot tell: the model recalls an invented person's line as fluently as a real one's
+  and reads a place out of it (docs/guides/trust.md; the measurements are in docs/notebook.md).
+
+A rule answers when confidence >= ``confidence`` and familiarity >= ``familiarity`` (either may
+be None: not checked). ``fit_rules`` sets them on training-file people held out from
+finetuning, never on dev or test labels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .calibration import check_probability, held_out_people
+from ..data.datasets import QAExample
+from ..answering.evaluate import answer_questions
+from ..answering.knowledge import require_person
+from ..model.gpt import GPT
+from ..data.vocab import PAD_ID, Vocab
+
+KNOWN_SHARE = 0.98  # familiarity threshold: keep this share of held-out (real) people
+
+
+@dataclass(frozen=True)
+class Rule:
+    confidence: float | None = None  # answer only at this confidence or above
+    familiarity: float | None = None  # answer only people whose name is at least this familiar
+    how: str = ""  # where the thresholds came from, in words
+
+    def answers(self, confidence: float, familiarity: float | None = None) -> bool:
+        if self.confidence is not None and confidence < self.confidence:
+            return False
+        if self.familiarity is not None and (familiarity is None or familiarity < self.familiarity):
+            return False
+        return True
+
+    def describe(self) -> str:
+        parts = []
+        if self.confidence is not None:
+            parts.append(f"confidence < {self.confidence:.3g}")
+        if self.familiarity is not None:
+            parts.append(f"name familiarity < {self.familiarity:.3g}")
+        text = "abstain when " + " or ".join(parts) if parts else "never abstain"
+        return f"{text} ({self.how})" if self.how else text
+
+    @property
+    def needs_familiarity(self) -> bool:
+        return self.familiarity is not None
+
+
+@torch.no_grad()
+def name_familiarity(model: GPT, vocab: Vocab, names: Sequence[str], batch_size: int = 256) -> list[float]:
+    """For each name, the lowest probability the model gives a character of ``NAME.`` (after
+    the first) read from the start of a line."""
+    device = next(model.parameters()).device
+    out: list[float] = []
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(names), batch_size):
+            encoded = [vocab.encode(f"{n}.")[: model.config.block_size] for n in names[start:start + batch_size]]
+            width = max(len(e) for e in encoded)
+            idx = torch.full((len(encoded), width), PAD_ID, dtype=torch.long, device=device)
+            for i, e in enumerate(encoded):  # right padding: causal positions never see it
+                idx[i, : len(e)] = torch.tensor(e, device=device)
+            logits, _ = model(idx)
+            logp = logits[:, :-1].float().log_softmax(-1).gather(2, idx[:, 1:, None])[..., 0]
+            for i, e in enumerate(encoded):
+                scored = logp[i, : len(e) - 1]
+                out.append(math.exp(scored.min().item()) if len(scored) else 1.0)
+    finally:
+        model.train(was_training)
+    return out
+
+
+def fit_rules(model: GPT, vocab: Vocab, train_file: str | Path, holdout_fraction: float, keep_right: float,
+              *, batch_size: int = 256) -> dict[str, Rule]:
+    """Rules fitted on the held-out training people (the last ``holdout_fraction`` of
+    ``train_file``), each for the target of answering ``keep_right`` of the people the model
+    answers correctly: "confidence" (a confidence threshold alone), "name" (a familiarity
+    threshold alone, keeping KNOWN_SHARE of the held-out people, who are all real) and "both"
+    (that familiarity threshold, then the highest confidence threshold that still meets the
+    target)."""
+    check_probability(keep_right, "--keep-right")
+    people = held_out_people(train_file, holdout_fraction)
+    answers = answer_questions(model, vocab, people, batch_size=batch_size)
+    right = [a.answer == e.answer for a, e in zip(answers, people)]
+    confidence = [a.confidence for a in answers]
+    familiar = name_familiarity(model, vocab, people_of(people), batch_size)
+    familiarity_min = sorted(familiar, reverse=True)[math.ceil(KNOWN_SHARE * len(familiar)) - 1]
+    known = [f >= familiarity_min for f in familiar]
+    needed = math.ceil(keep_right * sum(right))
+    how = (f"fitted on the last {holdout_fraction:g} of {train_file}: {len(people)} held-out people, "
+           f"{sum(right)} answered correctly; target: answer {keep_right:.0%} of those")
+    return {
+        "confidence": Rule(_highest_keeping(confidence, right, needed), None, how),
+        "name": Rule(None, familiarity_min, f"fitted on the last {holdout_fraction:g} of {train_file}: "
+                     f"keeps {KNOWN_SHARE:.0%} of its {len(people)} held-out people"),
+        "both": Rule(_highest_keeping(confidence, [r and k for r, k in zip(right, known)], needed),
+                     familiarity_min, how),
+    }
+
+
+def _highest_keeping(confidence: Sequence[float], eligible: Sequence[bool], needed: int) -> float:
+    """The highest threshold under which at least ``needed`` eligible answers reach it."""
+    ranked = sorted((c for c, ok in zip(confidence, eligible) if ok), reverse=True)
+    if needed > len(ranked):
+        raise ValueError(f"only {len(ranked)} held-out right answers pass the name check, fewer than the "
+                         f"{needed} the target keeps; ask for a lower --keep-right")
+    if needed == 0:
+        return math.nextafter(ranked[0], math.inf) if ranked else 1.0
+    return ranked[needed - 1]
+
+
+def decide(model: GPT, vocab: Vocab, rule: Rule, names: Sequence[str], confidences: Sequence[float],
+           batch_size: int = 256) -> list[bool]:
+    """Whether each answer is given (True) or withheld (False) under the rule."""
+    familiar = name_familiarity(model, vocab, names, batch_size) if rule.needs_familiarity else [None] * len(names)
+    return [rule.answers(c, f) for c, f in zip(confidences, familiar)]
+
+
+def people_of(examples: Sequence[QAExample]) -> list[str]:
+    return [require_person(e) for e in examples]

@@ -1,0 +1,171 @@
+"""What the model says about people it never saw.
+
+We invent people by recombining first names and surnames of the corpus's people (seeded), keep
+only names that no corpus line contains, ask the model where they were born, and compare with
+dev people: how often it abstains, and which places it answers when it does not. A model that
+answers invented people mostly with the training file's most frequent places is guessing from
+the base rates (and from how a name sounds), not retrieving.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from ..core.paths import save_figure
+
+_NAME = re.compile(r"^[A-Z][\w'-]*( [A-Z][\w'.-]*)+$")
+
+
+def corpus_people(docs: Sequence[str], max_chars: int = 40) -> list[str]:
+    """The people the corpus lines are about: a line ``NAME. text`` with NAME of two or more
+    capitalised words."""
+    people = []
+    for doc in docs:
+        title = doc.split(". ", 1)[0]
+        if len(title) <= max_chars and _NAME.match(title):
+            people.append(title)
+    return people
+
+
+def invent_people(docs: Sequence[str], n: int, seed: int = 0) -> list[str]:
+    """``n`` distinct names "FIRST SURNAME", each part taken from a different corpus person,
+    such that no corpus line contains the full name (seeded, so the same list every time)."""
+    if n <= 0:
+        raise ValueError(f"--names must be a positive number of people, got {n}")
+    people = corpus_people(docs)
+    firsts = sorted({p.split()[0] for p in people})
+    surnames = sorted({p.split()[-1] for p in people if not p.split()[-1].endswith(".")})
+    if len(firsts) < 2 or len(surnames) < 2:
+        raise ValueError("the corpus has too few people to recombine their names")
+    text = "\n".join(docs)
+    rng = random.Random(seed)
+    names: list[str] = []
+    seen: set[str] = set()
+    for _ in range(200 * n):
+        if len(names) == n:
+            break
+        name = f"{rng.choice(firsts)} {rng.choice(surnames)}"
+        if name in seen:
+            continue
+        seen.add(name)
+        if name not in text:
+            names.append(name)
+    if len(names) < n:
+        raise ValueError(f"could invent only {len(names)} names absent from the corpus, not {n}")
+    return names
+
+
+def entropy_bits(counts: Counter) -> float:
+    """Shannon entropy (bits) of the distribution the counts define; 0 for none."""
+    total = sum(counts.values())
+    return max(0.0, -sum(c / total * math.log2(c / total) for c in counts.values() if c)) if total else 0.0
+
+
+@dataclass
+class AuditReport:
+    policy: str  # how the model abstains, in words
+    invented: int
+    invented_abstained: int
+    dev: int
+    dev_abstained: int
+    dev_right: int  # dev questions answered correctly without abstention
+    dev_right_kept: int  # of those, still answered under the policy
+    places: Counter = field(default_factory=Counter)  # places answered for invented people
+    train_top: list[str] = field(default_factory=list)  # the training file's 10 most frequent places
+
+    @property
+    def share_in_train_top(self) -> float:
+        total = sum(self.places.values())
+        return sum(self.places[p] for p in self.train_top) / total if total else 0.0
+
+    def lines(self) -> list[str]:
+        pct = lambda k, n: f"{k}/{n} ({100 * k / n:.1f}%)" if n else f"{k}/0"
+        answered = sum(self.places.values())
+        out = [
+            f"abstention: {self.policy}",
+            f"invented people abstained: {pct(self.invented_abstained, self.invented)}",
+            f"dev people abstained: {pct(self.dev_abstained, self.dev)}",
+            f"dev questions answered correctly that are still answered: {pct(self.dev_right_kept, self.dev_right)}",
+            f"places answered for the {answered} invented people not abstained: "
+            f"{len(self.places)} distinct, entropy {entropy_bits(self.places):.2f} bits, "
+            f"{100 * self.share_in_train_top:.1f}% among the training file's 10 most frequent places",
+        ]
+        out += [f"  {count:4d}  {place}" for place, count in self.places.most_common(10)]
+        return out
+
+
+def plot_audit(report: AuditReport, unrestricted: AuditReport, path: str | Path) -> Path:
+    """Left: abstention rates under the rule, invented against dev people; right: the places
+    the model makes up for invented people when it never abstains."""
+    import textwrap
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [1, 2]})
+    rates = [report.invented_abstained / max(1, report.invented), report.dev_abstained / max(1, report.dev)]
+    bars = left.bar(["invented people", "dev people"], rates, color=["#c44e52", "#4c72b0"])
+    for bar, k, n in zip(bars, [report.invented_abstained, report.dev_abstained], [report.invented, report.dev]):
+        left.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{k}/{n}", ha="center", va="bottom")
+    left.set_ylim(0, 1.1)
+    left.set_ylabel("share abstained")
+    left.set_title("\"I don't know\" under the rule")
+    top = unrestricted.places.most_common(10)
+    if top:
+        names = [p for p, _ in top][::-1]
+        colours = ["#dd8452" if p in report.train_top else "#8c8c8c" for p in names]
+        right.barh(names, [c for _, c in top][::-1], color=colours)
+    right.set_xlabel("answers")
+    answered = sum(unrestricted.places.values())
+    right.set_title(f"never abstaining: top places for {answered} invented people ({len(unrestricted.places)} "
+                    f"distinct, entropy {entropy_bits(unrestricted.places):.2f} bits)\norange: among the training "
+                    f"file's 10 most frequent places ({100 * unrestricted.share_in_train_top:.0f}% of answers)",
+                    fontsize=9)
+    fig.suptitle(textwrap.fill(report.policy, 150), fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+@dataclass(frozen=True)
+class NameEcho:
+    """How often an invented person's answer is the place of a real person who shares their
+    first name or surname (``echoed``), against the same answers shuffled among the invented
+    people (``chance``: the expected share if answers ignored the name)."""
+
+    echoed: int
+    answered: int
+    chance: float
+
+    def __str__(self) -> str:
+        share = self.echoed / self.answered if self.answered else 0.0
+        return (f"{self.echoed}/{self.answered} ({100 * share:.1f}%) answers are the place of a real person with "
+                f"the same first name or surname; {100 * self.chance:.1f}% if the answers were shuffled")
+
+
+def name_echo(invented: Sequence[str], answers: Sequence[str], places_of: dict[str, str]) -> NameEcho:
+    """``places_of``: labelled real people (name -> place). Empty answers are not counted."""
+    by_part: dict[tuple[int, str], set[str]] = {}
+    for person, place in places_of.items():
+        parts = person.split()
+        by_part.setdefault((0, parts[0]), set()).add(place)
+        by_part.setdefault((1, parts[-1]), set()).add(place)
+    pairs = [(by_part.get((0, n.split()[0]), set()) | by_part.get((1, n.split()[-1]), set()), a)
+             for n, a in zip(invented, answers) if a]
+    if not pairs:
+        return NameEcho(0, 0, 0.0)
+    echoed = sum(a in donors for donors, a in pairs)
+    given = Counter(a for _, a in pairs)
+    chance = sum(sum(given[p] for p in donors) for donors, _ in pairs) / len(pairs) ** 2
+    return NameEcho(echoed, len(pairs), chance)

@@ -1,0 +1,213 @@
+"""Does the confidence mean anything? Calibration, ranking and abstention for QA answers.
+
+Every answer carries a confidence (attnlab/answering/evaluate.py: the probability of the greedy answer;
+for the recall format attnlab/answering/knowledge.py also multiplies in the probability of the answer's
+characters as the model recalled them). Here we measure it against right and wrong answers:
+
+- ECE, the expected calibration error over equal-width confidence bins (Guo et al. 2017, "On
+  Calibration of Modern Neural Networks": sum over bins of |bin| / n * |accuracy - mean
+  confidence|, bin m holding the confidences in ((m-1)/M, m/M]);
+- AUROC of the confidence as a score separating right from wrong answers (the Mann-Whitney
+  statistic: the chance that a random right answer is more confident than a random wrong one,
+  ties counting one half);
+- accuracy at coverage c: answer only the c most confident share of the questions.
+
+Anything fitted (the abstention threshold) is fitted on training-file people held out from
+finetuning, the last ``holdout_fraction`` of the training file, never on dev or test labels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..data.splits import finetuning_people, held_out_people  # noqa: F401
+from ..core.paths import save_figure
+
+N_BINS = 15
+COVERAGES = (0.1, 0.3, 0.5, 1.0)
+
+
+@dataclass(frozen=True)
+class Bin:
+    low: float
+    high: float
+    count: int
+    mean_confidence: float  # 0 for an empty bin
+    accuracy: float  # 0 for an empty bin
+
+
+def _check(confidence: Sequence[float], correct: Sequence[bool]) -> None:
+    if len(confidence) != len(correct):
+        raise ValueError(f"{len(confidence)} confidences but {len(correct)} right/wrong marks")
+    bad = [c for c in confidence if not 0.0 <= c <= 1.0]
+    if bad:
+        raise ValueError(f"confidences must lie in [0, 1], got {bad[0]}")
+
+
+def reliability_bins(confidence: Sequence[float], correct: Sequence[bool], n_bins: int = N_BINS) -> list[Bin]:
+    """Equal-width bins over [0, 1]; bin m holds ((m-1)/M, m/M], the first bin also holds 0."""
+    _check(confidence, correct)
+    members: list[list[int]] = [[] for _ in range(n_bins)]
+    for i, c in enumerate(confidence):
+        members[max(0, math.ceil(c * n_bins) - 1)].append(i)
+    bins = []
+    for m, idx in enumerate(members):
+        n = len(idx)
+        mean_conf = sum(confidence[i] for i in idx) / n if n else 0.0
+        acc = sum(bool(correct[i]) for i in idx) / n if n else 0.0
+        bins.append(Bin(m / n_bins, (m + 1) / n_bins, n, mean_conf, acc))
+    return bins
+
+
+def expected_calibration_error(confidence: Sequence[float], correct: Sequence[bool], n_bins: int = N_BINS) -> float:
+    n = len(confidence)
+    if n == 0:
+        raise ValueError("no answers to measure")
+    return sum(b.count / n * abs(b.accuracy - b.mean_confidence) for b in reliability_bins(confidence, correct, n_bins))
+
+
+def auroc(scores: Sequence[float], positive: Sequence[bool]) -> float | None:
+    """P(score of a random positive > score of a random negative), ties 1/2; None when there
+    are no positives or no negatives (the area is undefined)."""
+    pos = [s for s, p in zip(scores, positive) if p]
+    neg = [s for s, p in zip(scores, positive) if not p]
+    if not pos or not neg:
+        return None
+    # rank-sum form of the Mann-Whitney U: average ranks for ties
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    ranks = [0.0] * len(scores)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    rank_sum = sum(r for r, p in zip(ranks, positive) if p)
+    u = rank_sum - len(pos) * (len(pos) + 1) / 2
+    return u / (len(pos) * len(neg))
+
+
+def most_confident_first(confidence: Sequence[float]) -> list[int]:
+    """Indices by falling confidence; equal confidences keep input order."""
+    return sorted(range(len(confidence)), key=lambda i: -confidence[i])
+
+
+def accuracy_at_coverage(confidence: Sequence[float], correct: Sequence[bool], coverage: float) -> tuple[int, int]:
+    """(right, answered) when only the ceil(coverage * n) most confident questions are answered."""
+    if not 0 < coverage <= 1:
+        raise ValueError(f"coverage must lie in (0, 1], got {coverage}")
+    kept = most_confident_first(confidence)[: math.ceil(coverage * len(confidence))]
+    return sum(bool(correct[i]) for i in kept), len(kept)
+
+
+def coverage_curve(confidence: Sequence[float], correct: Sequence[bool]) -> tuple[list[float], list[float]]:
+    """Coverage k/n and accuracy of the k most confident answers, for k = 1..n."""
+    right, xs, ys = 0, [], []
+    n = len(confidence)
+    for k, i in enumerate(most_confident_first(confidence), 1):
+        right += bool(correct[i])
+        xs.append(k / n)
+        ys.append(right / k)
+    return xs, ys
+
+
+# ----------------------------------------------------------------------------- abstention
+
+
+def check_probability(value: float, flag: str) -> float:
+    if not 0.0 <= value <= 1.0 or value != value:
+        raise ValueError(f"{flag} must lie in [0, 1], got {value}")
+    return value
+
+
+def keep_correct_threshold(confidence: Sequence[float], correct: Sequence[bool], keep: float) -> float:
+    """The highest threshold that still answers (confidence >= threshold) at least ``keep`` of
+    the right answers: the confidence of the ceil(keep * n_right)-th most confident right one."""
+    check_probability(keep, "the share of right answers to keep")
+    right = sorted((c for c, ok in zip(confidence, correct) if ok), reverse=True)
+    if not right:
+        raise ValueError("no right answers among the held-out people: nothing to fit a threshold on")
+    if keep == 0:
+        return math.nextafter(right[0], math.inf)
+    return right[math.ceil(keep * len(right)) - 1]
+
+
+def abstained_predictions(answers: Sequence[str], confidence: Sequence[float], threshold: float) -> list[str]:
+    """The answers in input order, with "" where the confidence is below the threshold."""
+    return [a if c >= threshold else "" for a, c in zip(answers, confidence)]
+
+
+# ---------------------------------------------------------------------------------- plots
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_reliability(bins: list[Bin], path: str | Path, title: str) -> Path:
+    """Accuracy against mean confidence per bin (bar heights), the diagonal of perfect
+    calibration, and each bin's number of answers written on its bar."""
+    plt = _pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 5))
+    width = bins[0].high - bins[0].low
+    ax.bar([b.low for b in bins], [b.accuracy for b in bins], width=width, align="edge",
+           edgecolor="black", color="#4c72b0", label="accuracy in bin")
+    ax.plot([0, 1], [0, 1], "--", color="grey", label="perfect calibration")
+    filled = [b for b in bins if b.count]
+    ax.plot([b.mean_confidence for b in filled], [b.accuracy for b in filled], "o", color="#dd8452",
+            label="(mean confidence, accuracy)")
+    for b in bins:
+        if b.count:
+            ax.text(b.low + width / 2, b.accuracy + 0.01, str(b.count), ha="center", va="bottom", fontsize=7)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.08)
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("accuracy (number of answers above each bar)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_coverage(confidence: Sequence[float], correct: Sequence[bool], path: str | Path, title: str,
+                  rule_point: tuple[float, float] | None = None) -> Path:
+    """Accuracy of the most confident answers against the share of questions answered."""
+    plt = _pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    xs, ys = coverage_curve(confidence, correct)
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    ax.plot(xs, ys, color="#4c72b0", label="answer the most confident share")
+    overall = sum(map(bool, correct)) / len(correct)
+    ax.axhline(overall, ls="--", color="grey", label=f"answer everything ({overall:.1%})")
+    for c in COVERAGES:
+        right, n = accuracy_at_coverage(confidence, correct, c)
+        ax.plot([n / len(confidence)], [right / n], "o", color="#dd8452")
+        ax.annotate(f"{right / n:.1%}", (n / len(confidence), right / n), textcoords="offset points",
+                    xytext=(4, 4), fontsize=8)
+    if rule_point is not None:
+        ax.plot([rule_point[0]], [rule_point[1]], "*", ms=12, color="#c44e52", label="fitted abstention rule")
+    ax.set_xlim(0, 1.02)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("coverage (share of questions answered)")
+    ax.set_ylabel("accuracy on answered questions")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,46 @@
+"""Evidence for an answer: does the pretraining corpus say it?
+
+The model answers closed-book, but a user deserves to know whether an answer is backed by the
+text the model was pretrained on. For a question about a person we find the corpus lines that
+mention the person and report whether the answered place occurs in them. This is an honest
+check of the answer, not a way of producing one (SPEC 1: for 95.8% of dev people the gold place
+appears in their line, the ceiling of any method that reads the corpus).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..data import corpus
+from ..data.corpus import contains_words, person_of
+
+
+@dataclass(frozen=True)
+class Evidence:
+    subject: str  # the person the question is about
+    lines: tuple[int, ...]  # 1-based corpus lines that mention the subject
+    supporting: tuple[int, ...]  # those of them that also contain the answer
+
+    @property
+    def verdict(self) -> str:
+        if not self.lines:
+            return f"the corpus does not mention {self.subject!r}"
+        if self.supporting:
+            return f"supported by corpus line {self.supporting[0]}"
+        return f"not supported: corpus line {self.lines[0]} mentions {self.subject!r} but not this answer"
+
+
+def subject_of(question: str) -> str:
+    """The person in "Where was NAME born?", or the whole question for other phrasings."""
+    return person_of(question) or question.strip()
+
+
+class CorpusIndex(corpus.CorpusIndex):
+    """The corpus index of data/corpus.py (a line ``NAME. text`` is NAME's, full stops in
+    names included), asked for the evidence of an answer."""
+
+    def find(self, question: str, answer: str) -> Evidence:
+        subject = subject_of(question)
+        hits = self.lines_about(subject)
+        supporting = [i for i in hits if answer and contains_words(self.docs[i], answer)]
+        return Evidence(subject, tuple(i + 1 for i in hits), tuple(i + 1 for i in supporting))
