@@ -58,7 +58,7 @@ def build_lab(args: argparse.Namespace):
         model = load(path, device=args.device)
         rule = trust.rule_from_args(args, model.gpt, model.vocab, path, model.checkpoint.meta, log)
         runs.append(Run(path, model, rule))
-    return Lab(runs, docs, dev, out, places)
+    return Lab(runs, docs, dev, out, places, stat_lines=args.stat_lines)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -72,14 +72,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not _is_loopback(args.host):
         print(f"warning: --host {args.host}: anyone who can reach this machine can use the lab "
               "(no login); the default 127.0.0.1 keeps it to this machine", file=sys.stderr)
-    sock = _bound_socket(args.host, args.port)
-    app = create_app(build_lab(args), rate=args.rate_limit)
-    port = sock.getsockname()[1]
-    shown = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"attnlab lab at http://{shown}:{port}/ (Ctrl-C stops it)", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    sock = _bound_socket(args.host, args.port)  # a port in use is refused before the slow part
     try:
-        server.run(sockets=[sock])
+        app = create_app(build_lab(args), rate=args.rate_limit)
+        port = sock.getsockname()[1]
+        shown = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"attnlab lab at http://{shown}:{port}/ (Ctrl-C stops it)", flush=True)
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn shuts down, then hands the Ctrl-C back
         pass
     finally:
@@ -103,5 +102,7 @@ def register(command) -> None:
     flags.eval_file(p, "question<TAB>place file of the dev-set view and of the answers an edit changes")
     flags.corpus(p, "corpus for the evidence and an edit's key statistics")
     flags.train_file(p, "question<TAB>place file the runs were finetuned on (an edit's key statistics; '' for none)")
+    p.add_argument("--stat-lines", type=bounds.non_negative_int, default=2000,
+                   help="lines for an edit's key statistics, as in `attnlab edit` (0 = all)")
     flags.device(p)
     trust.add_abstain_flags(p, default="auto")

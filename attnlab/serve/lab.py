@@ -31,7 +31,6 @@ from ..vocab import MASK_CHAR, PAD_CHAR
 MAX_QUESTION_CHARS = 200  # longer than any "Where was NAME born?" of the data files
 MAX_TRACE_SAMPLES = 10  # a trace costs samples x 3 x layers x positions forwards
 KEPT_EDITS = 4  # edited copies kept in memory (each is a whole model)
-STAT_LINES = 2000  # corpus lines for an edit's key statistics, as `attnlab edit` by default
 _SAVE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -78,7 +77,7 @@ def question_of(text: str) -> str:
 
 class Lab:
     def __init__(self, runs: list[Run], corpus: list[str], dev: list[QAExample], out_dir: str | Path,
-                 train_places: dict[str, str] | None = None):
+                 train_places: dict[str, str] | None = None, stat_lines: int = 2000):
         if not runs:
             raise ValueError("the lab needs at least one run")
         self.runs = runs
@@ -87,6 +86,7 @@ class Lab:
         self.dev_examples = dev
         self.out_dir = Path(out_dir)
         self.train_places = train_places or {}
+        self.stat_lines = stat_lines  # corpus lines for an edit's key statistics (0: all)
         self.lock = threading.Lock()
         self.edits: OrderedDict[int, EditedCopy] = OrderedDict()
         self._edit_ids = itertools.count(1)
@@ -242,7 +242,7 @@ class Lab:
         from ..editing import key_second_moment, stat_texts
 
         if layer not in run.moments:
-            texts = stat_texts(run.model.gpt, self.corpus, STAT_LINES, 0, self.train_places)
+            texts = stat_texts(run.model.gpt, self.corpus, self.stat_lines, 0, self.train_places)
             run.moments[layer] = key_second_moment(run.model.gpt, run.model.vocab, texts, layer)
         return run.moments[layer]
 
