@@ -31,6 +31,7 @@ def _bound_socket(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(2048)  # connections wait from now on, so the URL works as soon as it is printed
     except OSError as e:
         sock.close()
         raise ValueError(f"--host {host} --port {port}: cannot listen there ({e.strerror or e})") from None

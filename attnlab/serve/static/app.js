@@ -97,7 +97,7 @@ function drawAttention() {
   [...$("heads").children].forEach((b, h) => b.classList.toggle("active", h === state.head));
   $("attention").dataset.layer = state.layer;
   $("attention").dataset.head = state.head;
-  heatmap($("attention"), a.layers[state.layer][state.head], a.chars, a.chars, 1);
+  heatmap($("attention"), a.layers[state.layer][state.head], a.chars, a.chars, 0, 1);
 }
 
 // viridis, five stops
@@ -108,7 +108,8 @@ function colour(v) {
   return `rgb(${c[0]},${c[1]},${c[2]})`;
 }
 
-function heatmap(canvas, matrix, rowLabels, colLabels, high) {
+// Colour runs from low (darkest) to high (brightest).
+function heatmap(canvas, matrix, rowLabels, colLabels, low, high) {
   const cell = Math.max(6, Math.min(16, Math.floor(720 / colLabels.length)));
   const margin = 28;
   canvas.width = margin + cell * colLabels.length;
@@ -120,7 +121,7 @@ function heatmap(canvas, matrix, rowLabels, colLabels, high) {
   g.textAlign = "right";
   rowLabels.forEach((c, i) => g.fillText(c, margin - 4, margin + (i + 0.8) * cell));
   matrix.forEach((row, i) => row.forEach((v, j) => {
-    g.fillStyle = colour(high > 0 ? v / high : 0);
+    g.fillStyle = colour(high > low ? (v - low) / (high - low) : 0);
     g.fillRect(margin + j * cell, margin + i * cell, cell, cell);
   }));
 }
@@ -130,15 +131,17 @@ async function runTrace() {
   $("trace-status").textContent = "tracing...";
   try {
     const t = await api("/api/trace", { question: state.question, run: Number($("why-run").value), samples: Number($("samples").value) });
+    // as `attnlab trace` draws it: from the corrupted run's probability to the highest recovered
     const high = Math.max(t.clean, ...Object.values(t.recovered).flat(2));
     const layers = t.recovered.residual.map((_, l) => `${l}`);
     $("trace").replaceChildren(...Object.entries(t.recovered).map(([kind, m]) => {
       const canvas = el("canvas", { className: "trace-map" });
       canvas.dataset.kind = kind;
-      heatmap(canvas, m, layers, t.chars, high);
+      heatmap(canvas, m, layers, t.chars, t.corrupted, high);
       return el("figure", {}, canvas, el("figcaption", { textContent: `${kind}: layer down, position across` }));
     }));
-    $("trace-status").textContent = `P("${t.answer}"): clean ${t.clean.toFixed(3)}, name corrupted ${t.corrupted.toFixed(3)} (${t.samples} samples); colour: recovered probability`;
+    $("trace-status").textContent = `P("${t.answer}"): clean ${t.clean.toFixed(3)}, name corrupted ${t.corrupted.toFixed(3)} ` +
+      `(${t.samples} samples); colour: probability recovered by restoring one state, ${t.corrupted.toFixed(3)} (dark) to ${high.toFixed(3)} (bright)`;
   } catch (e) { $("trace-status").textContent = ""; showError(e); }
 }
 
@@ -182,7 +185,7 @@ function sortBy(key) {
 }
 
 function drawCalibration(bins) {
-  const svg = $("calibration"), size = 300, pad = 30, span = size - 2 * pad, ns = "http://www.w3.org/2000/svg";
+  const svg = $("calibration"), size = 300, pad = 36, span = size - 2 * pad, ns = "http://www.w3.org/2000/svg";
   const add = (tag, attrs, text) => {
     const node = document.createElementNS(ns, tag);
     for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
@@ -195,6 +198,10 @@ function drawCalibration(bins) {
   for (const b of bins.filter((b) => b.count > 0)) {
     const x = pad + b.low * span, w = (b.high - b.low) * span, h = b.accuracy * span;
     add("rect", { x, y: pad + span - h, width: w, height: h, fill: "#3b528b", class: "bin" }, null);
+  }
+  for (const v of [0, 0.5, 1]) {
+    add("text", { x: pad + v * span, y: pad + span + 12, "text-anchor": "middle", "font-size": 10 }, `${v}`);
+    add("text", { x: pad - 4, y: pad + span - v * span + 4, "text-anchor": "end", "font-size": 10 }, `${v}`);
   }
   add("text", { x: pad + span / 2, y: size - 5, "text-anchor": "middle", "font-size": 11 }, "confidence");
   add("text", { x: 10, y: pad + span / 2, "font-size": 11, transform: `rotate(-90 10 ${pad + span / 2})`, "text-anchor": "middle" }, "accuracy");
