@@ -14,6 +14,7 @@ from ..data import read_corpus, read_qa, read_questions
 from . import flags, trust
 
 LOOPBACK = "127.0.0.1"
+PORT = bounds.Bound(int, 0, 65535, name="port")
 
 
 def _is_loopback(host: str) -> bool:
@@ -95,7 +96,7 @@ def register(command) -> None:
                    help="run directories or checkpoints; several are compared side by side (only these are read)")
     p.add_argument("--host", default=LOOPBACK,
                    help="address to listen on; anything but a loopback address is reachable by others (warned)")
-    p.add_argument("--port", type=bounds.non_negative_int, default=8000, help="port (0: any free port)")
+    p.add_argument("--port", type=PORT.argtype(), default=8000, help="port (0: any free port)")
     p.add_argument("--rate-limit", type=bounds.non_negative_int, default=120,
                    help="requests a minute allowed from one client address (0: no limit)")
     flags.out_dir(p, "runs/serve", "where edited models are saved, each as a new run directory "
