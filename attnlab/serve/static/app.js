@@ -132,7 +132,7 @@ async function runTrace() {
   try {
     const t = await api("/api/trace", { question: state.question, run: Number($("why-run").value), samples: Number($("samples").value) });
     // as `attnlab trace` draws it: from the corrupted run's probability to the highest recovered
-    const high = Math.max(t.clean, ...Object.values(t.recovered).flat(2));
+    const high = Math.max(...Object.values(t.recovered).flat(2));
     const layers = t.recovered.residual.map((_, l) => `${l}`);
     $("trace").replaceChildren(...Object.entries(t.recovered).map(([kind, m]) => {
       const canvas = el("canvas", { className: "trace-map" });
