@@ -6,6 +6,7 @@ get the answers they would get alone."""
 from __future__ import annotations
 
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -61,9 +62,9 @@ def test_ask_answers_with_every_run_as_the_library_does(client, lab, shipped):
 
 
 def test_runs_can_be_chosen_and_a_name_alone_is_asked_as_the_question(client):
-    got = client.post("/api/ask", json={"question": "  Ralf Wadephul ", "runs": [1]}).json()
+    got = client.post("/api/ask", json={"question": "  Ralf Wadephul ", "runs": [1, 1]}).json()
     assert got["question"] == RALF
-    assert [a["run"] for a in got["answers"]] == [1]
+    assert [a["run"] for a in got["answers"]] == [1]  # each run answers once
 
 
 def test_abstention_verdict_follows_the_runs_rule(lab, shipped):
@@ -100,6 +101,7 @@ def test_evidence_is_the_corpus_line_that_states_the_answer(client, lab):
     ({}, 422, "question: Field required"),
     ({"question": RALF, "runs": [7]}, 404, "no run 7"),
     ({"question": RALF, "runs": ["a"]}, 422, "malformed request"),
+    ({"question": RALF, "runs": []}, 400, "no run chosen"),
 ])
 def test_bad_input_is_a_4xx_with_a_one_line_message(client, body, status, words):
     got = client.post("/api/ask", json=body)
@@ -209,6 +211,16 @@ def test_the_rate_limit_is_per_client_and_per_minute():
     assert limit.wait("a", 0.0) == 0 and limit.wait("b", 1.0) == 0
     assert limit.wait("a", 30.0) == pytest.approx(30.0)
     assert limit.wait("a", 60.0) == 0
+    assert limit.wait("c", 61.5) == 0
+    assert set(limit.seen) == {"a", "c"}  # "b", quiet for a minute, is forgotten
+
+
+def _same_answers(got: dict, expected: dict) -> None:
+    """Answers, verdicts and evidence equal; confidences to float noise (a batch runs other
+    matrix shapes than one question alone)."""
+    for g, e in zip(got["answers"], expected["answers"], strict=True):
+        assert g["confidence"] == pytest.approx(e["confidence"], rel=1e-4, abs=1e-6)
+        assert {**g, "confidence": 0} == {**e, "confidence": 0}
 
 
 def test_concurrent_requests_get_the_answers_they_get_alone(client, lab):
@@ -218,7 +230,38 @@ def test_concurrent_requests_get_the_answers_they_get_alone(client, lab):
         dev = pool.submit(client.get, "/api/dev", params={"run": 0})
         together = list(pool.map(lambda q: client.post("/api/ask", json={"question": q}).json(), questions))
         assert dev.result().status_code == 200
-    assert together == alone
+    for got, expected in zip(together, alone, strict=True):
+        assert got["question"] == expected["question"]
+        _same_answers(got, expected)
+
+
+def test_questions_asked_together_are_answered_in_one_batch(lab, monkeypatch):
+    """While the model is busy, questions wait; the next holder of the lock answers them all in
+    one call per run, and a bad question among them fails alone."""
+    calls = []
+    for run in lab.runs:
+        ask = run.model.ask
+        monkeypatch.setattr(run.model, "ask", lambda qs, ask=ask, **kw: calls.append(len(qs)) or ask(qs, **kw))
+    questions = [e.question for e in lab.dev_examples[:5]] + ["Where was 日本 born?"]
+    alone = {q: lab.ask(q, [0]) for q in questions[:5]}
+    calls.clear()
+
+    def ask_one(q):
+        try:
+            return lab.ask(q, [0])
+        except ValueError as e:
+            return e
+
+    with ThreadPoolExecutor(6) as pool:
+        with lab.lock:  # the model is busy: every request has to wait
+            futures = [pool.submit(ask_one, q) for q in questions]
+            while len(lab._waiting) < len(questions):
+                threading.Event().wait(0.01)
+        results = [f.result(timeout=120) for f in futures]
+    assert calls[0] == len(questions)  # one batch, then the retries one by one after the bad question
+    assert "is not in the vocabulary" in str(results[-1])
+    for q, got in zip(questions[:5], results[:5]):
+        _same_answers(got, alone[q])
 
 
 def test_the_page_and_its_script_are_served(client, lab):

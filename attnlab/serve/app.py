@@ -66,6 +66,8 @@ class RateLimit:
         """0 when the request may go on, else the seconds until it would be allowed."""
         if not self.per_minute:
             return 0.0
+        for address in [a for a, t in self.seen.items() if t and now - t[-1] >= 60.0]:
+            del self.seen[address]  # quiet for a minute: forgotten, so the table stays small
         times = self.seen[client]
         while times and now - times[0] >= 60.0:
             times.popleft()

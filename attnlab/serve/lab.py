@@ -53,6 +53,18 @@ class Run:
 
 
 @dataclass
+class _Asked:
+    """One question for one run, waiting to be answered in the next batch."""
+
+    run: int
+    question: str
+    answer: Answer | None = None
+    given: bool = True
+    error: Exception | None = None
+    done: bool = False
+
+
+@dataclass
 class EditedCopy:
     run: int
     model: Any  # the edited GPT (the run's own model is never modified)
@@ -87,7 +99,9 @@ class Lab:
         self.out_dir = Path(out_dir)
         self.train_places = train_places or {}
         self.stat_lines = stat_lines  # corpus lines for an edit's key statistics (0: all)
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # one model computation at a time
+        self._waiting: list[_Asked] = []  # questions not yet answered (ask)
+        self._waiting_lock = threading.Lock()
         self.edits: OrderedDict[int, EditedCopy] = OrderedDict()
         self._edit_ids = itertools.count(1)
 
@@ -106,23 +120,63 @@ class Lab:
 
     # ---- asking ------------------------------------------------------------------------------
     def ask(self, text: str, runs: list[int] | None = None) -> dict[str, Any]:
-        """The question answered by each of ``runs`` (default: all), side by side."""
-        question = question_of(text)
-        numbers = list(range(len(self.runs))) if runs is None else runs
-        chosen = [self.run(n) for n in numbers]
-        with self.lock:
-            answers = [self._answer(r, question) for r in chosen]
-        for n, a in zip(numbers, answers):
-            a["run"] = n
-        return {"question": question, "answers": answers}
+        """The question answered by each of ``runs`` (default: all), side by side.
 
-    def _answer(self, run: Run, question: str) -> dict[str, Any]:
-        (answer,) = run.model.ask([question], source="question")
-        given = self._given(run, [answer])[0]
-        found = self.evidence.find(question, answer.answer)
+        Questions asked at once are answered in one batch: each request puts its questions on
+        the waiting list, and whoever holds the lock answers everything waiting, so 20 users
+        asking together wait for about one batched answer, not for 19 answers one by one."""
+        question = question_of(text)
+        numbers = list(range(len(self.runs))) if runs is None else list(dict.fromkeys(runs))  # each once
+        if not numbers:
+            raise LabError("no run chosen: tick at least one")
+        for n in numbers:
+            self.run(n)  # an unknown run is refused before anything waits
+        asked = [_Asked(n, question) for n in numbers]
+        with self._waiting_lock:
+            self._waiting += asked
+        with self.lock:
+            if not all(a.done for a in asked):  # else another request answered them meanwhile
+                with self._waiting_lock:
+                    batch, self._waiting = self._waiting, []
+                self._answer_waiting(batch)
+        for a in asked:
+            if a.error is not None:
+                raise a.error
+        return {"question": question, "answers": [self._shown(a) for a in asked]}
+
+    def _answer_waiting(self, batch: list[_Asked]) -> None:
+        """Answer every waiting question, one model call per run; a bad question (an unknown
+        character) fails alone: its batch is answered again one question at a time."""
+        by_run: dict[int, list[_Asked]] = {}
+        for a in batch:
+            by_run.setdefault(a.run, []).append(a)
+        for number, group in by_run.items():
+            try:
+                self._answer_group(self.runs[number], group)
+            except ValueError:
+                for a in group:
+                    try:
+                        self._answer_group(self.runs[number], [a])
+                    except ValueError as e:
+                        a.error = e
+            except Exception as e:  # a bug: every request of the batch gets it (a 500), none hangs
+                for a in group:
+                    a.error = e
+            finally:
+                for a in group:
+                    a.done = True
+
+    def _answer_group(self, run: Run, group: list[_Asked]) -> None:
+        answers = run.model.ask([a.question for a in group], source="question")
+        for a, answer, given in zip(group, answers, self._given(run, answers)):
+            a.answer, a.given = answer, given
+
+    def _shown(self, asked: _Asked) -> dict[str, Any]:
+        run, answer = self.runs[asked.run], asked.answer
+        found = self.evidence.find(asked.question, answer.answer)
         first = (found.supporting or found.lines or (None,))[0]
-        return {"name": run.name, "answer": answer.answer, "confidence": answer.confidence,
-                "complete": answer.complete, "recalled": answer.recalled, "given": given,
+        return {"run": asked.run, "name": run.name, "answer": answer.answer, "confidence": answer.confidence,
+                "complete": answer.complete, "recalled": answer.recalled, "given": asked.given,
                 "abstention": run.rule.describe() if run.rule else "never abstain",
                 "evidence": {"verdict": found.verdict, "supported": bool(found.supporting),
                              "line_number": first,
