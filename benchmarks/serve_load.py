@@ -7,8 +7,8 @@ abstention rule fitted at start-up), except ``--rate-limit 0``: every client her
 of them, which is what it is for. Each client keeps one connection open and posts
 ``/api/ask`` with the next dev question as soon as its previous answer arrives. Reported:
 requests per second, p50/p99 latency of an ask, and errors (any status but 200, or a failed
-connection). The server answers one question at a time (attnlab/serve/lab.py's lock), so
-the latency is mostly queueing behind the other clients.
+connection). The server runs one model computation at a time (attnlab/serve/lab.py's lock) and
+answers the questions that waited meanwhile in one batch.
 
 Run: .venv/bin/python benchmarks/serve_load.py [--clients 20] [--seconds 60] [--run models/cpu]
 """
@@ -106,7 +106,8 @@ def main() -> None:
         f"- `attnlab serve {args.run}` on 127.0.0.1 (a separate process, OMP_NUM_THREADS={args.server_threads}, "
         "--rate-limit 0, the default abstention rule); each client posts /api/ask with the next of the "
         f"{len(questions)} dev questions as soon as its last answer arrives, over one kept-open connection",
-        "- one question is answered at a time (the lab's lock): latency is mostly waiting behind the other clients",
+        "- one model computation at a time (the lab's lock); questions that arrive meanwhile wait and are "
+        "answered together in one batch",
         f"- machine load (1-minute load average) {load_before:.1f} before, {load_after:.1f} at the end, on "
         f"{os.cpu_count()} CPU cores: other processes share them, and the numbers move with that",
         f"- server stopped by SIGINT (Ctrl-C): exit code {proc.returncode}",
