@@ -12,6 +12,7 @@ from tests.tiny_runs import train_tiny
 
 SHIPPED = REPO / "models" / "cpu"
 DEV_LINES = 12  # includes "Ralf Wadephul" (Berlin), whom models/cpu answers right
+STAT_LINES = 200  # an edit's key statistics: enough for a test, a tenth of the default
 
 
 def small_dev(directory: Path) -> Path:
@@ -27,7 +28,8 @@ def make_lab(directory: Path, tiny_run: Path, rule=None):
 
     corpus = read_corpus(DATA / "wiki.txt").split("\n")
     runs = [Run(str(SHIPPED), load(SHIPPED, device="cpu"), rule), Run(str(tiny_run), load(tiny_run, device="cpu"))]
-    return Lab(runs, corpus, read_qa(small_dev(directory), labelled=True), directory / "out")
+    return Lab(runs, corpus, read_qa(small_dev(directory), labelled=True), directory / "out",
+               stat_lines=STAT_LINES)
 
 
 def tiny(directory: Path) -> Path:

@@ -180,19 +180,22 @@ def test_an_edit_changes_a_copy_and_is_saved_as_a_new_run(client, lab, tmp_path)
     assert json.loads((run_dir / "edit.json").read_text())["place"] == "Paris"
 
 
-@pytest.mark.parametrize("name, status", [("ralf-paris", 409), ("../escape", 400), ("a/b", 400),
-                                          (".hidden", 400), ("", 400)])
-def test_a_save_never_overwrites_nor_leaves_the_output_directory(client, tmp_path, name, status):
+def test_a_save_never_overwrites_nor_leaves_the_output_directory(client, tmp_path):
     edit = client.post("/api/edit", json={"run": 1, "person": "Ralf Wadephul", "place": "Paris"}).json()
     (tmp_path / "out" / "ralf-paris").mkdir(parents=True)
-    got = client.post(f"/api/edit/{edit['id']}/save", json={"name": name})
-    assert got.status_code == status
+    for name, status in [("ralf-paris", 409), ("../escape", 400), ("a/b", 400), (".hidden", 400), ("", 400),
+                         ("x" * 65, 400)]:
+        got = client.post(f"/api/edit/{edit['id']}/save", json={"name": name})
+        assert got.status_code == status, name
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ralf-paris"]
     assert not (tmp_path / "escape").exists()
 
 
 def test_edit_input_is_checked(client):
-    assert client.post("/api/edit", json={"run": 1, "person": " ", "place": "Paris"}).status_code == 400
+    empty = client.post("/api/edit", json={"run": 1, "person": " ", "place": "Paris"})
+    assert empty.status_code == 400 and empty.json()["error"] == "empty person"
+    mark = client.post("/api/edit", json={"run": 1, "person": "Ralf Wadephul", "place": f"Paris{MASK_CHAR}"})
+    assert mark.status_code == 400 and "the place contains" in mark.json()["error"]
     unknown = client.post("/api/edit", json={"run": 1, "person": "Ralf Wadephul", "place": "日本"})
     assert unknown.status_code == 400 and "not in the vocabulary" in unknown.json()["error"]
     assert client.post("/api/edit/99/save", json={"name": "x"}).status_code == 404
@@ -224,7 +227,7 @@ def _same_answers(got: dict, expected: dict) -> None:
 
 
 def test_concurrent_requests_get_the_answers_they_get_alone(client, lab):
-    questions = [e.question for e in lab.dev_examples]
+    questions = [e.question for e in lab.dev_examples[:6]]
     alone = [client.post("/api/ask", json={"question": q}).json() for q in questions]
     with ThreadPoolExecutor(8) as pool:
         dev = pool.submit(client.get, "/api/dev", params={"run": 0})

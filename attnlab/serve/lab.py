@@ -71,17 +71,23 @@ class EditedCopy:
     report: dict[str, Any]
 
 
-def question_of(text: str) -> str:
-    """The question asked: ``text`` itself, or ``Where was TEXT born?`` when it is just a name.
-    Refuses what no model can read: nothing, too much, or the model's own marks."""
+def checked_text(text: str | None, what: str) -> str:
+    """``text`` stripped, refused when it is something no model can read: nothing, too much,
+    or the model's own marks."""
     text = (text or "").strip()
     if not text:
-        raise LabError("empty question: type 'Where was NAME born?' or just a name")
+        raise LabError(f"empty {what}" + (": type 'Where was NAME born?' or just a name" if what == "question" else ""))
     if len(text) > MAX_QUESTION_CHARS:
-        raise LabError(f"the question is {len(text)} characters long; at most {MAX_QUESTION_CHARS} are read")
+        raise LabError(f"the {what} is {len(text)} characters long; at most {MAX_QUESTION_CHARS} are read")
     for mark in (MASK_CHAR, PAD_CHAR):
         if mark in text:
-            raise LabError(f"the question contains {mark!r}, a mark the model uses itself")
+            raise LabError(f"the {what} contains {mark!r}, a mark the model uses itself")
+    return text
+
+
+def question_of(text: str) -> str:
+    """The question asked: ``text`` itself, or ``Where was TEXT born?`` when it is just a name."""
+    text = checked_text(text, "question")
     if person_of(text) is None and not text.endswith("?"):
         return f"Where was {text} born?"
     return text
@@ -256,12 +262,7 @@ class Lab:
         answer and the dev answers that changed. The copy is kept (KEPT_EDITS at most) until
         saved or pushed out."""
         run = self.run(number)
-        person, place = (person or "").strip(), (place or "").strip()
-        if not person or not place:
-            raise LabError("an edit needs a person and a new place")
-        for what, text in (("person", person), ("place", place)):
-            if len(text) > MAX_QUESTION_CHARS:
-                raise LabError(f"the {what} is {len(text)} characters long; at most {MAX_QUESTION_CHARS}")
+        person, place = checked_text(person, "person"), checked_text(place, "place")
         self.dev(number)  # the answers before, to compare with
         with self.lock:
             edited, report = self._edited(run, person, place)
