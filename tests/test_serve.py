@@ -6,7 +6,7 @@ get the answers they would get alone."""
 from __future__ import annotations
 
 import json
-import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -258,8 +258,10 @@ def test_questions_asked_together_are_answered_in_one_batch(lab, monkeypatch):
     with ThreadPoolExecutor(6) as pool:
         with lab.lock:  # the model is busy: every request has to wait
             futures = [pool.submit(ask_one, q) for q in questions]
-            while len(lab._waiting) < len(questions):
-                threading.Event().wait(0.01)
+            deadline = time.monotonic() + 60
+            while len(lab._waiting) < len(questions) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert len(lab._waiting) == len(questions)
         results = [f.result(timeout=120) for f in futures]
     assert calls[0] == len(questions)  # one batch, then the retries one by one after the bad question
     assert "is not in the vocabulary" in str(results[-1])
