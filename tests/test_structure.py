@@ -154,8 +154,9 @@ LAYERS: dict[str, int] = {
     "answering": 4, "probing": 4, "explore": 4,
     "training": 5, "trust": 5, "facts": 5,
     "experiments": 6, "api": 6,
-    "cli": 7,
-    "__main__": 8, "": 8,
+    "serve": 7,
+    "cli": 8,
+    "__main__": 9, "": 9,
 }
 
 

@@ -3,11 +3,11 @@
 Commands are grouped by job, a module each: training.py (pretrain, finetune), answering.py
 (evaluate, ask, baseline), experiments.py (demo, compare, variants, plot), probing.py (generate,
 attention, explore), trust.py (calibrate, audit; the abstention flags of evaluate and ask),
-facts.py (trace, edit). Each module has ``register(command)``, where ``command(name, help, fn)``
-returns the argparse parser of a new subcommand that runs ``fn(args)``; a new command module
-joins the program with one line in ``COMMANDS``. Flags that several commands share are
-defined once, in flags.py. The commands are thin layers over the library (pipeline.py,
-experiments.py, ...), which never imports this package.
+facts.py (trace, edit), serving.py (serve). Each module has ``register(command)``, where
+``command(name, help, fn)`` returns the argparse parser of a new subcommand that runs
+``fn(args)``; a new command module joins the program with one line in ``COMMANDS``. Flags that
+several commands share are defined once, in flags.py. The commands are thin layers over the
+library (pipeline.py, experiments.py, ...), which never imports this package.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import sys
 from typing import Callable
 
 from .._version import __version__
-from . import answering, experiments, facts, flags, probing, training, trust
+from . import answering, experiments, facts, flags, probing, serving, training, trust
 from .flags import model_config_from, train_config_from  # noqa: F401  (the library-facing helpers)
 
 # The registration hooks, in the order the commands are listed in `attnlab --help`.
 COMMANDS: list[Callable] = [training.register, answering.register, experiments.register, probing.register,
-                             trust.register, facts.register]
+                             trust.register, facts.register, serving.register]
 
 
 class Parser(argparse.ArgumentParser):

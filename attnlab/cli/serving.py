@@ -1,0 +1,110 @@
+"""`attnlab serve RUN [RUN ...]`: the lab as a local web page (attnlab/serve/), on FastAPI and
+uvicorn (the optional extra ``serve``). This module loads the runs, fits their abstention rules
+(trust.py, as `ask` does), binds the socket, prints the URL and serves until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import socket
+import sys
+
+from ..core import bounds, paths
+from ..data.datasets import read_corpus, read_qa, read_questions
+from . import flags, trust
+
+LOOPBACK = "127.0.0.1"
+PORT = bounds.Bound(int, 0, 65535, name="port")
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _bound_socket(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything is served, so a port in use is a one-line
+    error and port 0 (any free port) has a real number to print."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)  # connections wait from now on, so the URL works as soon as it is printed
+    except OSError as e:
+        sock.close()
+        raise ValueError(f"--host {host} --port {port}: cannot listen there ({e.strerror or e})") from None
+    return sock
+
+
+def build_lab(args: argparse.Namespace):
+    """The runs (read before anything is served), the data files and the abstention rules."""
+    from ..api import load
+    from ..answering.knowledge import require_person
+    from ..serve.lab import Lab, Run
+
+    trust.check_abstain_flags(args)
+    docs = read_corpus(paths.input_file(args.corpus, "--corpus")).split("\n")
+    dev = read_questions(paths.input_file(args.eval_file, "--eval-file"), labelled=True)
+    places = {}
+    if args.train_file:
+        places = {require_person(e): e.answer
+                  for e in read_qa(paths.input_file(args.train_file, "--train-file"), labelled=True)}
+    trust.check_abstain_files(args)
+    out = paths.output_dir(args.out_dir, "--out-dir")
+    log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    runs = []
+    for path in args.runs:
+        model = load(path, device=args.device)
+        rule = trust.rule_from_args(args, model.gpt, model.vocab, path, model.checkpoint.meta, log)
+        runs.append(Run(path, model, rule))
+    return Lab(runs, docs, dev, out, places, stat_lines=args.stat_lines)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from ..serve.app import create_app
+    except ImportError as e:
+        raise ValueError(f"attnlab serve needs the serve extra ({e.name} is missing): "
+                         "pip install -e '.[serve]'") from None
+    if not _is_loopback(args.host):
+        print(f"warning: --host {args.host}: anyone who can reach this machine can use the lab "
+              "(no login); the default 127.0.0.1 keeps it to this machine", file=sys.stderr)
+    sock = _bound_socket(args.host, args.port)  # a port in use is refused before the slow part
+    try:
+        app = create_app(build_lab(args), rate=args.rate_limit)
+        port = sock.getsockname()[1]
+        shown = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"attnlab lab at http://{shown}:{port}/ (Ctrl-C stops it)", flush=True)
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shuts down, then hands the Ctrl-C back
+        pass
+    finally:
+        sock.close()
+    print("stopped", flush=True)
+    return 0
+
+
+def register(command) -> None:
+    p = command("serve", "the lab as a local web page: ask, see why (evidence, attention, causal "
+                "trace), score the dev set, edit a copy of the model", cmd_serve)
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="run directories or checkpoints; several are compared side by side (only these are read)")
+    p.add_argument("--host", default=LOOPBACK,
+                   help="address to listen on; anything but a loopback address is reachable by others (warned)")
+    p.add_argument("--port", type=PORT.argtype(), default=8000, help="port (0: any free port)")
+    p.add_argument("--rate-limit", type=bounds.non_negative_int, default=120,
+                   help="requests a minute allowed from one client address (0: no limit)")
+    flags.out_dir(p, "runs/serve", "where edited models are saved, each as a new run directory "
+                  "(nothing is written elsewhere)")
+    flags.eval_file(p, "question<TAB>place file of the dev-set view and of the answers an edit changes")
+    flags.corpus(p, "corpus for the evidence and an edit's key statistics")
+    flags.train_file(p, "question<TAB>place file the runs were finetuned on (an edit's key statistics; '' for none)")
+    p.add_argument("--stat-lines", type=bounds.non_negative_int, default=2000,
+                   help="lines for an edit's key statistics, as in `attnlab edit` (0 = all)")
+    flags.device(p)
+    trust.add_abstain_flags(p, default="auto")

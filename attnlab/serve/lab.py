@@ -1,0 +1,328 @@
+"""What the page shows, from the library: answers with their confidence, abstention verdict,
+recalled text and corpus evidence; attention weights; causal traces; the dev set scored; edits
+of an in-memory copy of a model, saved on request as a new run directory.
+
+Safety lives here too, so it holds whatever serves the page: a ``Lab`` reads only the runs it
+is given and its data files, writes only new directories inside its ``out_dir``, refuses bad
+input with a ``LabError`` (a one-line message and the HTTP status to answer with), and runs one
+model computation at a time (``lock``): concurrent requests never interleave forward passes or
+fill a cache twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..trust.abstention import Rule, decide
+from ..api import LoadedModel
+from ..trust.calibration import expected_calibration_error, reliability_bins
+from ..data.datasets import QAExample
+from ..answering.evaluate import Answer, Score, answer_questions
+from ..trust.evidence import CorpusIndex
+from ..answering.knowledge import person_of
+from ..data.vocab import MASK_CHAR, PAD_CHAR
+
+MAX_QUESTION_CHARS = 200  # longer than any "Where was NAME born?" of the data files
+MAX_TRACE_SAMPLES = 10  # a trace costs samples x 3 x layers x positions forwards
+KEPT_EDITS = 4  # edited copies kept in memory (each is a whole model)
+_SAVE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class LabError(ValueError):
+    """Bad input to the lab: a one-line message and the HTTP status it is answered with."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Run:
+    name: str  # as given on the command line
+    model: LoadedModel
+    rule: Rule | None = None  # abstention rule (None: every answer is given)
+    dev: dict[str, Any] | None = None  # the scored dev set, once computed
+    dev_answers: list[Answer] | None = None
+    moments: dict[int, Any] = field(default_factory=dict)  # layer -> key second moment (edits)
+
+
+@dataclass
+class _Asked:
+    """One question for one run, waiting to be answered in the next batch."""
+
+    run: int
+    question: str
+    answer: Answer | None = None
+    given: bool = True
+    error: Exception | None = None
+    done: bool = False
+
+
+@dataclass
+class EditedCopy:
+    run: int
+    model: Any  # the edited GPT (the run's own model is never modified)
+    report: dict[str, Any]
+
+
+def checked_text(text: str | None, what: str) -> str:
+    """``text`` stripped, refused when it is something no model can read: nothing, too much,
+    or the model's own marks."""
+    text = (text or "").strip()
+    if not text:
+        raise LabError(f"empty {what}" + (": type 'Where was NAME born?' or just a name" if what == "question" else ""))
+    if len(text) > MAX_QUESTION_CHARS:
+        raise LabError(f"the {what} is {len(text)} characters long; at most {MAX_QUESTION_CHARS} are read")
+    for mark in (MASK_CHAR, PAD_CHAR):
+        if mark in text:
+            raise LabError(f"the {what} contains {mark!r}, a mark the model uses itself")
+    return text
+
+
+def question_of(text: str) -> str:
+    """The question asked: ``text`` itself, or ``Where was TEXT born?`` when it is just a name."""
+    text = checked_text(text, "question")
+    if person_of(text) is None and not text.endswith("?"):
+        return f"Where was {text} born?"
+    return text
+
+
+class Lab:
+    def __init__(self, runs: list[Run], corpus: list[str], dev: list[QAExample], out_dir: str | Path,
+                 train_places: dict[str, str] | None = None, stat_lines: int = 2000):
+        if not runs:
+            raise ValueError("the lab needs at least one run")
+        self.runs = runs
+        self.corpus = corpus
+        self.evidence = CorpusIndex(corpus)
+        self.dev_examples = dev
+        self.out_dir = Path(out_dir)
+        self.train_places = train_places or {}
+        self.stat_lines = stat_lines  # corpus lines for an edit's key statistics (0: all)
+        self.lock = threading.Lock()  # one model computation at a time
+        self._waiting: list[_Asked] = []  # questions not yet answered (ask)
+        self._waiting_lock = threading.Lock()
+        self.edits: OrderedDict[int, EditedCopy] = OrderedDict()
+        self._edit_ids = itertools.count(1)
+
+    # ---- runs --------------------------------------------------------------------------------
+    def run(self, number: int) -> Run:
+        if not 0 <= number < len(self.runs):
+            raise LabError(f"no run {number}: this lab serves runs 0 to {len(self.runs) - 1}", 404)
+        return self.runs[number]
+
+    def describe_runs(self) -> list[dict[str, Any]]:
+        return [{"id": i, "name": r.name, "qa_format": r.model.config.qa_format,
+                 "n_layer": r.model.config.n_layer, "n_head": r.model.config.n_head,
+                 "parameters": sum(p.numel() for p in r.model.gpt.parameters()),
+                 "abstention": r.rule.describe() if r.rule else "never abstain"}
+                for i, r in enumerate(self.runs)]
+
+    # ---- asking ------------------------------------------------------------------------------
+    def ask(self, text: str, runs: list[int] | None = None) -> dict[str, Any]:
+        """The question answered by each of ``runs`` (default: all), side by side.
+
+        Questions asked at once are answered in one batch: each request puts its questions on
+        the waiting list, and whoever holds the lock answers everything waiting, so 20 users
+        asking together wait for about one batched answer, not for 19 answers one by one."""
+        question = question_of(text)
+        numbers = list(range(len(self.runs))) if runs is None else list(dict.fromkeys(runs))  # each once
+        if not numbers:
+            raise LabError("no run chosen: tick at least one")
+        for n in numbers:
+            self.run(n)  # an unknown run is refused before anything waits
+        asked = [_Asked(n, question) for n in numbers]
+        with self._waiting_lock:
+            self._waiting += asked
+        with self.lock:
+            if not all(a.done for a in asked):  # else another request answered them meanwhile
+                with self._waiting_lock:
+                    batch, self._waiting = self._waiting, []
+                self._answer_waiting(batch)
+        for a in asked:
+            if a.error is not None:
+                raise a.error
+        return {"question": question, "answers": [self._shown(a) for a in asked]}
+
+    def _answer_waiting(self, batch: list[_Asked]) -> None:
+        """Answer every waiting question, one model call per run; a bad question (an unknown
+        character) fails alone: its batch is answered again one question at a time."""
+        by_run: dict[int, list[_Asked]] = {}
+        for a in batch:
+            by_run.setdefault(a.run, []).append(a)
+        for number, group in by_run.items():
+            try:
+                self._answer_group(self.runs[number], group)
+            except ValueError:
+                for a in group:
+                    try:
+                        self._answer_group(self.runs[number], [a])
+                    except ValueError as e:
+                        a.error = e
+            except Exception as e:  # a bug: every request of the batch gets it (a 500), none hangs
+                for a in group:
+                    a.error = e
+            finally:
+                for a in group:
+                    a.done = True
+
+    def _answer_group(self, run: Run, group: list[_Asked]) -> None:
+        answers = run.model.ask([a.question for a in group], source="question")
+        for a, answer, given in zip(group, answers, self._given(run, answers)):
+            a.answer, a.given = answer, given
+
+    def _shown(self, asked: _Asked) -> dict[str, Any]:
+        run, answer = self.runs[asked.run], asked.answer
+        found = self.evidence.find(asked.question, answer.answer)
+        first = (found.supporting or found.lines or (None,))[0]
+        return {"run": asked.run, "name": run.name, "answer": answer.answer, "confidence": answer.confidence,
+                "complete": answer.complete, "recalled": answer.recalled, "given": asked.given,
+                "abstention": run.rule.describe() if run.rule else "never abstain",
+                "evidence": {"verdict": found.verdict, "supported": bool(found.supporting),
+                             "line_number": first,
+                             "line": self.corpus[first - 1] if first else None}}
+
+    def _given(self, run: Run, answers: list[Answer]) -> list[bool]:
+        if run.rule is None:
+            return [True] * len(answers)
+        names = [person_of(a.question) or "" for a in answers] if run.rule.needs_familiarity else [""] * len(answers)
+        return decide(run.model.gpt, run.model.vocab, run.rule, names, [a.confidence for a in answers])
+
+    # ---- why: attention and causal trace -----------------------------------------------------
+    def attention(self, text: str, number: int) -> dict[str, Any]:
+        """Every layer's and head's attention over the text the model read and wrote to answer:
+        the question, its mark and the answer (direct format), or the recalled line, its mark and
+        the answer (recall format)."""
+        from ..probing.attention_maps import attention_weights
+
+        question, run = question_of(text), self.run(number)
+        vocab, block = run.model.vocab, run.model.config.block_size
+        with self.lock:
+            (answer,) = run.model.ask([question], source="question")
+            read = answer.recalled if answer.recalled is not None else question
+            ids = vocab.encode(f"{read}{MASK_CHAR}{answer.answer}")[:block]
+            weights, _ = attention_weights(run.model.gpt, [ids])
+        return {"question": question, "answer": answer.answer, "chars": list(vocab.decode(ids)),
+                "layers": [[[[round(x, 4) for x in row] for row in head] for head in w[0].tolist()]
+                           for w in weights]}
+
+    def trace(self, text: str, number: int, samples: int = 3) -> dict[str, Any]:
+        """The causal trace of the question (tracing.py): recovered probability of the clean
+        answer for each kind, layer and position of the input the answer is produced from."""
+        from ..facts.trace import trace
+
+        if not 1 <= samples <= MAX_TRACE_SAMPLES:
+            raise LabError(f"samples must lie in 1..{MAX_TRACE_SAMPLES}, got {samples}")
+        question, run = question_of(text), self.run(number)
+        with self.lock:
+            t = trace(run.model.gpt, run.model.vocab, question, samples=samples)
+        p = t.point
+        return {"question": question, "answer": p.answer, "chars": list(p.context),
+                "name_start": p.name_start, "name_end": p.name_end, "clean": t.clean,
+                "corrupted": t.corrupted, "samples": t.samples,
+                "recovered": {k: [[round(float(x), 5) for x in row] for row in v] for k, v in t.recovered.items()}}
+
+    # ---- the dev set -------------------------------------------------------------------------
+    def dev(self, number: int) -> dict[str, Any]:
+        """Every dev question with its gold place, the answer, right or wrong, confidence and
+        abstention verdict; the accuracy with its 95% interval; the reliability bins."""
+        run = self.run(number)
+        with self.lock:
+            if run.dev is None:
+                run.dev_answers, run.dev = self._score_dev(run)
+        return run.dev
+
+    def _score_dev(self, run: Run) -> tuple[list[Answer], dict[str, Any]]:
+        examples = self.dev_examples
+        answers = answer_questions(run.model.gpt, run.model.vocab, examples)
+        given = self._given(run, answers)
+        right = [a.answer == e.answer for a, e in zip(answers, examples)]
+        confidence = [a.confidence for a in answers]
+        result = Score(sum(right), len(right))
+        low, high = result.interval
+        rows = [{"question": e.question, "gold": e.answer, "answer": a.answer, "right": r,
+                 "confidence": a.confidence, "given": g}
+                for e, a, r, g in zip(examples, answers, right, given)]
+        bins = [{"low": b.low, "high": b.high, "count": b.count, "confidence": b.mean_confidence,
+                 "accuracy": b.accuracy} for b in reliability_bins(confidence, right)]
+        return answers, {"name": run.name, "rows": rows, "correct": result.correct, "total": result.total,
+                         "accuracy": result.correct / result.total if result.total else 0.0,
+                         "interval": [low, high], "text": result.with_interval(), "bins": bins,
+                         "ece": expected_calibration_error(confidence, right) if rows else 0.0}
+
+    # ---- edits -------------------------------------------------------------------------------
+    def edit(self, number: int, person: str, place: str) -> dict[str, Any]:
+        """Edit a copy of the run's model so ``person`` was born in ``place``; report the new
+        answer and the dev answers that changed. The copy is kept (KEPT_EDITS at most) until
+        saved or pushed out."""
+        run = self.run(number)
+        person, place = checked_text(person, "person"), checked_text(place, "place")
+        self.dev(number)  # the answers before, to compare with
+        with self.lock:
+            edited, report = self._edited(run, person, place)
+            report["run"] = number
+            edit_id = next(self._edit_ids)
+            self.edits[edit_id] = EditedCopy(number, edited, report)
+            while len(self.edits) > KEPT_EDITS:
+                self.edits.popitem(last=False)
+        return {"id": edit_id, **report}
+
+    def _edited(self, run: Run, person: str, place: str):
+        from ..facts.edit import answer_layer, changed_answers, edit_model
+
+        gpt, vocab = run.model.gpt, run.model.vocab
+        layer = answer_layer(gpt)
+        edited, edit, target = edit_model(gpt, vocab, person, place, layer, self._moment(run, layer))
+        question = f"Where was {person} born?"
+        now = answer_questions(edited, vocab, [QAExample(question, None, "edit", 1)])[0].answer
+        keep = [i for i, e in enumerate(self.dev_examples) if person_of(e.question) != person]
+        others = [self.dev_examples[i] for i in keep]
+        before = [run.dev_answers[i] for i in keep]
+        moved = changed_answers(edited, vocab, others, before)
+        after = answer_questions(edited, vocab, [others[i] for i in moved]) if moved else []
+        changed = [{"question": others[i].question, "gold": others[i].answer, "before": before[i].answer,
+                    "after": a.answer} for i, a in zip(moved, after)]
+        return edited, {"source": run.name, "person": person, "place": place, "layer": layer,
+                        "old_answer": target.old_answer, "new_answer": now, "efficacy": now == place,
+                        "others": len(others), "others_changed": len(changed), "changed": changed,
+                        "steps": edit.steps, "delta_norm": float(edit.delta.norm())}
+
+    def _moment(self, run: Run, layer: int):
+        from ..facts.edit import key_second_moment, stat_texts
+
+        if layer not in run.moments:
+            texts = stat_texts(run.model.gpt, self.corpus, self.stat_lines, 0, self.train_places)
+            run.moments[layer] = key_second_moment(run.model.gpt, run.model.vocab, texts, layer)
+        return run.moments[layer]
+
+    def save_edit(self, edit_id: int, name: str) -> dict[str, Any]:
+        """Write the edited copy as the new run directory OUT_DIR/NAME (a checkpoint and
+        edit.json). NAME is one plain path component, and the directory must not exist yet:
+        nothing is written outside OUT_DIR, and no run, edited or not, is ever overwritten."""
+        import json
+
+        from ..model.checkpoint import CHECKPOINT_NAME, save_checkpoint
+        from ..paths import write_atomically
+
+        copy = self.edits.get(edit_id)
+        if copy is None:
+            raise LabError(f"no edit {edit_id} in memory (only the last {KEPT_EDITS} are kept)", 404)
+        if not _SAVE_NAME.match(name or ""):
+            raise LabError(f"the directory name {name!r} must be 1-64 letters, digits, '.', '_' or '-' "
+                           "and start with a letter or digit")
+        target = self.out_dir / name
+        run = self.runs[copy.run]
+        report = {k: v for k, v in copy.report.items() if k != "changed"}
+        with self.lock:  # also keeps two saves under one name from both passing the check
+            if target.exists():
+                raise LabError(f"{target} already exists; choose a new name", 409)
+            path = save_checkpoint(target / CHECKPOINT_NAME, copy.model, run.model.vocab,
+                                   meta={**run.model.checkpoint.meta, "edit": report})
+            write_atomically(target / "edit.json", json.dumps(copy.report, indent=1) + "\n")
+        return {"id": edit_id, "run_dir": str(target), "checkpoint": str(path)}

@@ -1,0 +1,120 @@
+"""Load test of `attnlab serve`: CLIENTS concurrent clients asking dev questions for SECONDS
+against the real program on 127.0.0.1.
+
+The server is started as users start it (``python -m attnlab serve RUN --port 0``, default
+abstention rule fitted at start-up), except ``--rate-limit 0``: every client here comes from
+127.0.0.1, and the default limit (120 requests a minute per address) would otherwise refuse most
+of them, which is what it is for. Each client keeps one connection open and posts
+``/api/ask`` with the next dev question as soon as its previous answer arrives. Reported:
+requests per second, p50/p99 latency of an ask, and errors (any status but 200, or a failed
+connection). The server runs one model computation at a time (attnlab/serve/lab.py's lock) and
+answers the questions that waited meanwhile in one batch.
+
+Run: .venv/bin/python benchmarks/serve_load.py [--clients 20] [--seconds 60] [--run models/cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import DATA, REPO, report, table  # noqa: E402
+
+from attnlab.data.datasets import read_qa  # noqa: E402
+
+
+def start_server(run: str, threads: int) -> tuple[subprocess.Popen, str, int]:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab", "serve", run, "--port", "0", "--rate-limit", "0",
+                             "--out-dir", str(REPO / "runs" / "serve-load")],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if "http://" not in line:
+        proc.kill()
+        raise SystemExit(f"the server printed no URL: {line!r}")
+    host, port = line.split()[3].removeprefix("http://").rstrip("/").rsplit(":", 1)
+    return proc, host, int(port)
+
+
+def client(host: str, port: int, questions: list[str], start: int, until: float,
+           latencies: list[float], errors: list[str]) -> None:
+    conn = http.client.HTTPConnection(host, port, timeout=120)
+    i = start
+    while time.monotonic() < until:
+        body = json.dumps({"question": questions[i % len(questions)]})
+        began = time.perf_counter()
+        try:
+            conn.request("POST", "/api/ask", body, {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            payload = response.read()
+            if response.status != 200:
+                errors.append(f"{response.status} {payload[:80]!r}")
+            else:
+                latencies.append(time.perf_counter() - began)
+        except OSError as e:
+            errors.append(f"{type(e).__name__}: {e}")
+            conn.close()
+            conn = http.client.HTTPConnection(host, port, timeout=120)
+        i += 1
+    conn.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--run", default="models/cpu")
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--server-threads", type=int, default=1, help="OMP_NUM_THREADS of the server")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    args = parser.parse_args()
+
+    questions = [e.question for e in read_qa(DATA / "birth_dev.tsv")]
+    proc, host, port = start_server(args.run, args.server_threads)
+    latencies: list[float] = []
+    errors: list[str] = []
+    load_before = os.getloadavg()[0]
+    try:
+        began = time.monotonic()
+        until = began + args.seconds
+        workers = [threading.Thread(target=client, args=(host, port, questions, k * 25, until, latencies, errors))
+                   for k in range(args.clients)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        elapsed = time.monotonic() - began
+        load_after = os.getloadavg()[0]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    ms = sorted(x * 1000 for x in latencies)
+    p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))] if ms else float("nan")
+    rows = [[args.clients, f"{elapsed:.1f}", len(latencies), f"{len(latencies) / elapsed:.1f}",
+             f"{statistics.median(ms):.0f}" if ms else "-", f"{p99:.0f}", len(errors)]]
+    text = table(["clients", "seconds", "answers", "requests/s", "p50 ms", "p99 ms", "errors"], rows)
+    text += "\n\n" + "\n".join([
+        f"- `attnlab serve {args.run}` on 127.0.0.1 (a separate process, OMP_NUM_THREADS={args.server_threads}, "
+        "--rate-limit 0, the default abstention rule); each client posts /api/ask with the next of the "
+        f"{len(questions)} dev questions as soon as its last answer arrives, over one kept-open connection",
+        "- one model computation at a time (the lab's lock); questions that arrive meanwhile wait and are "
+        "answered together in one batch",
+        f"- machine load (1-minute load average) {load_before:.1f} before, {load_after:.1f} at the end, on "
+        f"{os.cpu_count()} CPU cores: other processes share them, and the numbers move with that",
+        f"- server stopped by SIGINT (Ctrl-C): exit code {proc.returncode}",
+        f"- errors: {len(errors)}" + (f" (first: {errors[0]})" if errors else ""),
+    ])
+    report("serve_load", text, write=not args.no_write, title="Serving load (benchmarks/serve_load.py)")
+
+
+if __name__ == "__main__":
+    main()

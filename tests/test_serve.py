@@ -1,0 +1,278 @@
+"""`attnlab serve`'s web API (attnlab/serve/), through FastAPI's TestClient: each view's numbers
+are the library's, bad input is a 4xx with a one-line message, edits never touch a served run
+and are saved only as new directories inside the output directory, and concurrent requests
+get the answers they would get alone."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi", reason="the serve extra (pip install -e '.[serve]') is not installed")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from attnlab.trust.abstention import Rule  # noqa: E402
+from attnlab.api import load  # noqa: E402
+from attnlab.probing.attention_maps import attention_weights  # noqa: E402
+from attnlab.answering.evaluate import Score  # noqa: E402
+from attnlab.trust.evidence import CorpusIndex  # noqa: E402
+from attnlab.serve.app import RateLimit, create_app  # noqa: E402
+from attnlab.serve.lab import MAX_QUESTION_CHARS  # noqa: E402
+from attnlab.data.vocab import MASK_CHAR  # noqa: E402
+from tests.serve_lab import SHIPPED, make_lab, tiny  # noqa: E402
+
+RALF = "Where was Ralf Wadephul born?"  # models/cpu answers Berlin, right
+BRYAN = "Where was Bryan Dubreuiel born?"
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    return tiny(tmp_path_factory.mktemp("serve-tiny"))
+
+
+@pytest.fixture
+def lab(tmp_path, tiny_run):
+    return make_lab(tmp_path, tiny_run)
+
+
+@pytest.fixture
+def client(lab):
+    return TestClient(create_app(lab, rate=0))
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load(SHIPPED, device="cpu")
+
+
+def test_ask_answers_with_every_run_as_the_library_does(client, lab, shipped):
+    got = client.post("/api/ask", json={"question": RALF})
+    assert got.status_code == 200
+    answers = got.json()["answers"]
+    assert [a["run"] for a in answers] == [0, 1]
+    for served, run in zip(answers, lab.runs):
+        (expected,) = run.model.ask([RALF])
+        assert (served["answer"], served["confidence"], served["recalled"]) == \
+            (expected.answer, expected.confidence, expected.recalled)
+    assert answers[0]["answer"] == shipped.ask(RALF)[0].answer
+
+
+def test_runs_can_be_chosen_and_a_name_alone_is_asked_as_the_question(client):
+    got = client.post("/api/ask", json={"question": "  Ralf Wadephul ", "runs": [1, 1]}).json()
+    assert got["question"] == RALF
+    assert [a["run"] for a in got["answers"]] == [1]  # each run answers once
+
+
+def test_abstention_verdict_follows_the_runs_rule(lab, shipped):
+    confidences = sorted(a.confidence for a in shipped.ask([RALF, BRYAN]))
+    threshold = sum(confidences) / 2  # one answer above, one below
+    lab.runs[0].rule = Rule(threshold, None, "test")
+    client = TestClient(create_app(lab, rate=0))
+    given = {}
+    for question in (RALF, BRYAN):
+        a = client.post("/api/ask", json={"question": question, "runs": [0]}).json()["answers"][0]
+        assert a["given"] == (a["confidence"] >= threshold)
+        assert a["abstention"] == lab.runs[0].rule.describe()
+        given[question] = a["given"]
+    assert sorted(given.values()) == [False, True]
+
+
+def test_evidence_is_the_corpus_line_that_states_the_answer(client, lab):
+    a = client.post("/api/ask", json={"question": RALF, "runs": [0]}).json()["answers"][0]
+    found = CorpusIndex(lab.corpus).find(RALF, a["answer"])
+    assert a["evidence"]["verdict"] == found.verdict
+    assert a["evidence"]["supported"] is True
+    assert a["evidence"]["line_number"] == found.supporting[0]
+    assert a["answer"] in a["evidence"]["line"] and a["evidence"]["line"].startswith("Ralf Wadephul.")
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ({"question": ""}, 400, "empty question"),
+    ({"question": "   "}, 400, "empty question"),
+    ({"question": "Where was Zoë 日本 born?"}, 400, "not in the vocabulary"),
+    ({"question": f"Where was A{MASK_CHAR} born?"}, 400, "a mark the model uses"),
+    ({"question": "x" * (MAX_QUESTION_CHARS + 1)}, 400, f"at most {MAX_QUESTION_CHARS}"),
+    ({"question": "Who is Ralf Wadephul?"}, 400, "expected a question 'Where was NAME born?'"),
+    ({"question": "x" * 10_000}, 413, "larger than"),
+    ({}, 422, "question: Field required"),
+    ({"question": RALF, "runs": [7]}, 404, "no run 7"),
+    ({"question": RALF, "runs": ["a"]}, 422, "malformed request"),
+    ({"question": RALF, "runs": []}, 400, "no run chosen"),
+])
+def test_bad_input_is_a_4xx_with_a_one_line_message(client, body, status, words):
+    got = client.post("/api/ask", json=body)
+    assert got.status_code == status
+    message = got.json()["error"]
+    assert words in message and "\n" not in message and "Traceback" not in message
+
+
+@pytest.mark.parametrize("body", [b"not json", b"\xff\xfe", b'{"question": 3}', b"[]"])
+def test_a_body_that_is_not_a_question_is_a_4xx(client, body):
+    got = client.post("/api/ask", content=body, headers={"content-type": "application/json"})
+    assert 400 <= got.status_code < 500, got.text
+    assert got.json()["error"] and "Traceback" not in got.text
+
+
+def test_attention_of_every_layer_and_head_is_the_libraries(client, lab):
+    got = client.post("/api/attention", json={"question": RALF, "run": 0}).json()
+    model = lab.runs[0].model
+    (answer,) = model.ask([RALF])
+    text = f"{answer.recalled}{MASK_CHAR}{answer.answer}"
+    assert "".join(got["chars"]) == text and got["answer"] == answer.answer
+    weights, _ = attention_weights(model.gpt, [model.vocab.encode(text)])
+    T = len(text)
+    assert len(got["layers"]) == model.config.n_layer
+    for served, w in zip(got["layers"], weights):
+        assert len(served) == model.config.n_head and all(len(h) == T and len(h[0]) == T for h in served)
+        np.testing.assert_allclose(np.array(served), w[0].numpy(), atol=1e-4)
+
+
+def test_causal_trace_is_the_libraries_and_its_samples_are_bounded(client, lab):
+    from attnlab.facts.trace import trace
+
+    got = client.post("/api/trace", json={"question": RALF, "run": 0, "samples": 1})
+    assert got.status_code == 200
+    t = trace(lab.runs[0].model.gpt, lab.runs[0].model.vocab, RALF, samples=1)
+    data = got.json()
+    assert data["answer"] == t.point.answer and "".join(data["chars"]) == t.point.context
+    assert data["clean"] == pytest.approx(t.clean) and data["corrupted"] == pytest.approx(t.corrupted)
+    for kind, matrix in t.recovered.items():
+        np.testing.assert_allclose(np.array(data["recovered"][kind]), matrix, atol=1e-5)
+    too_many = client.post("/api/trace", json={"question": RALF, "run": 0, "samples": 11})
+    assert too_many.status_code == 400 and "samples" in too_many.json()["error"]
+
+
+def test_dev_view_scores_every_question_with_its_interval(client, lab):
+    got = client.get("/api/dev", params={"run": 0}).json()
+    answers = lab.runs[0].model.ask([e.question for e in lab.dev_examples])
+    assert [r["question"] for r in got["rows"]] == [e.question for e in lab.dev_examples]
+    for row, e, a in zip(got["rows"], lab.dev_examples, answers):
+        assert (row["gold"], row["answer"], row["right"]) == (e.answer, a.answer, a.answer == e.answer)
+    score = Score(sum(r["right"] for r in got["rows"]), len(got["rows"]))
+    assert (got["correct"], got["total"], got["text"]) == (score.correct, score.total, score.with_interval())
+    assert got["interval"] == pytest.approx(list(score.interval))
+    assert sum(b["count"] for b in got["bins"]) == got["total"]
+    assert client.get("/api/dev", params={"run": 9}).status_code == 404
+
+
+def test_an_edit_changes_a_copy_and_is_saved_as_a_new_run(client, lab, tmp_path):
+    before = lab.runs[1].model.ask([RALF])[0]
+    weights = {k: v.clone() for k, v in lab.runs[1].model.gpt.state_dict().items()}
+    got = client.post("/api/edit", json={"run": 1, "person": "Ralf Wadephul", "place": "Paris"})
+    assert got.status_code == 200
+    edit = got.json()
+    assert edit["old_answer"] == before.answer and edit["others"] == len(lab.dev_examples) - 1
+    assert edit["others_changed"] == len(edit["changed"])
+    assert all(c["before"] != c["after"] for c in edit["changed"])
+    now = lab.runs[1].model.gpt.state_dict()
+    assert all(v.equal(now[k]) for k, v in weights.items())  # the served run is untouched
+
+    saved = client.post(f"/api/edit/{edit['id']}/save", json={"name": "ralf-paris"})
+    assert saved.status_code == 200
+    run_dir = tmp_path / "out" / "ralf-paris"
+    assert saved.json()["run_dir"] == str(run_dir)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ralf-paris"]
+    assert load(run_dir, device="cpu").ask([RALF])[0].answer == edit["new_answer"]
+    assert json.loads((run_dir / "edit.json").read_text())["place"] == "Paris"
+
+
+def test_a_save_never_overwrites_nor_leaves_the_output_directory(client, tmp_path):
+    edit = client.post("/api/edit", json={"run": 1, "person": "Ralf Wadephul", "place": "Paris"}).json()
+    (tmp_path / "out" / "ralf-paris").mkdir(parents=True)
+    for name, status in [("ralf-paris", 409), ("../escape", 400), ("a/b", 400), (".hidden", 400), ("", 400),
+                         ("x" * 65, 400)]:
+        got = client.post(f"/api/edit/{edit['id']}/save", json={"name": name})
+        assert got.status_code == status, name
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ralf-paris"]
+    assert not (tmp_path / "escape").exists()
+
+
+def test_edit_input_is_checked(client):
+    empty = client.post("/api/edit", json={"run": 1, "person": " ", "place": "Paris"})
+    assert empty.status_code == 400 and empty.json()["error"] == "empty person"
+    mark = client.post("/api/edit", json={"run": 1, "person": "Ralf Wadephul", "place": f"Paris{MASK_CHAR}"})
+    assert mark.status_code == 400 and "the place contains" in mark.json()["error"]
+    unknown = client.post("/api/edit", json={"run": 1, "person": "Ralf Wadephul", "place": "日本"})
+    assert unknown.status_code == 400 and "not in the vocabulary" in unknown.json()["error"]
+    assert client.post("/api/edit/99/save", json={"name": "x"}).status_code == 404
+
+
+def test_requests_over_the_rate_limit_are_refused(lab):
+    client = TestClient(create_app(lab, rate=2))
+    codes = [client.get("/api/runs").status_code for _ in range(3)]
+    assert codes == [200, 200, 429]
+    assert "at most 2 a minute" in client.get("/api/runs").json()["error"]
+    assert client.get("/").status_code == 200  # the page itself is not an API request
+
+
+def test_the_rate_limit_is_per_client_and_per_minute():
+    limit = RateLimit(1)
+    assert limit.wait("a", 0.0) == 0 and limit.wait("b", 1.0) == 0
+    assert limit.wait("a", 30.0) == pytest.approx(30.0)
+    assert limit.wait("a", 60.0) == 0
+    assert limit.wait("c", 61.5) == 0
+    assert set(limit.seen) == {"a", "c"}  # "b", quiet for a minute, is forgotten
+
+
+def _same_answers(got: dict, expected: dict) -> None:
+    """Answers, verdicts and evidence equal; confidences to float noise (a batch runs other
+    matrix shapes than one question alone)."""
+    for g, e in zip(got["answers"], expected["answers"], strict=True):
+        assert g["confidence"] == pytest.approx(e["confidence"], rel=1e-4, abs=1e-6)
+        assert {**g, "confidence": 0} == {**e, "confidence": 0}
+
+
+def test_concurrent_requests_get_the_answers_they_get_alone(client, lab):
+    questions = [e.question for e in lab.dev_examples[:6]]
+    alone = [client.post("/api/ask", json={"question": q}).json() for q in questions]
+    with ThreadPoolExecutor(8) as pool:
+        dev = pool.submit(client.get, "/api/dev", params={"run": 0})
+        together = list(pool.map(lambda q: client.post("/api/ask", json={"question": q}).json(), questions))
+        assert dev.result().status_code == 200
+    for got, expected in zip(together, alone, strict=True):
+        assert got["question"] == expected["question"]
+        _same_answers(got, expected)
+
+
+def test_questions_asked_together_are_answered_in_one_batch(lab, monkeypatch):
+    """While the model is busy, questions wait; the next holder of the lock answers them all in
+    one call per run, and a bad question among them fails alone."""
+    calls = []
+    for run in lab.runs:
+        ask = run.model.ask
+        monkeypatch.setattr(run.model, "ask", lambda qs, ask=ask, **kw: calls.append(len(qs)) or ask(qs, **kw))
+    questions = [e.question for e in lab.dev_examples[:5]] + ["Where was 日本 born?"]
+    alone = {q: lab.ask(q, [0]) for q in questions[:5]}
+    calls.clear()
+
+    def ask_one(q):
+        try:
+            return lab.ask(q, [0])
+        except ValueError as e:
+            return e
+
+    with ThreadPoolExecutor(6) as pool:
+        with lab.lock:  # the model is busy: every request has to wait
+            futures = [pool.submit(ask_one, q) for q in questions]
+            deadline = time.monotonic() + 60
+            while len(lab._waiting) < len(questions) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert len(lab._waiting) == len(questions)
+        results = [f.result(timeout=120) for f in futures]
+    assert calls[0] == len(questions)  # one batch, then the retries one by one after the bad question
+    assert "is not in the vocabulary" in str(results[-1])
+    for q, got in zip(questions[:5], results[:5]):
+        _same_answers(got, alone[q])
+
+
+def test_the_page_and_its_script_are_served(client, lab):
+    page = client.get("/")
+    assert page.status_code == 200 and 'id="question"' in page.text and "/static/app.js" in page.text
+    assert client.get("/static/app.js").status_code == 200
+    assert client.get("/static/../lab.py").status_code == 404
+    runs = client.get("/api/runs").json()["runs"]
+    assert [(r["id"], r["name"]) for r in runs] == [(i, r.name) for i, r in enumerate(lab.runs)]

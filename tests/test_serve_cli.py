@@ -1,0 +1,87 @@
+"""`attnlab serve` as a program: it prints the URL, serves, stops cleanly on Ctrl-C, binds
+127.0.0.1 unless told otherwise (and warns when told), and refuses bad arguments on one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the serve extra (pip install -e '.[serve]') is not installed")
+
+from attnlab import cli  # noqa: E402
+from tests.conftest import REPO  # noqa: E402
+from tests.serve_lab import SHIPPED, small_dev  # noqa: E402
+
+
+def _start(tmp_path, *flags: str) -> tuple[subprocess.Popen, str]:
+    """The program serving models/cpu on a free port; returns it and its printed URL."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab", "serve", str(SHIPPED), "--port", "0",
+                             "--abstain", "off", "--eval-file", str(small_dev(tmp_path)),
+                             "--out-dir", str(tmp_path / "out"), *flags],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if "http://" not in line:
+        proc.kill()
+        pytest.fail(f"no URL printed: {line!r} {proc.stderr.read()}")
+    return proc, line.split()[3]
+
+
+def _stop(proc: subprocess.Popen) -> tuple[int, str, str]:
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    out, err = proc.communicate(timeout=30)
+    return proc.returncode, out, err
+
+
+def test_serve_prints_the_url_answers_and_stops_on_ctrl_c(tmp_path):
+    proc, url = _start(tmp_path)
+    try:
+        assert url.startswith("http://127.0.0.1:")
+        request = urllib.request.Request(url + "api/ask", data=json.dumps({"question": "Ralf Wadephul"}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer = json.load(response)["answers"][0]
+        assert answer["name"] == str(SHIPPED) and answer["answer"]
+    finally:
+        code, out, err = _stop(proc)
+    assert code == 0, err
+    assert out.strip().endswith("stopped") and "Traceback" not in err
+    assert "warning" not in err  # 127.0.0.1: nothing to warn about
+
+
+def test_serve_warns_when_it_listens_beyond_this_machine(tmp_path):
+    proc, url = _start(tmp_path, "--host", "0.0.0.0")
+    code, _, err = _stop(proc)
+    assert url.startswith("http://0.0.0.0:")
+    assert "warning: --host 0.0.0.0: anyone who can reach this machine can use the lab" in err
+    assert code == 0
+
+
+def test_serve_refuses_a_port_in_use_on_one_line(capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli.main(["serve", str(SHIPPED), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"--port {port}: cannot listen there" in err and len(err.strip().splitlines()) == 1
+
+
+def test_serve_refuses_a_missing_run_on_one_line(tmp_path, capsys):
+    assert cli.main(["serve", str(tmp_path / "nope"), "--port", "0", "--abstain", "off",
+                     "--eval-file", str(small_dev(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnlab serve: error:") and "nope" in err and len(err.strip().splitlines()) == 1
+
+
+def test_serve_without_its_extra_says_how_to_install_it(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn now fails
+    assert cli.main(["serve", str(SHIPPED)]) == 2
+    assert "pip install -e '.[serve]'" in capsys.readouterr().err
