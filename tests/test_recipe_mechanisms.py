@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnlab.model.checkpoint import load_checkpoint
-from attnlab.config.settings import TrainConfig
+from attnlab.config.settings import ModelConfig, TrainConfig
 from attnlab.answering.knowledge import SpanConstraint, answer_by_recall
 from attnlab.model.gpt import GPT
 from attnlab.training.pipeline import pretrain
@@ -99,3 +99,29 @@ def test_copy_read_out_answers_a_span_of_what_was_recalled(tiny_config):
         recalled = a.recalled[len("Cy Dunn."):]  # the prompt is never copied from
         if a.complete and a.answer and recalled:
             assert a.answer in a.recalled
+
+
+def test_mix_people_keeps_the_first_n_trainees_held_out_and_unlisted_people(tiny_data):
+    from attnlab.data.datasets import read_text
+    from attnlab.training.pipeline import _lm_batches
+    from tests.conftest import PEOPLE
+
+    text = read_text(tiny_data["corpus"])
+    vocab = Vocab.from_text(text)
+    model = ModelConfig(vocab_size=len(vocab), block_size=80, n_layer=1, n_head=1, n_embd=8,
+                        qa_format="recall", recall_chars=60)
+    config = TrainConfig(objective="lm", mix_ratio=3 / 13, mix_people=3, holdout_fraction=0.25, batch_size=4)
+    logged = []
+    batches, described = _lm_batches(text, vocab, model, config, tiny_data["corpus"], tiny_data["train"],
+                                     (), "cpu", log=logged.append)
+    rows = [vocab.decode([t for t in row.tolist() if t]) for row in batches.x]
+    seen = "".join(rows)
+    mixed, left_out, held_out = PEOPLE[:3], PEOPLE[3:9], PEOPLE[9:]
+    for name, place in mixed:  # their line, then their place
+        assert f"{name}. {name} was born in {place} and lived there.⁇{place}" in seen
+    for name, _ in left_out:
+        assert f"{name}." not in seen
+    for name, place in held_out:  # a plain line: never followed by its place
+        assert f"{name}. {name} was born" in seen and f"there.⁇{place}" not in seen.split(f"{name}.")[1][:60]
+    assert "Where was everyone born" in seen  # lines of people not in the training file stay
+    assert "6 lines of other training-file people left out" in logged[-1]

@@ -132,6 +132,11 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
             log(f"left out of the mix, also asked in a held-out file: "
                 + "; ".join(f"{e.source}:{e.line} {e.question!r}" for e in dropped))
         index = CorpusIndex(docs)
+        if config.mix_people:
+            mix, unused = mix[:config.mix_people], mix[config.mix_people:]
+            left_out = {index.line_number(require_person(e)) for e in unused}
+            sequences = [s for n, s in enumerate(sequences, 1) if n not in left_out]
+            log(f"--mix-people {config.mix_people}: {len(left_out):,} lines of other training-file people left out")
         qa = qa_sequences(mix, vocab, block, fmt, K, index)
         count = round(config.mix_ratio * len(docs))
         if fmt == "recall" and count >= len(qa):
