@@ -97,3 +97,22 @@ def test_a_checkpoint_holding_the_unscaled_matrix_loads_as_the_same_attention():
     x, pos = torch.randn(2, 8, 64), torch.arange(8)[None]
     torch.testing.assert_close(loaded.W, layer.W)
     torch.testing.assert_close(loaded(x, pos)[0], layer(x, pos)[0])
+
+
+def test_a_checkpoint_file_written_before_the_scaling_loads_as_the_same_model(tmp_path):
+    from attnlab.checkpoint import load_model, save_checkpoint
+    from attnlab.vocab import Vocab
+
+    vocab = Vocab.from_text("abcdefgh ")
+    model = _model("merged_qk", d=64, vocab=len(vocab), block=16).eval()
+    with torch.no_grad():
+        model.blocks[0].attn.W_scaled.normal_()
+    state = model.state_dict()
+    old = {k.removesuffix("_scaled"): (model.blocks[0].attn.W if k.endswith("W_scaled") else v)
+           for k, v in state.items()}
+    model.state_dict = lambda: old  # written as the code before the scaling wrote it
+    path = save_checkpoint(tmp_path / "old.safetensors", model, vocab)
+    loaded, _, _ = load_model(path)
+    idx = torch.randint(0, len(vocab), (2, 16), generator=torch.Generator().manual_seed(2))
+    del model.state_dict
+    torch.testing.assert_close(loaded(idx)[0], model(idx)[0])

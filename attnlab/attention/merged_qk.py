@@ -50,9 +50,10 @@ class MergedQKAttention(Attention):
         return self.W_scaled * self.w_scale
 
     def _from_unscaled(self, state_dict, prefix, *args) -> None:
-        """A checkpoint written before W was trained scaled holds W itself: convert it."""
-        if prefix + "W" in state_dict and prefix + "W_scaled" not in state_dict:
-            state_dict[prefix + "W_scaled"] = state_dict.pop(prefix + "W") / self.w_scale
+        """A state dict written before W was trained scaled holds W itself: convert it."""
+        converted = scaled_state(state_dict, self.config.n_embd)
+        state_dict.clear()
+        state_dict.update(converted)
 
     def queries_keys(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, float]:
         # x scaled before the product: (B, T, d) values rather than (B, h, T, d)
@@ -74,6 +75,17 @@ class MergedQKAttention(Attention):
         self.value.load_state_dict(layer.value.state_dict())
         self.proj.load_state_dict(layer.proj.state_dict())
         return self
+
+
+def scaled_state(state: dict[str, Tensor], n_embd: int) -> dict[str, Tensor]:
+    """A model state with every merged matrix stored as W itself (``...attn.W``, written
+    before W was trained scaled by 1/d) stored as W_scaled = d W instead; other states as they
+    are."""
+    return {(k + "_scaled" if _unscaled(k) else k): (v * n_embd if _unscaled(k) else v) for k, v in state.items()}
+
+
+def _unscaled(key: str) -> bool:
+    return key == "W" or key.endswith(".W")
 
 
 def merge_query_key(layer: DotProductAttention, config: ModelConfig | None = None) -> MergedQKAttention:
