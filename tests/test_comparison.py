@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from attnlab import comparison
+from attnlab import comparison, experiments
 from tests.test_variants import run_cli, write_data
 
 
@@ -175,6 +175,9 @@ def test_compare_refuses_a_reference_it_does_not_train_and_zero_seeds(tmp_path):
     paths = write_data(tmp_path)
     with pytest.raises(ValueError, match="reference variant 'relative' is not among"):
         run_cli(_compare_argv(paths, tmp_path / "a", "--reference", "relative"))
-    with pytest.raises(ValueError, match="--seeds must be at least 1"):
+    with pytest.raises(SystemExit) as exit_:  # the parser refuses it
         run_cli(_compare_argv(paths, tmp_path / "b", "--seeds", "0"))
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert exit_.value.code == 2
+    with pytest.raises(ValueError, match="--seeds must be at least 1"):  # and so does the library
+        experiments.compare(*[None] * 4, variants=["vanilla"], seeds=0, out=tmp_path / "c")
+    assert not any((tmp_path / d).exists() for d in "abc")

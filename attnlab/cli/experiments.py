@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 import os
 
-from .. import paths
+from .. import bounds, paths
 from ..attention import REGISTRY
 from ..attention import names as attention_names
 from ..data import read_corpus, read_questions
@@ -95,7 +95,7 @@ def register(command) -> None:
     flags.preset(p)
     p.add_argument("--variants", default=None,
                    help=f"comma-separated variants to train (default: all: {','.join(REGISTRY)})")
-    p.add_argument("--seeds", type=int, default=1,
+    p.add_argument("--seeds", type=bounds.positive_int, default=1,
                    metavar="N",
                    help="train each variant N times, seed k with both stages' --seed plus k (the same seeds for "
                         "every variant; runs in VARIANT/seed-K/ when N > 1); the table shows each seed's count, "
