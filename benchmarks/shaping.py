@@ -4,8 +4,12 @@ and attention distance on the dev questions. Writes a section of docs/benchmarks
 
     python benchmarks/shaping.py                       # quick preset (CPU: about 3 x the demo)
     python benchmarks/shaping.py --preset tiny --max-steps 5 --benchmarks /tmp/B.md   # smoke run
+    python benchmarks/shaping.py --seeds 3             # each setting with 3 seeds, paired tests
 
 Each setting is ``none`` or ``LOSS:LAMBDA``; the same loss and weight are used in both stages.
+Each setting is compared with ``none`` (or the first setting) on the same dev questions and
+seeds: mean accuracy with a 95% interval over questions and seeds, and the paired exact McNemar
+test (attnlab/experiments/comparison.py, docs/guides/comparisons.md).
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from _common import replace_section  # noqa: E402
 from attnlab.model.checkpoint import load_model  # noqa: E402
 from attnlab.config.settings import ModelConfig, get_preset  # noqa: E402
 from attnlab.answering.evaluate import Score  # noqa: E402
+from attnlab.experiments.comparison import INTERVAL_METHOD, TEST_METHOD, compare_models, correctness, read_correctness  # noqa: E402
 from attnlab.probing.attention_maps import statistics_over  # noqa: E402
-from attnlab.data.datasets import read_texts  # noqa: E402
+from attnlab.data.datasets import read_qa, read_texts  # noqa: E402
 from attnlab.config.settings import DEFAULT_DEV  # noqa: E402
 from attnlab.training.pipeline import evaluate_file, finetune, pretrain  # noqa: E402
 from attnlab.core.devices import resolve_device  # noqa: E402
@@ -42,7 +47,7 @@ def parse_setting(text: str) -> tuple[str, float]:
     return m.group(1), float(m.group(2))
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="quick", help="model and training preset (default: quick)")
     p.add_argument("--attention", default="vanilla", help="attention variant (default: vanilla)")
@@ -51,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--near-max", type=float, default=16.0, help="L_max of the near loss (default: 16)")
     p.add_argument("--max-steps", type=int, default=0, help="cap both stages at N steps (default: 0 = preset)")
     p.add_argument("--epochs", type=float, default=0, help="epochs of both stages (default: 0 = preset)")
+    p.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="train each setting N times, seed k with the preset's seeds plus k, the same seeds for "
+                        "every setting (runs in SETTING/seed-K/ when N > 1) (default: 1)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: auto)")
     p.add_argument("--out", default="runs/bench-shaping", help="run directory (default: runs/bench-shaping)")
     p.add_argument("--benchmarks", default="docs/benchmarks.md", help="file whose section is written (default: docs/benchmarks.md)")
@@ -60,71 +68,126 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--none-from", default=None, metavar="RUN",
                    help="take the 'none' row from a finished `attnlab compare` run of the same preset and "
                         "variant (e.g. runs/compare/vanilla): lambda = 0 trains bit-identically to the plain "
-                        "loss, so it is the same run (default: train it)")
+                        "loss, so it is the same run; one seed only (default: train it)")
     args = p.parse_args(argv)
+    if args.seeds < 1:
+        p.error(f"--seeds must be at least 1, got {args.seeds}")
+    if args.none_from and args.seeds > 1:
+        p.error("--none-from takes one run: it cannot stand for several seeds")
+    return args
 
-    preset = get_preset(args.preset)
-    model_config = ModelConfig(**{**preset.model, "attention": args.attention})
-    stage_overrides = dict(device=args.device)
+
+def none_from(run: Path) -> dict:
+    """The row of a finished `attnlab compare` run, as this script records its own."""
+    saved = json.loads((run / "row.json").read_text())
+    fin_ce = json.loads((run / "finetune" / "metrics.jsonl").read_text().splitlines()[-1])["loss"]
+    return dict(dev=[saved["dev_correct"], saved["dev_total"]], pretrain_ce=saved["pretrain_loss"],
+                finetune_ce=fin_ce, seconds=saved["seconds"], dev_each=saved.get("dev_each") or dev_each_of(run))
+
+
+def dev_each_of(run: Path) -> str:
+    """A finished run's per-question dev correctness (0/1 a question), from the predictions its
+    finetuned model wrote (rows recorded before the rows carried it)."""
+    predictions = run / "finetune" / f"predictions-{Path(DEFAULT_DEV).stem}.txt"
+    return "".join("1" if c else "0" for c in read_correctness(predictions, DEFAULT_DEV))
+
+
+def train_row(run: Path, setting: str, k: int, args, preset, model_config) -> dict:
+    """Pretrain and finetune one setting with seed k (each stage's seed plus k) in ``run``; its
+    row (dev_each: one 0/1 per dev question) is written to run/row.json."""
+    name, weight = parse_setting(setting)
+    overrides = dict(device=args.device, attn_loss=name, attn_loss_weight=weight, near_max=args.near_max)
     if args.max_steps:
-        stage_overrides["max_steps"] = args.max_steps
+        overrides["max_steps"] = args.max_steps
     if args.epochs:
-        stage_overrides["epochs"] = args.epochs
-    questions = [q + MASK_CHAR for q in read_texts(DEFAULT_DEV)]
-    out = Path(args.out)
-    rows = []
-    for setting in args.settings:
-        name, weight = parse_setting(setting)
-        shaping = dict(attn_loss=name, attn_loss_weight=weight, near_max=args.near_max)
-        run = out / setting.replace(":", "-")
+        overrides["epochs"] = args.epochs
+    start = time.perf_counter()
+    _, _, pre = pretrain(model_config, dataclasses.replace(preset.pretrain, **overrides, seed=preset.pretrain.seed + k),
+                         run_dir=run / "pretrain")
+    _, _, fin = finetune(dataclasses.replace(preset.finetune, **overrides, seed=preset.finetune.seed + k),
+                         run_dir=run / "finetune", init=run / "pretrain")
+    seconds = time.perf_counter() - start
+    answers, dev, _ = evaluate_file(run / "finetune", DEFAULT_DEV, device=args.device)
+    labels = [e.answer for e in read_qa(DEFAULT_DEV, labelled=True)]
+    each = "".join("1" if c else "0" for c in correctness([a.answer for a in answers], labels))
+    row = dict(dev=[dev.correct, dev.total], pretrain_ce=pre.final_loss, finetune_ce=fin.final_loss,
+               seconds=seconds, dev_each=each, seed=preset.pretrain.seed + k)
+    (run / "row.json").write_text(json.dumps(row) + "\n")
+    return row
+
+
+def setting_rows(setting: str, args, preset, model_config, questions: list[str]) -> dict:
+    """Every seed of one setting, trained or reused, with the heads' entropy and distance
+    averaged over the seeds' models."""
+    rows, ents, dists = [], [], []
+    for k in range(args.seeds):
+        run = Path(args.out) / setting.replace(":", "-")
+        run = run if args.seeds == 1 else run / f"seed-{k}"
         if setting == "none" and args.none_from:
             run = Path(args.none_from)
-            saved = json.loads((run / "row.json").read_text())
-            fin_ce = json.loads((run / "finetune" / "metrics.jsonl").read_text().splitlines()[-1])["loss"]
-            row = dict(dev=[saved["dev_correct"], saved["dev_total"]], pretrain_ce=saved["pretrain_loss"],
-                       finetune_ce=fin_ce, seconds=saved["seconds"])
+            row = none_from(run)
             print(f"== none: taken from {run}")
         elif args.reuse and (run / "row.json").exists():
             row = json.loads((run / "row.json").read_text())
-            print(f"== {setting}: reusing the finished run in {run}")
+            row["dev_each"] = row.get("dev_each") or dev_each_of(run)
+            print(f"== {setting}, seed {preset.pretrain.seed + k}: reusing the finished run in {run}")
         else:
-            print(f"== {setting}: pretrain + finetune in {run}")
-            start = time.perf_counter()
-            _, _, pre = pretrain(model_config, dataclasses.replace(preset.pretrain, **stage_overrides, **shaping),
-                                 run_dir=run / "pretrain")
-            _, _, fin = finetune(dataclasses.replace(preset.finetune, **stage_overrides, **shaping),
-                                 run_dir=run / "finetune", init=run / "pretrain")
-            seconds = time.perf_counter() - start
-            _, dev, _ = evaluate_file(run / "finetune", DEFAULT_DEV, device=args.device)
-            row = dict(dev=[dev.correct, dev.total], pretrain_ce=pre.final_loss, finetune_ce=fin.final_loss,
-                       seconds=seconds)
-            (run / "row.json").write_text(json.dumps(row) + "\n")
+            print(f"== {setting}, seed {preset.pretrain.seed + k}: pretrain + finetune in {run}")
+            row = train_row(run, setting, k, args, preset, model_config)
         model, vocab, _ = load_model(run / "finetune", device=str(resolve_device(args.device)))
-        ent, dist, n = statistics_over(model, vocab, questions, source=str(DEFAULT_DEV))
-        rows.append((setting, Score(*row["dev"]), row["pretrain_ce"], row["finetune_ce"], ent, dist,
-                     row["seconds"]))
+        ent, dist, _ = statistics_over(model, vocab, questions, source=str(DEFAULT_DEV))
+        rows.append(row)
+        ents.append(ent)
+        dists.append(dist)
+    mean = lambda key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
+    return dict(runs=[[c == "1" for c in r["dev_each"]] for r in rows], pretrain_ce=mean("pretrain_ce"),
+                finetune_ce=mean("finetune_ce"), seconds=sum(r["seconds"] for r in rows),
+                entropy=sum(ents) / len(ents), distance=sum(dists) / len(dists))
 
+
+def section(args, argv, preset, results: dict[str, dict], n_questions: int) -> str:
+    reference = "none" if "none" in results else next(iter(results))
+    compared = compare_models({s: r["runs"] for s, r in results.items()}, reference)
     lines = [
         "## Attention-shaping losses",
         "",
         "`" + " ".join(["python benchmarks/shaping.py", *(argv if argv is not None else sys.argv[1:])]) + "`",
-        f"(preset {preset.name}, {args.attention}; the loss and lambda apply to pretraining and finetuning;"
-        f" L_max = {args.near_max}). Entropy (nats) and mean |t1 - t2| (characters) are per head, averaged"
-        f" over the {len(questions)} dev questions with their sentinel, then over heads"
-        " (min-max over heads in brackets).",
+        f"(preset {preset.name}, {args.attention}, {args.seeds} seed(s) per setting: the preset's seeds plus 0.."
+        f"{args.seeds - 1}; the loss and lambda apply to pretraining and finetuning; L_max = {args.near_max})."
+        f" Entropy (nats) and mean |t1 - t2| (characters) are per head, averaged over the {n_questions} dev"
+        " questions with their sentinel, then over heads and seeds (min-max over heads in brackets)."
+        f" 95% CI: {INTERVAL_METHOD}. p: {TEST_METHOD} against `{reference}`, two-sided; the verdict at"
+        " p < 0.05 (docs/guides/comparisons.md). CE and time: mean and total over the seeds.",
         "",
-        "| setting | dev accuracy (95% Wilson CI) | pretrain CE | finetune CE | head entropy | attention distance | time |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| setting | dev accuracy, mean over seeds (95% CI) | each seed | p vs {reference} | verdict "
+        "| pretrain CE | finetune CE | head entropy | attention distance | time |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for setting, dev, pre_ce, fin_ce, ent, dist, secs in rows:
+    for setting, r in results.items():
+        summary, test = compared[setting]
+        counts = ", ".join(map(str, summary.counts)) + f" of {summary.total}"
+        p, verdict = ("-", "reference") if test is None else (f"{test.combined.p:.3g}", test.verdict)
+        ent, dist = r["entropy"], r["distance"]
         lines.append(
-            f"| {setting} | {dev.with_interval()} | {pre_ce:.3f} | {fin_ce:.3f} | {ent.mean():.2f} [{ent.min():.2f}-{ent.max():.2f}]"
-            f" | {dist.mean():.2f} [{dist.min():.2f}-{dist.max():.2f}] | {secs:.0f} s |")
-    body = "\n".join(lines)
+            f"| {setting} | {summary.shown()} | {counts} | {p} | {verdict} | {r['pretrain_ce']:.3f} | "
+            f"{r['finetune_ce']:.3f} | {ent.mean():.2f} [{ent.min():.2f}-{ent.max():.2f}]"
+            f" | {dist.mean():.2f} [{dist.min():.2f}-{dist.max():.2f}] | {r['seconds']:.0f} s |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    for setting in args.settings:
+        parse_setting(setting)  # every setting checked before any training
+    preset = get_preset(args.preset)
+    model_config = ModelConfig(**{**preset.model, "attention": args.attention})
+    questions = [q + MASK_CHAR for q in read_texts(DEFAULT_DEV)]
+    results = {s: setting_rows(s, args, preset, model_config, questions) for s in args.settings}
+    body = section(args, argv, preset, results, len(questions))
     print("\n" + body)
     path = Path(args.benchmarks)
     replace_section("shaping", body, path=path)
-    print(f"\nwrote the section to {path}; runs in {out}")
+    print(f"\nwrote the section to {path}; runs in {args.out}")
     return 0
 
 

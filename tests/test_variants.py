@@ -92,9 +92,11 @@ def test_compare_trains_every_chosen_variant_and_writes_its_report(tmp_path, cap
     from attnlab.model.checkpoint import load_checkpoint
 
     assert load_checkpoint(out / "rotary" / "finetune").model_config.attention == "rotary"
-    table = (out / "results.md").read_text().split("\n\n", 1)[1]  # after the settings header
+    # after the settings header: the rows, then each variant against the reference (tests/test_comparison.py)
+    table, compared = (out / "results.md").read_text().split("\n\n")[1:3]
     assert table.startswith("| variant | parameters | pretrain loss | dev extracted (95% CI) | dev stored | time |")
-    assert table.count("\n") == 2 + len(results)
+    assert table.count("\n") == 1 + len(results)
+    assert compared.startswith("| variant | seeds |") and compared.count("\n") == 1 + 2  # vanilla, rotary
     png = (out / "dev_accuracy.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
     assert titles == [f"dev accuracy on {paths['dev'].name}, preset tiny"]

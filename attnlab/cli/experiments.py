@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 import os
 
-from ..core import paths
+from ..core import bounds, paths
 from ..model.attention import REGISTRY
 from ..model.attention import names as attention_names
 from ..data.datasets import read_corpus, read_questions
@@ -40,7 +40,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     variants = [v.strip() for v in args.variants.split(",") if v.strip()] if args.variants else None
     compare(*configs, variants=variants, corpus=args.corpus, train_file=args.train_file, dev_file=args.eval_file,
             out=args.out_dir, device=args.device, scratch=args.scratch, reuse=args.reuse, resume=args.resume,
-            overwrite=args.overwrite, preset=args.preset)
+            overwrite=args.overwrite, preset=args.preset, seeds=args.seeds, reference=args.reference)
     return 0
 
 
@@ -91,10 +91,19 @@ def register(command) -> None:
     _continuing(p.add_mutually_exclusive_group(), "demo")
 
     p = command("compare", "every attention variant through pretrain -> finetune -> dev evaluation, "
-                "same preset, seed and data; a markdown table and a bar chart", cmd_compare)
-    flags.preset(p, "cpu5", "recipe every variant is trained with")
+                "same preset, seeds and data; a markdown table with paired tests and a bar chart", cmd_compare)
+    flags.preset(p, "cpu15", "recipe every variant is trained with")
     p.add_argument("--variants", default=None,
                    help=f"comma-separated variants to train (default: all: {','.join(REGISTRY)})")
+    p.add_argument("--seeds", type=bounds.positive_int, default=1,
+                   metavar="N",
+                   help="train each variant N times, seed k with both stages' --seed plus k (the same seeds for "
+                        "every variant; runs in VARIANT/seed-K/ when N > 1); the table shows each seed's count, "
+                        "the mean with a 95%% interval over questions and seeds, and a paired test against "
+                        "--reference (docs/guides/comparisons.md)")
+    p.add_argument("--reference", default=None, metavar="VARIANT",
+                   help="variant the others are tested against, on the same questions and seeds "
+                        "(default: vanilla if trained, else the first of --variants)")
     flags.out_dir(p, "runs/compare", "output directory", old=("--out",))
     flags.corpus(p, "pretraining corpus (also defines the vocabulary)")
     flags.train_file(p, "question<TAB>place finetuning file")

@@ -34,6 +34,9 @@ from ..config.settings import (
 from ..answering.evaluate import Score
 from ..answering.knowledge import Stored
 from ..core.paths import file_sha256
+from . import comparison
+from .comparison import correctness
+from ..data.datasets import read_qa
 from ..training.pipeline import baseline, evaluate_file, finetune, pretrain, stored_facts
 
 # Rows of models trained by the recipe under test, drawn in colour; references in grey.
@@ -59,6 +62,10 @@ class Row:
     pretrain_loss: float | None = None
     seconds: float | None = None  # training wall time
     run_dir: str = "-"
+    # Per dev question, "1" where the answer matched the label: what paired tests compare.
+    dev_each: str | None = None
+    variant: str | None = None  # rows of one variant trained with several seeds share it
+    seed: int | None = None  # the seed of those rows (both stages' seed offset)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "kind": self.kind, "parameters": self.parameters,
@@ -68,13 +75,15 @@ class Row:
                 "stored": None if self.stored is None else self.stored.stored,
                 "stored_total": None if self.stored is None else self.stored.total,
                 "stored_asked": None if self.stored is None else self.stored.asked,
-                "seconds": self.seconds, "run_dir": self.run_dir}
+                "seconds": self.seconds, "run_dir": self.run_dir, "dev_each": self.dev_each,
+                "variant": self.variant, "seed": self.seed}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Row":
         dev = None if d["dev_total"] is None else Score(d["dev_correct"], d["dev_total"])
         stored = None if d["stored_total"] is None else Stored(d["stored"], d["stored_total"], d["stored_asked"])
-        return cls(d["model"], d["kind"], dev, stored, d["parameters"], d["pretrain_loss"], d["seconds"], d["run_dir"])
+        return cls(d["model"], d["kind"], dev, stored, d["parameters"], d["pretrain_loss"], d["seconds"], d["run_dir"],
+                   d.get("dev_each"), d.get("variant"), d.get("seed"))
 
     @property
     def dev_percent(self) -> float | None:
@@ -89,8 +98,13 @@ def experiment_settings(preset: str | None, model_config: ModelConfig, pretrain_
     and the attnlab version (recorded, not compared)."""
     configs = dict(zip(TRAIN_STAGES, (pretrain_config, finetune_config, scratch_config)))
     return {"preset": preset, "model": model_config.to_dict(),
-            **{stage: {k: v for k, v in c.to_dict().items() if k != "device"} for stage, c in configs.items()},
+            **{stage: stage_settings(c) for stage, c in configs.items()},
             "data": {role: data_file(path) for role, path in data.items()}, "attnlab": __version__}
+
+
+def stage_settings(config: TrainConfig) -> dict[str, Any]:
+    """A training stage's config as settings record it: the device left out (it may change)."""
+    return {k: v for k, v in config.to_dict().items() if k != "device"}
 
 
 def data_file(path: Any) -> dict[str, Any]:
@@ -213,12 +227,17 @@ class Runner:
         pretrain/ and finetune/."""
         return [where, where / "pretrain", where / "finetune"]
 
-    def score(self, run: str | Path) -> tuple[Score | None, Stored | None]:
-        """Dev extracted (predictions written) and stored; test predictions too."""
-        _, dev, _ = evaluate_file(run, self.dev_file, device=self.device, log=self.log)
+    def score(self, run: str | Path) -> tuple[Score | None, Stored | None, str | None]:
+        """Dev extracted (predictions written), stored, and each dev question's correctness as
+        a 0/1 string (None without labels); test predictions too."""
+        answers, dev, _ = evaluate_file(run, self.dev_file, device=self.device, log=self.log)
         if self.test_file is not None:
             evaluate_file(run, self.test_file, device=self.device, log=self.log)
-        return dev, stored_facts(run, self.dev_file, self.corpus, device=self.device)
+        each = None
+        if dev is not None:
+            labels = [e.answer for e in read_qa(self.dev_file)]
+            each = "".join("1" if c else "0" for c in correctness([a.answer for a in answers], labels))
+        return dev, stored_facts(run, self.dev_file, self.corpus, device=self.device), each
 
     def baseline(self) -> Row:
         place, base = baseline(self.train_file, self.dev_file)
@@ -257,20 +276,23 @@ class Runner:
 
         stages: list[Stage] = [("pretrain", where / "pretrain", pretrained),
                                ("finetune", where / "finetune", finetuned)]
+        # the stages' own configs: a seeded row's differ from the experiment's in their seed
+        trained = {"pretrain": stage_settings(pretrain_config), "finetune": stage_settings(finetune_config)}
         return self._row(where, model_config, Row(label, kind, run_dir=str(shown or where)), stages,
-                         scored=where / "finetune")
+                         scored=where / "finetune", stage_configs=trained)
 
     def shipped(self, path: str | Path) -> Row:
-        dev, stored = self.score(path)
-        return Row(f"shipped model ({path})", "shipped", dev, stored, run_dir=str(path))
+        dev, stored, each = self.score(path)
+        return Row(f"shipped model ({path})", "shipped", dev, stored, run_dir=str(path), dev_each=each)
 
     def _on_device(self, config: TrainConfig) -> TrainConfig:
         return dataclasses.replace(config, device=self.device)
 
-    def _row(self, where: Path, model_config: ModelConfig, row: Row, stages: list[Stage], scored: Path) -> Row:
+    def _row(self, where: Path, model_config: ModelConfig, row: Row, stages: list[Stage], scored: Path,
+             stage_configs: dict[str, Any] | None = None) -> Row:
         """The row kept from ``where`` (resume, reuse), or its stages trained (each finished one
         recorded in stages.json, skipped when the row continues) and the model scored."""
-        settings = {**self.settings, "model": model_config.to_dict()}
+        settings = {**self.settings, "model": model_config.to_dict(), **(stage_configs or {})}
         kept = self._kept(where, settings)
         if kept is not None:
             return kept
@@ -291,7 +313,7 @@ class Runner:
         row.pretrain_loss = done.get("pretrain", {}).get("final_loss")
         row.seconds = sum(stage["seconds"] for stage in done.values())  # of the sessions that finished them
         row.parameters = done[stages[-1][0]]["parameters"]
-        row.dev, row.stored = self.score(scored)
+        row.dev, row.stored, row.dev_each = self.score(scored)
         _write_json(where / "row.json", {**row.to_dict(), "settings": settings})
         return row
 
@@ -322,15 +344,21 @@ class Runner:
         else:
             _write_json(recorded, settings)
 
-    def write(self, rows: list[Row], label: str, title: str, settings: dict[str, Any] | None = None) -> str:
+    def write(self, rows: list[Row], label: str, title: str, settings: dict[str, Any] | None = None,
+              reference: str | None = None) -> str:
         """results.md, results.json and dev_accuracy.png in ``out``, each recording the
-        settings (default: the runner's); returns the table."""
+        settings (default: the runner's); with a ``reference`` variant, also each variant's
+        seeds summarised and tested against it (variant_comparison). Returns the table(s)."""
         settings = self.settings if settings is None else settings
         self.out.mkdir(parents=True, exist_ok=True)
         table = results_table(rows, label)
+        record: dict[str, Any] = {"settings": settings, "rows": [r.to_dict() for r in rows]}
+        if reference is not None:
+            compared = variant_comparison(rows, reference, self.dev_file)
+            table += "\n\n" + comparison_table(compared, reference)
+            record["comparison"] = comparison_record(compared, reference)
         (self.out / "results.md").write_text(results_header(settings) + "\n\n" + table + "\n")
-        (self.out / "results.json").write_text(
-            json.dumps({"settings": settings, "rows": [r.to_dict() for r in rows]}, indent=2) + "\n")
+        (self.out / "results.json").write_text(json.dumps(record, indent=2) + "\n")
         plot_dev_accuracy(rows, self.out / "dev_accuracy.png", title)
         self.log("\n" + table)
         return table
@@ -357,6 +385,82 @@ def results_table(rows: list[Row], label: str = "model") -> str:
         secs = "-" if r.seconds is None else f"{r.seconds:.0f} s"
         lines.append(f"| {r.model} | {params} | {loss} | {acc} | {stored} | {secs} | {r.run_dir} |")
     return "\n".join(lines)
+
+
+@dataclass
+class Compared:
+    """One variant over its seeds: the seeds, the accuracy summary, the mean stored fraction
+    and the paired test against the reference (None for the reference itself, or when a
+    row's per-question answers are unknown)."""
+
+    seeds: list[int | None]
+    summary: comparison.Summary
+    stored: float | None
+    test: comparison.PairedTest | None
+
+
+def variant_comparison(rows: list[Row], reference: str, dev_file: str | Path) -> dict[str, Compared]:
+    """The variant rows (Row.variant set) grouped by variant, in order, each summarised over its
+    seeds and tested against ``reference``'s rows of the same seeds on the same questions."""
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.variant is not None and r.dev is not None:
+            groups.setdefault(r.variant, []).append(r)
+    each = {name: [_correct_each(r, dev_file) for r in group] for name, group in groups.items()}
+    compared = {}
+    for name, group in groups.items():
+        known = all(e is not None for e in each[name] + each.get(reference, [None]))
+        runs = each[name] if known else [_from_score(r.dev) for r in group]
+        test = (comparison.paired_test(each[name], each[reference])
+                if known and name != reference and len(group) == len(groups[reference]) else None)
+        stored = [r.stored.stored / r.stored.total for r in group if r.stored is not None and r.stored.total]
+        compared[name] = Compared([r.seed for r in group], comparison.summarise(runs),
+                                  sum(stored) / len(stored) if stored else None, test)
+    return compared
+
+
+def _correct_each(row: Row, dev_file: str | Path):
+    """A row's per-question correctness: recorded in the row, or read from the dev predictions
+    its finetuned model wrote (rows finished before attnlab recorded it); None if neither."""
+    if row.dev_each is not None:
+        return [c == "1" for c in row.dev_each]
+    predictions = Path(row.run_dir) / "finetune" / f"predictions-{Path(dev_file).stem}.txt"
+    return comparison.read_correctness(predictions, dev_file) if predictions.is_file() else None
+
+
+def _from_score(dev: Score) -> list[bool]:
+    """Correctness with only the count known: enough for the mean and the interval (which do
+    not depend on which questions were right), not for a paired test."""
+    return [True] * dev.correct + [False] * (dev.total - dev.correct)
+
+
+def comparison_table(compared: dict[str, Compared], reference: str) -> str:
+    """One line per variant: its seeds' mean with the interval, each seed's count, stored, and
+    the paired test against the reference with its verdict; a note says which methods."""
+    lines = [f"| variant | seeds | dev extracted, mean over seeds (95% CI) | each seed | dev stored (mean) "
+             f"| right only here / only in {reference} | p | verdict vs {reference} |",
+             "| --- | --- | ---: | --- | ---: | ---: | ---: | --- |"]
+    for name, c in compared.items():
+        seeds = ", ".join("-" if s is None else str(s) for s in c.seeds)
+        counts = ", ".join(map(str, c.summary.counts)) + f" of {c.summary.total}"
+        stored = "-" if c.stored is None else f"{100 * c.stored:.1f}%"
+        if c.test is None:
+            split, p, verdict = "-", "-", "reference" if name == reference else "no paired answers"
+        else:
+            split, p, verdict = f"{c.test.combined.wins} / {c.test.combined.losses}", f"{c.test.combined.p:.3g}", c.test.verdict
+        lines.append(f"| {name} | {seeds} | {c.summary.shown()} | {counts} | {stored} | {split} | {p} | {verdict} |")
+    lines += ["", f"95% CI: {comparison.INTERVAL_METHOD}. p: {comparison.TEST_METHOD}, two-sided; "
+              f"verdict at p < {comparison.ALPHA} (docs/guides/comparisons.md)."]
+    return "\n".join(lines)
+
+
+def comparison_record(compared: dict[str, Compared], reference: str) -> dict[str, Any]:
+    """The comparison as results.json records it."""
+    return {"reference": reference, "interval_method": comparison.INTERVAL_METHOD,
+            "test_method": comparison.TEST_METHOD, "alpha": comparison.ALPHA,
+            "variants": {name: {"seeds": c.seeds, **c.summary.to_dict(), "stored_mean": c.stored,
+                                "test": None if c.test is None else c.test.to_dict()}
+                         for name, c in compared.items()}}
 
 
 def plot_dev_accuracy(rows: list[Row], path: Path, title: str) -> Path:
@@ -483,26 +587,30 @@ def compare(
     overwrite: bool = False,
     log: Callable[[str], None] = print,
     preset: str | None = None,  # named in the chart's title
+    seeds: int = 1,
+    reference: str | None = None,
 ) -> list[Row]:
     """Every variant (default: the whole registry) through pretrain -> finetune -> dev, with
     the same model shape, seeds and data; plus the most-frequent-place baseline and, if
-    ``scratch``, vanilla finetuned without pretraining. Writes results.md/.json and a chart.
-    ``reuse`` keeps finished rows, ``resume`` also continues interrupted ones, ``overwrite``
-    starts over."""
+    ``scratch``, vanilla finetuned without pretraining. Each variant is trained ``seeds`` times
+    (seed k: both stages' seeds plus k, the same k for every variant; runs in VARIANT/seed-K/
+    when seeds > 1) and compared with ``reference`` (default: vanilla if chosen, else the first
+    variant) on the same questions (attnlab/experiments/comparison.py). Writes results.md/.json and a
+    chart. ``reuse`` keeps finished rows, ``resume`` also continues interrupted ones,
+    ``overwrite`` starts over."""
     variants = list(variants or REGISTRY)
-    unknown = [v for v in variants if v not in REGISTRY]
-    if unknown:
-        raise ValueError(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(REGISTRY)}")
+    reference = _check_variants(variants, reference, seeds)
     data = {"corpus": corpus, "train": train_file, "dev": dev_file, "test": DEFAULT_TEST}  # test: held out
     settings = experiment_settings(preset, model_config, pretrain_config, finetune_config, scratch_config, data)
     run = Runner(Path(out), corpus, train_file, dev_file, held_out=(dev_file, DEFAULT_TEST), device=device,
                  reuse=reuse, resume=resume, overwrite=overwrite, settings=settings, log=log)
-    run.start(([run.out / "scratch"] if scratch else []) + [run.out / name for name in variants])
+    run.start(([run.out / "scratch"] if scratch else [])
+              + [_seed_dir(run.out, name, k, seeds) for name in variants for k in range(seeds)])
     run.out.mkdir(parents=True, exist_ok=True)
     log(f"== attnlab compare: {', '.join(variants)}; outputs in {run.out}")
     try:
         rows = _compare_rows(run, model_config, pretrain_config, finetune_config, scratch_config, variants,
-                             scratch)
+                             scratch, seeds)
     except KeyboardInterrupt:
         log(f"compare interrupted: finished stages are kept in {run.out}; continue with the same command "
             "plus --resume (in place of --overwrite or --reuse)")
@@ -510,22 +618,56 @@ def compare(
     # Rows differ in their attention only: the results name the variants instead.
     model = {k: v for k, v in settings["model"].items() if k != "attention"}
     run.write(rows, "variant", f"dev accuracy on {Path(dev_file).name}" + (f", preset {preset}" if preset else ""),
-              settings={**settings, "model": model, "variants": variants, "scratch": scratch})
+              settings={**settings, "model": model, "variants": variants, "scratch": scratch, "seeds": seeds,
+                        "reference": reference},
+              reference=reference)
     log(f"\nwrote {run.out / 'results.md'}, {run.out / 'results.json'} and {run.out / 'dev_accuracy.png'}; "
         f"runs in {run.out}/*/")
     return rows
 
 
+def _check_variants(variants: list[str], reference: str | None, seeds: int) -> str:
+    """The reference variant, after refusing unknown variants, a reference not among them and a
+    seed count below 1."""
+    unknown = [v for v in variants if v not in REGISTRY]
+    if unknown:
+        raise ValueError(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(REGISTRY)}")
+    if seeds < 1:
+        raise ValueError(f"--seeds must be at least 1, got {seeds}")
+    reference = reference or ("vanilla" if "vanilla" in variants else variants[0])
+    if reference not in variants:
+        raise ValueError(f"the reference variant {reference!r} is not among the variants trained "
+                         f"({', '.join(variants)})")
+    return reference
+
+
+def _seed_dir(out: Path, variant: str, k: int, seeds: int) -> Path:
+    """Where seed k of a variant trains: VARIANT/ with one seed (as before seeds existed),
+    VARIANT/seed-K/ with several."""
+    return out / variant if seeds == 1 else out / variant / f"seed-{k}"
+
+
 def _compare_rows(run: Runner, model_config: ModelConfig, pretrain_config: TrainConfig,
                   finetune_config: TrainConfig, scratch_config: TrainConfig, variants: list[str],
-                  scratch: bool) -> list[Row]:
+                  scratch: bool, seeds: int = 1) -> list[Row]:
     rows = [run.baseline()]
     if scratch:
         run.log("== no pretraining: vanilla finetuned from scratch")
         rows.append(run.scratch("vanilla, no pretraining", dataclasses.replace(model_config, attention="vanilla"),
                                 scratch_config))
     for i, name in enumerate(variants, 1):
-        run.log(f"== {i}/{len(variants)} {name}: pretrain, finetune, evaluate on {run.dev_file}")
-        rows.append(run.recipe(name, "variant", dataclasses.replace(model_config, attention=name),
-                               pretrain_config, finetune_config, run.out / name))
+        for k in range(seeds):
+            seed = pretrain_config.seed + k
+            shown = f", seed {seed}" if seeds > 1 else ""
+            run.log(f"== {i}/{len(variants)} {name}{shown}: pretrain, finetune, evaluate on {run.dev_file}")
+            row = run.recipe(name + shown, "variant", dataclasses.replace(model_config, attention=name),
+                             _seeded(pretrain_config, k), _seeded(finetune_config, k),
+                             _seed_dir(run.out, name, k, seeds))
+            row.variant, row.seed = name, seed
+            rows.append(row)
     return rows
+
+
+def _seeded(config: TrainConfig, k: int) -> TrainConfig:
+    """Seed k of a stage: its seed plus k (k = 0: the config itself)."""
+    return dataclasses.replace(config, seed=config.seed + k) if k else config

@@ -26,6 +26,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from ..config.settings import ModelConfig, TrainConfig
+from .attention.merged_qk import scaled_state
 from .gpt import GPT
 from ..data.vocab import Vocab
 
@@ -292,7 +293,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu", *,
     ckpt = Checkpoint(
         model_config=config,
         vocab=vocab,
-        model_state=groups["model"],
+        model_state=scaled_state(groups["model"], config.n_embd),  # merged_qk written before its W was scaled
         meta=meta,
         optimizer_state=optimizer_state,
         rng_state=(groups["rng"] or None) if training_state else None,

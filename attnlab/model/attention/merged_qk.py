@@ -32,12 +32,32 @@ class MergedQKAttention(Attention):
     def __init__(self, config: ModelConfig):
         super().__init__(config)
         d, h = config.n_embd, config.n_head
-        # std 0.02^2 makes the initial scores match a vanilla layer initialised N(0, 0.02).
-        self.W = nn.Parameter(torch.randn(h, d, d) * 0.02**2)
+        # W = W_scaled / d, trained as W_scaled. AdamW moves every entry of the trained matrix by
+        # about the learning rate per step whatever its gradient's size, and a score sums d^2 of
+        # them, so trained as W itself the scores jumped ~d times further per step than a vanilla
+        # layer's: the softmax saturated (attention entropy near zero) and training stalled
+        # (docs/guides/comparisons.md, "Why merged_qk stalled"). Divided by d, an entry's step
+        # moves a score about as far as a step of W_Q or W_K does.
+        self.w_scale = 1.0 / d
+        # W's std 0.02^2 makes the initial scores match a vanilla layer initialised N(0, 0.02).
+        self.W_scaled = nn.Parameter(torch.randn(h, d, d) * (0.02**2 / self.w_scale))
         self.u = nn.Parameter(torch.zeros(h, d))
+        self._register_load_state_dict_pre_hook(self._from_unscaled)
+
+    @property
+    def W(self) -> Tensor:
+        """The merged matrices, (h, d, d): score x_i^T W_h x_j."""
+        return self.W_scaled * self.w_scale
+
+    def _from_unscaled(self, state_dict, prefix, *args) -> None:
+        """A state dict written before W was trained scaled holds W itself: convert it."""
+        converted = scaled_state(state_dict, self.config.n_embd)
+        state_dict.clear()
+        state_dict.update(converted)
 
     def queries_keys(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, float]:
-        q = torch.einsum("btc,hcd->bhtd", x, self.W) + self.u[None, :, None, :]  # (B, h, T, d)
+        # x scaled before the product: (B, T, d) values rather than (B, h, T, d)
+        q = torch.einsum("btc,hcd->bhtd", x * self.w_scale, self.W_scaled) + self.u[None, :, None, :]
         k = x[:, None]  # (B, 1, T, d): every head compares against the raw input
         return q, k, 1.0
 
@@ -50,11 +70,22 @@ class MergedQKAttention(Attention):
         wk = layer.key.weight.view(h, dh, d)
         bq = layer.query.bias.view(h, dh)
         scale = 1.0 / math.sqrt(dh)
-        self.W.copy_(torch.einsum("hic,hid->hcd", wq, wk) * scale)
+        self.W_scaled.copy_(torch.einsum("hic,hid->hcd", wq, wk) * (scale / self.w_scale))
         self.u.copy_(torch.einsum("hi,hid->hd", bq, wk) * scale)
         self.value.load_state_dict(layer.value.state_dict())
         self.proj.load_state_dict(layer.proj.state_dict())
         return self
+
+
+def scaled_state(state: dict[str, Tensor], n_embd: int) -> dict[str, Tensor]:
+    """A model state with every merged matrix stored as W itself (``...attn.W``, written
+    before W was trained scaled by 1/d) stored as W_scaled = d W instead; other states as they
+    are."""
+    return {(k + "_scaled" if _unscaled(k) else k): (v * n_embd if _unscaled(k) else v) for k, v in state.items()}
+
+
+def _unscaled(key: str) -> bool:
+    return key == "W" or key.endswith(".W")
 
 
 def merge_query_key(layer: DotProductAttention, config: ModelConfig | None = None) -> MergedQKAttention:

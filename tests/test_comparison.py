@@ -1,0 +1,184 @@
+"""Statistics for comparisons (attnlab/experiments/comparison.py) and `attnlab compare --seeds`."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from attnlab.experiments import comparison
+from attnlab.experiments import runner as experiments
+from tests.test_variants import run_cli, write_data
+
+
+@pytest.mark.parametrize("k, n, expected", [
+    (0, 0, 1.0),                      # no discordant questions: no evidence at all
+    (0, 5, 2 / 32),                   # 0.0625: five one-sided disagreements are not enough
+    (6, 6, 2 / 64),                   # 0.03125: six are
+    (1, 10, 2 * (1 + 10) / 1024),     # 0.021484375
+    (2, 12, 2 * (1 + 12 + 66) / 4096),  # 0.0385742..., scipy.stats.binomtest(2, 12).pvalue
+    (5, 10, 1.0),                     # an even split, capped at 1
+])
+def test_the_exact_binomial_p_value_matches_hand_computed_values(k, n, expected):
+    assert comparison.binomial_two_sided(k, n) == pytest.approx(expected, rel=1e-12)
+    assert comparison.binomial_two_sided(n - k, n) == pytest.approx(expected, rel=1e-12)  # two-sided
+
+
+def test_the_binomial_p_value_of_large_counts_agrees_with_the_normal_approximation():
+    # 290 of 500 discordant questions one way: with the continuity correction
+    # z = (|290 - 250| - 1/2) / sqrt(500 / 4) = 3.533
+    z = 39.5 / math.sqrt(125)
+    normal = math.erfc(z / math.sqrt(2))
+    assert comparison.binomial_two_sided(290, 500) == pytest.approx(normal, rel=0.05)
+
+
+def test_identical_answers_give_p_1_and_no_detectable_difference():
+    answers = [1, 0, 1, 1, 0, 0, 1]
+    test = comparison.paired_test([answers, answers], [answers, answers])
+    assert (test.combined.wins, test.combined.losses, test.combined.p) == (0, 0, 1.0)
+    assert test.verdict == "no detectable difference"
+    assert all(m.p == 1.0 for m in test.per_seed)
+
+
+def test_one_sided_disagreements_give_the_exact_binomial_value_and_a_direction():
+    reference = [0] * 6 + [1] * 10
+    model = [1] * 6 + [1] * 10  # right on the six the reference missed, nothing lost
+    better = comparison.paired_test([model], [reference])
+    assert (better.combined.wins, better.combined.losses) == (6, 0)
+    assert better.combined.p == pytest.approx(2 / 2**6)
+    assert better.verdict == "better"
+    worse = comparison.paired_test([reference], [model])
+    assert (worse.combined.wins, worse.combined.losses, worse.verdict) == (0, 6, "worse")
+    five = comparison.paired_test([model[1:]], [reference[1:]])  # 5 vs 0: p = 0.0625
+    assert five.combined.p == pytest.approx(0.0625) and five.verdict == "no detectable difference"
+
+
+def test_seeds_are_combined_by_summing_their_discordant_pairs():
+    reference = [0, 0, 0, 1, 1]
+    model = [1, 1, 1, 1, 1]  # 3 wins per seed: p = 0.25 alone
+    test = comparison.paired_test([model, model], [reference, reference])
+    assert [m.p for m in test.per_seed] == [pytest.approx(0.25)] * 2
+    assert (test.combined.wins, test.combined.losses) == (6, 0)
+    assert test.combined.p == pytest.approx(2 / 64) and test.verdict == "better"
+    # seeds that disagree with each other cancel: 3 wins in one, 3 losses in the other
+    mixed = comparison.paired_test([model, reference], [reference, model])
+    assert (mixed.combined.wins, mixed.combined.losses, mixed.combined.p) == (3, 3, 1.0)
+    assert mixed.verdict == "no detectable difference"
+    record = test.to_dict()
+    assert record["per_seed"] == [{"wins": 3, "losses": 0, "p": 0.25}] * 2 and record["verdict"] == "better"
+
+
+@pytest.mark.parametrize("wins, losses, p, expected", [
+    (10, 2, 0.04, "better"), (2, 10, 0.04, "worse"), (10, 2, 0.05, "no detectable difference"),
+    (10, 2, 0.2, "no detectable difference"), (0, 0, 1.0, "no detectable difference"),
+])
+def test_the_verdict_needs_p_below_alpha_and_takes_the_direction_of_the_split(wins, losses, p, expected):
+    assert comparison.verdict(comparison.McNemar(wins, losses, p)) == expected
+
+
+def test_one_seed_interval_is_the_question_bootstrap():
+    runs = [[1] * 250 + [0] * 250]
+    s = comparison.summarise(runs)
+    assert s.counts == (250,) and s.total == 500 and s.mean == 0.5
+    half = 1.959964 * math.sqrt(0.25 / 500)  # 0.0438: the normal interval of 250/500
+    assert s.interval[0] == pytest.approx(0.5 - half, abs=0.006)
+    assert s.interval[1] == pytest.approx(0.5 + half, abs=0.006)
+    assert comparison.summarise(runs) == s  # reproducible
+    assert s.shown().startswith("50.0% [95% CI ")
+
+
+def test_the_interval_widens_with_the_seed_variance():
+    # two seeds far apart: each alone has a narrow question interval, the mean over seeds does not
+    high, low = [1] * 400 + [0] * 100, [1] * 100 + [0] * 400
+    s = comparison.summarise([high, low])
+    assert s.counts == (400, 100) and s.mean == pytest.approx(0.5)
+    assert s.interval[0] < 0.3 and s.interval[1] > 0.7
+    alike = comparison.summarise([high, high])
+    assert alike.interval[1] - alike.interval[0] < 0.1
+    assert comparison.summarise([[1] * 20] * 3).interval == (1.0, 1.0)
+
+
+def test_bad_correctness_arrays_are_refused():
+    with pytest.raises(ValueError, match="0/1"):
+        comparison.mcnemar([0, 2, 1], [0, 1, 1])
+    with pytest.raises(ValueError, match="different numbers of questions"):
+        comparison.mcnemar([0, 1], [0, 1, 1])
+    with pytest.raises(ValueError, match="same seeds"):
+        comparison.paired_test([[1, 0]], [[1, 0], [0, 1]])
+    with pytest.raises(ValueError, match="same questions"):
+        comparison.summarise([[1, 0], [1, 0, 1]])
+    with pytest.raises(ValueError, match="reference"):
+        comparison.compare_models({"a": [[1]]}, "b")
+
+
+def test_compare_models_tests_every_model_but_the_reference():
+    runs = {"ref": [[0, 0, 0, 0, 0, 0, 1]], "new": [[1, 1, 1, 1, 1, 1, 1]]}
+    result = comparison.compare_models(runs, "ref")
+    assert result["ref"][1] is None and result["new"][1].verdict == "better"
+    assert result["new"][0].counts == (7,) and result["ref"][0].counts == (1,)
+
+
+def test_correctness_is_read_from_a_predictions_file(tmp_path):
+    labelled = tmp_path / "dev.tsv"
+    labelled.write_text("Where was A born?\tParis\nWhere was B born?\tRome\nWhere was C born?\tOslo\n")
+    predictions = tmp_path / "predictions.txt"
+    predictions.write_text("Paris\n\nOslo\n")
+    assert comparison.read_correctness(predictions, labelled).tolist() == [True, False, True]
+    predictions.write_text("Paris\n")
+    with pytest.raises(ValueError, match="1 predictions for the 3 questions"):
+        comparison.read_correctness(predictions, labelled)
+
+
+def _compare_argv(paths, out, *extra):
+    return ["compare", "--preset", "tiny", "--variants", "vanilla,rotary", "--no-scratch", "--max-steps", "1",
+            "--n-layer", "1", "--n-embd", "16", "--block-size", "48", "--batch-size", "4",
+            "--corpus", str(paths["corpus"]), "--train-file", str(paths["train"]),
+            "--eval-file", str(paths["dev"]), "--out-dir", str(out), "--device", "cpu", *extra]
+
+
+def test_compare_with_two_seeds_shows_each_seeds_count_and_the_paired_test(tmp_path, capsys):
+    paths, out = write_data(tmp_path), tmp_path / "compare"
+    assert run_cli(_compare_argv(paths, out, "--seeds", "2", "--seed", "3")) == 0
+    record = json.loads((out / "results.json").read_text())
+    rows = {(r["variant"], r["seed"]): r for r in record["rows"] if r["variant"]}
+    assert sorted(rows) == [("rotary", 3), ("rotary", 4), ("vanilla", 3), ("vanilla", 4)]
+    for (variant, seed), r in rows.items():  # seed k trained both stages with --seed + k, in its own directory
+        assert r["run_dir"] == str(out / variant / f"seed-{seed - 3}")
+        for stage in ("pretrain", "finetune"):
+            config = json.loads((out / variant / f"seed-{seed - 3}" / stage / "config.json").read_text())
+            assert config["train"]["seed"] == seed
+        assert len(r["dev_each"]) == r["dev_total"] and r["dev_each"].count("1") == r["dev_correct"]
+    compared = record["comparison"]
+    assert compared["reference"] == "vanilla" and record["settings"]["seeds"] == 2
+    rotary = compared["variants"]["rotary"]
+    assert rotary["counts"] == [rows["rotary", 3]["dev_correct"], rows["rotary", 4]["dev_correct"]]
+    expected = comparison.paired_test([[c == "1" for c in rows["rotary", s]["dev_each"]] for s in (3, 4)],
+                                      [[c == "1" for c in rows["vanilla", s]["dev_each"]] for s in (3, 4)])
+    assert rotary["test"] == expected.to_dict() and compared["variants"]["vanilla"]["test"] is None
+    table = (out / "results.md").read_text()
+    line = next(t for t in table.splitlines() if t.startswith("| rotary | 3, 4 |"))
+    counts = f"{rows['rotary', 3]['dev_correct']}, {rows['rotary', 4]['dev_correct']} of 4"
+    assert counts in line and expected.verdict in line and "crossed bootstrap" in table
+    assert "| vanilla | 3, 4 |" in table and "| reference |" in table
+    capsys.readouterr()
+
+    # a changed setting is never reused: the stored seed-0 run was made with --seed 3
+    with pytest.raises(ValueError, match="seed was 3 there, 5 now"):
+        run_cli(_compare_argv(paths, out, "--seeds", "2", "--seed", "5", "--reuse"))
+    assert run_cli(_compare_argv(paths, out, "--seeds", "2", "--seed", "3", "--reuse")) == 0
+    assert capsys.readouterr().out.count("reusing the finished run") == 4
+    assert json.loads((out / "results.json").read_text()) == record
+
+
+def test_compare_refuses_a_reference_it_does_not_train_and_zero_seeds(tmp_path):
+    paths = write_data(tmp_path)
+    with pytest.raises(ValueError, match="reference variant 'relative' is not among"):
+        run_cli(_compare_argv(paths, tmp_path / "a", "--reference", "relative"))
+    with pytest.raises(SystemExit) as exit_:  # the parser refuses it
+        run_cli(_compare_argv(paths, tmp_path / "b", "--seeds", "0"))
+    assert exit_.value.code == 2
+    with pytest.raises(ValueError, match="--seeds must be at least 1"):  # and so does the library
+        experiments.compare(*[None] * 4, variants=["vanilla"], seeds=0, out=tmp_path / "c")
+    assert not any((tmp_path / d).exists() for d in "abc")
