@@ -273,6 +273,9 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
     """Recall-format finetuning examples: each training person's corpus line cut at
     recall_chars, then the place (attnlab/answering/knowledge.py), packed into rows."""
     examples = finetuning_people(read_qa(train_file, labelled=True), train_config.holdout_fraction)
+    # A --mix-people recipe finetunes on the people it pretrained with: the lines of the others
+    # were never read, and recalling them from scratch undoes what pretraining stored.
+    examples = examples[:train_config.mix_people or None]
     index = CorpusIndex(documents(read_text(corpus)))
     sequences = qa_sequences(examples, vocab, config.block_size, "recall", config.recall_chars, index)
     rows = pack(sequences, config.block_size)
