@@ -16,10 +16,9 @@ from typing import Any, Iterable
 
 import torch
 
-from .model.checkpoint import Checkpoint, load_checkpoint
+from .model.checkpoint import Checkpoint, load_model
 from .config.settings import ModelConfig, TrainConfig
 from .data.datasets import QAExample
-from .core.devices import resolve_device
 from .answering.evaluate import Answer, answer_questions
 from .model.gpt import GPT
 from .data.vocab import Vocab
@@ -64,7 +63,4 @@ class LoadedModel:
 def load(path: str | os.PathLike, device: str = "auto", **overrides: Any) -> LoadedModel:
     """The model of a run directory or checkpoint file, in eval mode on ``device`` (cpu, cuda or
     auto). ``overrides`` change config fields that add no parameters (e.g. attention="argmax")."""
-    checkpoint = load_checkpoint(path, training_state=False)  # answering needs no optimiser state
-    gpt = checkpoint.build_model(**overrides).to(resolve_device(device))
-    gpt.eval()
-    return LoadedModel(gpt, checkpoint.vocab, checkpoint)
+    return LoadedModel(*load_model(path, device, **overrides))

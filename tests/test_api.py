@@ -72,3 +72,15 @@ def test_a_bad_question_is_an_error_naming_it(run):
     if model.config.qa_format == "recall":  # it needs a person to recall
         with pytest.raises(DataError, match=r"^<ask>:1: expected a question 'Where was NAME born\?'"):
             model.ask(["Who is Ada?"])
+
+
+def test_one_loader_for_the_api_and_the_commands(run):
+    """attnlab.load wraps model.checkpoint.load_model, which resolves device "auto" itself."""
+    from attnlab.core.devices import resolve_device
+    from attnlab.model.checkpoint import load_model
+
+    gpt, vocab, checkpoint = load_model(run, device="auto")
+    assert next(gpt.parameters()).device == resolve_device("auto") and not gpt.training
+    loaded = attnlab.load(run)
+    assert loaded.vocab.itos == vocab.itos and loaded.checkpoint.meta == checkpoint.meta
+    assert all(a.equal(b) for a, b in zip(loaded.gpt.state_dict().values(), gpt.state_dict().values()))
