@@ -84,3 +84,23 @@ def test_one_loader_for_the_api_and_the_commands(run):
     loaded = attnlab.load(run)
     assert loaded.vocab.itos == vocab.itos and loaded.checkpoint.meta == checkpoint.meta
     assert all(a.equal(b) for a, b in zip(loaded.gpt.state_dict().values(), gpt.state_dict().values()))
+
+
+def test_ask_can_abstain_from_python(run):
+    """Abstention is in the library: a Rule withholds answers, as `ask --abstain-below` does."""
+    from attnlab.trust.abstention import Rule
+
+    model = attnlab.load(run)
+    plain = model.ask(QUESTIONS)
+    assert [a.answer for a in model.ask(QUESTIONS, abstain=Rule(confidence=0.0))] == [a.answer for a in plain]
+    withheld = model.ask(QUESTIONS, abstain=Rule(confidence=1.01))  # no answer is that sure
+    assert [a.answer for a in withheld] == ["", ""] and [a.withheld for a in withheld] == [a.answer for a in plain]
+
+
+def test_the_fitted_rule_is_the_one_ask_fits(run, capsys):
+    model = attnlab.load(run)
+    rule = model.abstention_rule()
+    assert rule.confidence is not None and rule.familiarity is not None  # "both", as --abstain auto
+    assert cli.main(["ask", str(run), QUESTIONS[0], "--abstain", "auto"]) == 0
+    assert rule.describe() in capsys.readouterr().err
+    assert model.abstention_rule(kind="confidence").familiarity is None
