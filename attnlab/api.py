@@ -11,16 +11,16 @@ Answers come from the same code as ``attnlab ask`` and ``attnlab evaluate``
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 import torch
 
-from .model.checkpoint import Checkpoint, load_checkpoint
-from .config.settings import ModelConfig, TrainConfig
+from .model.checkpoint import Checkpoint, load_model
+from .config.settings import DEFAULT_TRAIN, ModelConfig, TrainConfig
 from .data.datasets import QAExample
-from .core.devices import resolve_device
 from .answering.evaluate import Answer, answer_questions
+from .trust.abstention import DEFAULT_HOLDOUT, DEFAULT_KEEP_RIGHT, Rule, decide, fit_rules, people_of
 from .model.gpt import GPT
 from .data.vocab import Vocab
 
@@ -48,23 +48,44 @@ class LoadedModel:
         return next(self.gpt.parameters()).device
 
     def ask(self, questions: Iterable[str] | str, *, batch_size: int = 256, source: str = "<ask>",
-            first_line: int = 1) -> list[Answer]:
+            first_line: int = 1, abstain: Rule | None = None) -> list[Answer]:
         """Greedy answers, in order, each with its confidence (``Answer.confidence``: the
         probability of the answer and its closing mark) and, for a recall model, what it
         recalled. A bad question raises an error naming ``source`` and its line: VocabError
         for an unknown character, DataError when a recall model is not asked "Where was NAME
-        born?"."""
+        born?".
+
+        ``abstain``: a ``Rule`` (``attnlab.trust.abstention``) under which an answer may be
+        withheld, as ``attnlab ask --abstain`` does: ``Rule(confidence=0.8)`` or
+        ``model.abstention_rule()``; a withheld answer comes back with ``answer`` "" and
+        ``withheld`` holding what the model would have said."""
         if isinstance(questions, str):
             questions = [questions]
         examples = [QAExample(q.strip(), None, source, first_line + i) for i, q in enumerate(questions)]
         with torch.no_grad():
-            return answer_questions(self.gpt, self.vocab, examples, batch_size=batch_size)
+            answers = answer_questions(self.gpt, self.vocab, examples, batch_size=batch_size)
+        return answers if abstain is None else self._withhold(answers, examples, abstain, batch_size)
+
+    def _withhold(self, answers: list[Answer], examples: list[QAExample], rule: Rule, batch_size: int) -> list[Answer]:
+        """The answers with those the rule withholds emptied (``withheld`` keeps them)."""
+        names = people_of(examples) if rule.needs_familiarity else [""] * len(examples)
+        given = decide(self.gpt, self.vocab, rule, names, [a.confidence for a in answers], batch_size)
+        return [a if ok else replace(a, answer="", withheld=a.answer) for a, ok in zip(answers, given)]
+
+    def abstention_rule(self, train_file: str | os.PathLike | None = None, *, holdout_fraction: float | None = None,
+                        keep_right: float = DEFAULT_KEEP_RIGHT, kind: str = "both") -> Rule:
+        """The rule ``ask --abstain auto`` fits, for ``ask(..., abstain=rule)``: thresholds on
+        the name's familiarity and the answer's confidence ("both"; "name" or "confidence"
+        alone), fitted on the last ``holdout_fraction`` of ``train_file`` (default: the
+        course's training file, and the share the run recorded holding out, else 0.1) so that
+        ``keep_right`` of the people it answers correctly are still answered.
+        ``Rule(confidence=0.8)`` is ``--abstain-below 0.8``."""
+        recorded = float((self.checkpoint.meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
+        fraction = holdout_fraction or recorded or DEFAULT_HOLDOUT
+        return fit_rules(self.gpt, self.vocab, train_file or DEFAULT_TRAIN, fraction, keep_right)[kind]
 
 
 def load(path: str | os.PathLike, device: str = "auto", **overrides: Any) -> LoadedModel:
     """The model of a run directory or checkpoint file, in eval mode on ``device`` (cpu, cuda or
     auto). ``overrides`` change config fields that add no parameters (e.g. attention="argmax")."""
-    checkpoint = load_checkpoint(path, training_state=False)  # answering needs no optimiser state
-    gpt = checkpoint.build_model(**overrides).to(resolve_device(device))
-    gpt.eval()
-    return LoadedModel(gpt, checkpoint.vocab, checkpoint)
+    return LoadedModel(*load_model(path, device, **overrides))

@@ -72,3 +72,35 @@ def test_a_bad_question_is_an_error_naming_it(run):
     if model.config.qa_format == "recall":  # it needs a person to recall
         with pytest.raises(DataError, match=r"^<ask>:1: expected a question 'Where was NAME born\?'"):
             model.ask(["Who is Ada?"])
+
+
+def test_one_loader_for_the_api_and_the_commands(run):
+    """attnlab.load wraps model.checkpoint.load_model, which resolves device "auto" itself."""
+    from attnlab.core.devices import resolve_device
+    from attnlab.model.checkpoint import load_model
+
+    gpt, vocab, checkpoint = load_model(run, device="auto")
+    assert next(gpt.parameters()).device == resolve_device("auto") and not gpt.training
+    loaded = attnlab.load(run)
+    assert loaded.vocab.itos == vocab.itos and loaded.checkpoint.meta == checkpoint.meta
+    assert all(a.equal(b) for a, b in zip(loaded.gpt.state_dict().values(), gpt.state_dict().values()))
+
+
+def test_ask_can_abstain_from_python(run):
+    """Abstention is in the library: a Rule withholds answers, as `ask --abstain-below` does."""
+    from attnlab.trust.abstention import Rule
+
+    model = attnlab.load(run)
+    plain = model.ask(QUESTIONS)
+    assert [a.answer for a in model.ask(QUESTIONS, abstain=Rule(confidence=0.0))] == [a.answer for a in plain]
+    withheld = model.ask(QUESTIONS, abstain=Rule(confidence=1.01))  # no answer is that sure
+    assert [a.answer for a in withheld] == ["", ""] and [a.withheld for a in withheld] == [a.answer for a in plain]
+
+
+def test_the_fitted_rule_is_the_one_ask_fits(run, capsys):
+    model = attnlab.load(run)
+    rule = model.abstention_rule()
+    assert rule.confidence is not None and rule.familiarity is not None  # "both", as --abstain auto
+    assert cli.main(["ask", str(run), QUESTIONS[0], "--abstain", "auto"]) == 0
+    assert rule.describe() in capsys.readouterr().err
+    assert model.abstention_rule(kind="confidence").familiarity is None

@@ -187,6 +187,13 @@ def test_every_documented_command_line_parses(where, line):
         assert _parses(argv) or _parses(_filled(argv)), f"{where}: `{line}` does not parse"
 
 
+def test_every_command_help_ends_with_an_example_that_parses():
+    for name, parser in _commands().items():
+        last = parser.format_help().rstrip().splitlines()[-1].strip()
+        assert last.startswith(f"attnlab {name}"), f"{name}: --help ends with {last!r}"
+        assert _parses(shlex.split(last)[1:]), f"{name}: the example `{last}` does not parse"
+
+
 def test_a_stale_flag_is_caught():
     assert not _parses(["evaluate", "models/cpu", "--no-such-flag"])
     assert not _parses(["pretrain", "--preset", "cpu", "--batch-size", "B"])  # a placeholder alone

@@ -30,6 +30,7 @@ class Answer:
     confidence: float  # probability of the whole greedy completion up to the closing MASK
     complete: bool  # the model closed its answer with MASK within the budget
     recalled: str | None = None  # recall format: what the model wrote of the person first
+    withheld: str | None = None  # an abstaining ask: the answer it withheld (answer is then "")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,28 @@ COMMANDS: list[Callable] = [training.register, answering.register, experiments.r
                              trust.register, facts.register, serving.register]
 
 
+# The last line of each command's --help: one command that runs as written from the checkout
+# (tests/test_docs.py parses each).
+EXAMPLES = {
+    "pretrain": "attnlab pretrain --preset cpu --out-dir runs/pretrain",
+    "finetune": "attnlab finetune --preset cpu --init runs/pretrain --out-dir runs/finetune",
+    "evaluate": "attnlab evaluate models/cpu --eval-file data/birth_dev.tsv --stored",
+    "ask": 'attnlab ask models/cpu "Where was Alfred Mele born?"',
+    "baseline": "attnlab baseline --eval-file data/birth_dev.tsv",
+    "demo": "attnlab demo --out-dir runs/demo",
+    "compare": "attnlab compare --preset quick --out-dir runs/compare",
+    "variants": "attnlab variants",
+    "plot": "attnlab plot runs/pretrain runs/finetune --image runs/curves.png",
+    "generate": 'attnlab generate models/cpu "Alfred Mele."',
+    "attention": 'attnlab attention models/cpu "Where was Alfred Mele born?" --out-dir runs/maps',
+    "explore": "attnlab explore",
+    "calibrate": "attnlab calibrate models/cpu --out-dir runs/calibrate",
+    "audit": "attnlab audit models/cpu --out-dir runs/audit",
+    "trace": 'attnlab trace models/cpu "Where was Alfred Mele born?" --out-dir runs/trace',
+    "edit": 'attnlab edit models/cpu --person "Alfred Mele" --place Paris --out-dir runs/edited',
+}
+
+
 class Parser(argparse.ArgumentParser):
     """argparse's parser with its errors on one line, like every other error of the program:
     ``attnlab COMMAND: error: argument --flag: problem``, exit code 2 (the usage is in --help)."""
@@ -44,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, fn: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help, formatter_class=flags.Formatter)
+        example = f"example:\n  {EXAMPLES[name]}" if name in EXAMPLES else None
+        p = sub.add_parser(name, help=help, description=help, formatter_class=flags.Formatter, epilog=example)
         p.set_defaults(func=fn)
         flags.cpu_settings(p)
         flags.data_dir(p)

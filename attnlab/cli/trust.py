@@ -20,9 +20,8 @@ from ..trust.calibration import (
 from ..core import bounds, paths
 from ..config.settings import DEFAULT_TRAIN
 from ..data.datasets import read_corpus, read_questions
+from ..trust.abstention import DEFAULT_HOLDOUT
 from . import flags
-
-DEFAULT_HOLDOUT = 0.1
 
 Log = Callable[[str], None]
 

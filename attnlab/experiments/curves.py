@@ -16,6 +16,7 @@ from typing import Any
 
 from ..data.datasets import DataError
 from ..core.paths import save_figure
+from ..core.plotting import pyplot
 
 METRICS_NAME = "metrics.jsonl"
 
@@ -89,10 +90,7 @@ def _row_problem(row: dict[str, Any]) -> str | None:
 
 def training_figure(runs: list[RunMetrics]):
     """The figure: one panel per curve (plus dev accuracy where logged), x shared (tokens)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import matplotlib.ticker
 
     from ..answering.evaluate import wilson_interval
@@ -135,7 +133,7 @@ def training_figure(runs: list[RunMetrics]):
 
 def plot_runs(runs: list[str | Path], out: str | Path) -> Path:
     """Draw the runs' training curves into ``out`` (PNG, or any format matplotlib knows)."""
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig = training_figure([read_metrics(r) for r in runs])
     out = save_figure(fig, out, dpi=100)

@@ -38,6 +38,7 @@ from . import comparison
 from .comparison import correctness
 from ..data.datasets import read_qa
 from ..training.pipeline import baseline, evaluate_file, finetune, pretrain, stored_facts
+from ..core.plotting import pyplot
 
 # Rows of models trained by the recipe under test, drawn in colour; references in grey.
 TRAINED_KINDS = ("recipe", "variant", "shipped")
@@ -465,7 +466,7 @@ def comparison_record(compared: dict[str, Compared], reference: str) -> dict[str
 
 def plot_dev_accuracy(rows: list[Row], path: Path, title: str) -> Path:
     """The dev accuracy chart (``dev_accuracy_figure``) into ``path``."""
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig = dev_accuracy_figure(rows, title)
     fig.savefig(path, dpi=120)
@@ -476,10 +477,7 @@ def plot_dev_accuracy(rows: list[Row], path: Path, title: str) -> Path:
 def dev_accuracy_figure(rows: list[Row], title: str):
     """Horizontal bars of dev accuracy, each with its 95% Wilson interval as an error bar and
     its count and interval as a label; the baseline and no-pretraining rows in grey."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     shown = [r for r in rows if r.dev_percent is not None]
     percents = [r.dev.percent for r in shown]

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from ..model.gpt import GPT
 from ..core.paths import save_figure
 from ..data.vocab import MASK_CHAR, Vocab
+from ..core.plotting import pyplot
 
 KINDS = ("residual", "mlp", "attention")  # what one restoration copies from the clean run
 
@@ -379,10 +380,7 @@ def plot(recovered: dict[str, np.ndarray], labels: list[str], path, title: str =
          low: float | None = None) -> None:
     """One heatmap per kind side by side: positions along x, layers down, colour = recovered
     probability of the clean answer (from ``low``, the corrupted probability, to the maximum)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     kinds = list(recovered)
     L, T = recovered[kinds[0]].shape

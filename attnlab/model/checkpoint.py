@@ -27,6 +27,7 @@ from torch import Tensor
 
 from ..config.settings import ModelConfig, TrainConfig
 from .attention.merged_qk import scaled_state
+from ..core.devices import resolve_device
 from .gpt import GPT
 from ..data.vocab import Vocab
 
@@ -377,8 +378,11 @@ def _optimizer_state(p: Path, tensors: dict[str, Tensor], info: Any, meta: dict[
 
 
 def load_model(path: str | os.PathLike, device: str = "cpu", **overrides: Any) -> tuple[GPT, Vocab, Checkpoint]:
-    """The model of a checkpoint, in eval mode, for answering (no optimiser state read)."""
+    """The model of a checkpoint, in eval mode, for answering (no optimiser state read), on
+    ``device``: auto (CUDA when there is one), cpu, cuda or cuda:N. ``overrides`` change config
+    fields that add no parameters (e.g. attention="argmax"). The one model loader:
+    ``attnlab.load`` wraps it."""
     ckpt = load_checkpoint(path, training_state=False)
-    model = ckpt.build_model(**overrides).to(device)
+    model = ckpt.build_model(**overrides).to(resolve_device(str(device)))
     model.eval()
     return model, ckpt.vocab, ckpt

@@ -21,6 +21,7 @@ from ..model.gpt import GPT, evaluating
 from ..core.paths import save_figure
 from .heads import head_statistics
 from ..data.vocab import PAD_ID, Vocab, visible
+from ..core.plotting import pyplot
 
 # ---- weights ---------------------------------------------------------------------------------
 @torch.no_grad()
@@ -61,7 +62,7 @@ DPI = 100
 def plot_layer(weights: np.ndarray, chars: list[str], path: str | Path, title: str = "") -> list[np.ndarray]:
     """Draw one layer's heads (h, T, T) as a grid of heatmaps into a PNG; return the matrices
     as read back from the drawn images (so a test can compare what is on the page)."""
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, drawn = layer_figure(weights, chars, title)
     save_figure(fig, path, dpi=DPI)
@@ -71,10 +72,7 @@ def plot_layer(weights: np.ndarray, chars: list[str], path: str | Path, title: s
 
 def layer_figure(weights: np.ndarray, chars: list[str], title: str = ""):
     """The figure of one layer's heads with a shared colour bar; returns (figure, drawn)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     h, T, _ = weights.shape
     cols = min(h, 4)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..core.paths import save_figure
+from ..core.plotting import pyplot
 
 _NAME = re.compile(r"^[A-Z][\w'-]*( [A-Z][\w'.-]*)+$")
 
@@ -105,10 +106,7 @@ def plot_audit(report: AuditReport, unrestricted: AuditReport, path: str | Path)
     the model makes up for invented people when it never abstains."""
     import textwrap
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from typing import Sequence
 
 from ..data.splits import finetuning_people, held_out_people  # noqa: F401
 from ..core.paths import save_figure
+from ..core.plotting import pyplot
 
 N_BINS = 15
 COVERAGES = (0.1, 0.3, 0.5, 1.0)
@@ -145,19 +146,10 @@ def abstained_predictions(answers: Sequence[str], confidence: Sequence[float], t
 # ---------------------------------------------------------------------------------- plots
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_reliability(bins: list[Bin], path: str | Path, title: str) -> Path:
     """Accuracy against mean confidence per bin (bar heights), the diagonal of perfect
     calibration, and each bin's number of answers written on its bar."""
-    plt = _pyplot()
+    plt = pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 5))
@@ -186,7 +178,7 @@ def plot_reliability(bins: list[Bin], path: str | Path, title: str) -> Path:
 def plot_coverage(confidence: Sequence[float], correct: Sequence[bool], path: str | Path, title: str,
                   rule_point: tuple[float, float] | None = None) -> Path:
     """Accuracy of the most confident answers against the share of questions answered."""
-    plt = _pyplot()
+    plt = pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     xs, ys = coverage_curve(confidence, correct)
