@@ -17,7 +17,7 @@ import sys
 from typing import Callable
 
 from .. import __version__
-from . import answering, experiments, facts, flags, probing, training, trust
+from . import answering, experiments, facts, flags, probing, results, training, trust
 from .flags import model_config_from, train_config_from  # noqa: F401  (the library-facing helpers)
 
 # The registration hooks, in the order the commands are listed in `attnlab --help`.
@@ -73,11 +73,19 @@ def run(args: argparse.Namespace) -> int:
     """The one error handler: bad input is a one-line error per problem and exit code 2.
     ValueError covers the library's input errors (DataError, VocabError, CheckpointError,
     PathError, ...); OSError a file that cannot be read or written (a full disk), by its name;
-    SafetensorError a checkpoint that could not be written (reading one is a CheckpointError)."""
+    SafetensorError a checkpoint that could not be written (reading one is a CheckpointError).
+    A command that ran but missed its goal (results.GoalNotMet) exits 1; with --json the
+    command's document is printed once it has succeeded (results.py)."""
     from safetensors import SafetensorError
 
     try:
-        return args.func(args) or 0
+        with results.human_output_aside(args):
+            code = args.func(args) or 0
+        results.print_document(args)
+        return code
+    except results.GoalNotMet as e:
+        print(f"attnlab {args.command}: failed: {flags.one_line(e)}", file=sys.stderr)
+        return results.EXIT_FAILED
     except (ValueError, OSError, SafetensorError) as e:
         for message in getattr(e, "messages", None) or [_described(e, args)]:
             print(f"attnlab {args.command}: error: {flags.one_line(message)}", file=sys.stderr)

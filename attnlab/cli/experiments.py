@@ -8,6 +8,7 @@ import dataclasses
 import os
 
 from .. import paths
+from ..outputs import refuse_existing
 from ..attention import REGISTRY
 from ..attention import names as attention_names
 from ..data import read_corpus, read_questions
@@ -64,10 +65,23 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     for run in args.runs:
         paths.input_file(metrics_path(run), "the metrics file")
+    args.image = args.image or default_image(args.runs)
     paths.output_file(args.image, "--image")
+    refuse_existing([args.image], args.overwrite)
     image = plot_runs(args.runs, args.image)
     print(f"training curves of {len(args.runs)} run(s) written to {image}")
     return 0
+
+
+def default_image(runs: list[str]) -> str:
+    """RUN/plots/curves.png of the first run (runs/NAME/plots for a shipped model); the other
+    runs' names join the file name, so that each set of runs gets its own image."""
+    from ..plots import metrics_path
+    from ..shipped import output_dir
+
+    first = metrics_path(runs[0]).parent
+    others = "".join(f"-{metrics_path(r).parent.name}" for r in runs[1:])
+    return str(output_dir(first) / "plots" / f"curves{others}.png")
 
 
 def _continuing(group, name: str) -> None:
@@ -119,7 +133,9 @@ def register(command) -> None:
     p = command("plot", "training curves (loss, learning rate, tokens/s, dev accuracy where logged) "
                 "of one or several runs on shared axes", cmd_plot)
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directory (or its metrics.jsonl)")
-    p.add_argument("--image", default="runs/curves.png", metavar="FILE",
-                   help="image file to write (PNG, or any format matplotlib knows by the suffix)")
+    p.add_argument("--image", default=None, metavar="FILE",
+                   help="image file to write (PNG, or any format matplotlib knows by the suffix) (default: "
+                        "RUN/plots/curves.png of the first RUN, curves-RUN2-RUN3.png with more runs)")
+    flags.overwrite(p, "the image")
     p.add_argument("--out", dest="image", action=flags.Deprecated, new="--image",
                    help=argparse.SUPPRESS, default=argparse.SUPPRESS)

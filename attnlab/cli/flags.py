@@ -113,6 +113,13 @@ def resume_or_overwrite(parser: argparse.ArgumentParser) -> None:
                             "checkpoint is refused (default: off)")
 
 
+def overwrite(parser: argparse.ArgumentParser, what: str) -> None:
+    """Commands that write files: without --overwrite an existing output is refused (outputs.py)."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help=f"replace {what} if it exists (default: off: an existing file is refused, "
+                             "exit code 2, and left as it was)")
+
+
 def mixing(parser: argparse.ArgumentParser) -> None:
     """What lm pretraining may mix in, and what it never may."""
     parser.add_argument("--mix-qa", default=DEFAULT_TRAIN.as_written, metavar="FILE",
