@@ -145,8 +145,11 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
 
 
 def _run_tokens(batches, config: TrainConfig, model_config: ModelConfig) -> int:
-    """Counted tokens of the whole run (the trainer counts rows x width per step)."""
-    return total_steps(config, batches.steps_per_epoch) * config.batch_size * model_config.block_size
+    """Counted tokens of the whole run, all its epochs (the trainer counts rows x width per
+    step). Not cut by max_steps: --max-steps stops a run inside its schedule, for every
+    objective, so a run stopped early and resumed is the run that was never stopped."""
+    whole = dataclasses.replace(config, max_steps=0)
+    return total_steps(whole, batches.steps_per_epoch) * config.batch_size * model_config.block_size
 
 
 def _dev_evaluator(eval_file, corpus, vocab: Vocab, config: TrainConfig):

@@ -12,7 +12,7 @@ from ..outputs import refuse_existing
 from ..attention import REGISTRY
 from ..attention import names as attention_names
 from ..data import read_corpus, read_questions
-from . import flags
+from . import flags, results
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -22,9 +22,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     paths.output_dir(args.out_dir, "--out-dir")
     if args.shipped and os.path.lexists(args.shipped):  # scored last: a damaged one is refused first
         load_checkpoint(args.shipped, training_state=False)
-    demo(args.preset, out=args.out_dir, attention=args.attention, device=args.device, shipped=args.shipped or None,
-         resume=args.resume, overwrite=args.overwrite)
+    rows = demo(args.preset, out=args.out_dir, attention=args.attention, device=args.device,
+                shipped=args.shipped or None, resume=args.resume, overwrite=args.overwrite)
+    _publish_rows(args, rows)
     return 0
+
+
+def _publish_rows(args: argparse.Namespace, rows) -> None:
+    """--json of demo and compare: the table's rows and the files written."""
+    from ..experiments import RESULT_FILES
+
+    results.publish(args, {"rows": [r.to_dict() for r in rows],
+                           "written": [os.path.join(args.out_dir, f) for f in RESULT_FILES]})
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -38,10 +47,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     read_questions(paths.input_file(args.train_file, "--train-file"), labelled=True)
     read_questions(paths.input_file(args.eval_file, "--eval-file"))
     paths.output_dir(args.out_dir, "--out-dir")
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()] if args.variants else None
-    compare(*configs, variants=variants, corpus=args.corpus, train_file=args.train_file, dev_file=args.eval_file,
+    variants = None if args.variants is None else [v.strip() for v in args.variants.split(",") if v.strip()]
+    if variants == []:
+        raise ValueError(f"--variants {args.variants!r} names no variant; leave it out to train all of them")
+    rows = compare(*configs, variants=variants, corpus=args.corpus, train_file=args.train_file, dev_file=args.eval_file,
             out=args.out_dir, device=args.device, scratch=args.scratch, reuse=args.reuse, resume=args.resume,
             overwrite=args.overwrite, preset=args.preset)
+    _publish_rows(args, rows)
     return 0
 
 
@@ -103,6 +115,7 @@ def register(command) -> None:
     p.add_argument("--attention", default="vanilla", choices=attention_names(), help="attention variant to demonstrate")
     flags.device(p)
     _continuing(p.add_mutually_exclusive_group(), "demo")
+    results.add_json_flag(p)
 
     p = command("compare", "every attention variant through pretrain -> finetune -> dev evaluation, "
                 "same preset, seed and data; a markdown table and a bar chart", cmd_compare)
@@ -123,6 +136,7 @@ def register(command) -> None:
                                  "(default: a fresh --out-dir)")
     flags.model_flags(p)
     flags.train_flags(p, ("pretrain", "finetune", "finetune_scratch"))
+    results.add_json_flag(p)
 
     p = command("variants", "table of the attention variants: parameters, score cost, what each "
                 "can and cannot express", cmd_variants)

@@ -122,12 +122,23 @@ def overwrite(parser: argparse.ArgumentParser, what: str) -> None:
 
 def mixing(parser: argparse.ArgumentParser) -> None:
     """What lm pretraining may mix in, and what it never may."""
-    parser.add_argument("--mix-qa", default=DEFAULT_TRAIN.as_written, metavar="FILE",
-                        help="question<TAB>place file mixed into lm pretraining when --mix-ratio > 0; its "
-                             "questions may not be asked in a --held-out file")
+    parser.add_argument("--mix-qa", default=None, metavar="FILE",
+                        help="question<TAB>place file mixed into lm pretraining; needs --mix-ratio > 0 (given "
+                             "without it, an error: it would mix nothing); its questions may not be asked in a "
+                             f"--held-out file (default: {DEFAULT_TRAIN.as_written} when --mix-ratio > 0)")
     parser.add_argument("--held-out", nargs="*", default=[DEFAULT_DEV.as_written, DEFAULT_TEST.as_written],
                         metavar="FILE",
                         help="evaluation files whose people may never be mixed into training")
+
+
+def mix_qa_file(args: argparse.Namespace, config: TrainConfig) -> str:
+    """--mix-qa as used: refused when given with nothing to mix (a flag that would be silently
+    inert), else the default training file. A resumed run's mix is the checkpoint's, checked
+    there (rundir.check_data)."""
+    if args.mix_qa is not None and config.mix_ratio <= 0 and not getattr(args, "resume", False):
+        raise ValueError(f"--mix-qa {args.mix_qa} mixes nothing without --mix-ratio > 0 (preset "
+                         f"{args.preset}: {config.mix_ratio:g}); give --mix-ratio R, or leave --mix-qa out")
+    return args.mix_qa or datafiles.resolved_text(DEFAULT_TRAIN.as_written)
 
 
 def attention_view(parser: argparse.ArgumentParser) -> None:

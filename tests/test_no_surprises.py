@@ -1,0 +1,286 @@
+"""No surprises, no lost work (issue 25): no command overwrites a file without --overwrite or
+writes over what it reads; outputs go next to the run they describe; --json prints one
+parseable document; a run lock is never left empty."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from attnlab import cli, outputs, rundir
+from attnlab.paths import PathError
+from tests.conftest import DATA
+from tests.tiny_runs import train_tiny
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A seconds-long recall-format run on the real data files."""
+    return train_tiny(tmp_path_factory.mktemp("surprises") / "run")
+
+
+@pytest.fixture
+def questions(tmp_path) -> Path:
+    path = tmp_path / "dev.tsv"
+    path.write_text("Where was Ada Lovelace born?\tLondon\nWhere was Alan Turing born?\tLondon\n", encoding="utf-8")
+    return path
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _evaluate(run: Path, questions: Path, *extra: str) -> int:
+    return cli.main(["evaluate", str(run), "--eval-file", str(questions), "--device", "cpu", *extra])
+
+
+# ---- evaluate: predictions ---------------------------------------------------------------------
+def test_a_second_evaluate_to_the_same_file_is_refused_and_the_first_is_unchanged(run, questions, tmp_path, capsys):
+    out = tmp_path / "pred.txt"
+    assert _evaluate(run, questions, "--predictions", str(out)) == 0
+    out.write_text("earlier work\n")
+    assert _evaluate(run, questions, "--predictions", str(out), "--abstain", "names") == 2
+    err = capsys.readouterr().err
+    assert f"{out}: already exists; pass --overwrite" in err and err.count("\n") == 1
+    assert out.read_text() == "earlier work\n"
+    assert _evaluate(run, questions, "--predictions", str(out), "--overwrite") == 0
+    assert out.read_text() != "earlier work\n"
+
+
+def test_the_default_predictions_file_is_not_replaced_either(run, questions, capsys):
+    default = run / "predictions-dev.txt"
+    default.unlink(missing_ok=True)
+    assert _evaluate(run, questions) == 0
+    assert default.exists()
+    before = _sha(default)
+    assert _evaluate(run, questions) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert _sha(default) == before
+    default.unlink()
+
+
+@pytest.mark.parametrize("target", ["checkpoint", "questions"])
+def test_evaluate_never_writes_over_a_file_it_reads_even_with_overwrite(run, questions, target, capsys):
+    path = run / "checkpoint.safetensors" if target == "checkpoint" else questions
+    before = _sha(path)
+    assert _evaluate(run, questions, "--predictions", str(path), "--overwrite") == 2
+    assert "this command reads; choose another path" in capsys.readouterr().err
+    assert _sha(path) == before
+
+
+def test_write_new_keeps_a_file_that_appeared_meanwhile(tmp_path):
+    path = tmp_path / "out.txt"
+    outputs.write_new(path, "first\n")
+    with pytest.raises(PathError, match="written by another process meanwhile"):
+        outputs.write_new(path, "second\n")
+    assert path.read_text() == "first\n"
+    assert os.listdir(tmp_path) == ["out.txt"]  # no temporary file left
+
+
+# ---- outputs next to the run -------------------------------------------------------------------
+def test_a_shipped_models_outputs_go_beside_its_models_directory_not_the_current_one(tmp_path, monkeypatch):
+    from attnlab.shipped import output_dir
+
+    shipped = tmp_path / "checkout" / "models" / "m"
+    shipped.mkdir(parents=True)
+    (shipped / "provenance.json").write_text("{}")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert output_dir(Path("../checkout/models/m")) == tmp_path / "checkout" / "runs" / "m"
+
+
+def test_plot_writes_into_the_run_and_refuses_to_replace_an_image(run, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nothing may land here
+    assert cli.main(["plot", str(run)]) == 0
+    image = run / "plots" / "curves.png"
+    assert str(image) in capsys.readouterr().out
+    assert image.stat().st_size > 0 and not (tmp_path / "runs").exists()
+    before = _sha(image)
+    assert cli.main(["plot", str(run)]) == 2
+    assert "already exists; pass --overwrite" in capsys.readouterr().err
+    assert _sha(image) == before
+    assert cli.main(["plot", str(run), "--overwrite"]) == 0
+
+
+def test_calibrate_writes_into_the_run_says_which_rule_and_refuses_a_second_time(run, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["calibrate", str(run), "--eval-file", str(DATA / "birth_dev.tsv"), "--device", "cpu",
+                     "--json"]) == 0
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    out = run / "calibrate"
+    assert document["written"] == [str(out / f) for f in ("reliability.png", "coverage.png", "calibration.json",
+                                                          "answers.tsv")]
+    assert {"total", "right", "ece", "auroc", "accuracy_at_coverage", "rule"} <= document.keys()
+    # the tiny run held no one out of finetuning: the name rule, and the reason, are told
+    assert "--abstain names (the default for" in captured.err and "no people held out" in captured.err
+    assert not (tmp_path / "runs").exists()
+    before = _sha(out / "calibration.json")
+    assert cli.main(["calibrate", str(run), "--eval-file", str(DATA / "birth_dev.tsv"), "--device", "cpu"]) == 2
+    assert "reliability.png: already exists; pass --overwrite" in capsys.readouterr().err
+    assert _sha(out / "calibration.json") == before
+
+
+# ---- the run lock ------------------------------------------------------------------------------
+def test_a_lock_that_cannot_be_written_is_removed_not_left_empty(tmp_path, monkeypatch):
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rundir.os, "fsync", full_disk)
+    with pytest.raises(rundir.RunDirError, match="cannot write the lock file .No space left on device"):
+        with rundir.claim(tmp_path / "run"):
+            pass
+    assert not (tmp_path / "run" / rundir.LOCK_NAME).exists()
+    monkeypatch.undo()
+    with rundir.claim(tmp_path / "run"):  # the next run is not refused as "in use"
+        assert (tmp_path / "run" / rundir.LOCK_NAME).exists()
+
+
+# ---- --json ------------------------------------------------------------------------------------
+def test_evaluate_json_is_one_document_with_the_documented_keys(run, questions, tmp_path, capsys):
+    out = tmp_path / "pred.txt"
+    assert _evaluate(run, questions, "--predictions", str(out), "--json", "--abstain-below", "0.5") == 0
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    assert {"checkpoint", "eval_file", "questions", "correct", "accuracy", "interval_95", "abstention",
+            "written"} <= document.keys()
+    assert document["questions"] == 2 and document["written"] == [str(out)]
+    assert {"rule", "answered", "questions", "answered_correct"} <= document["abstention"].keys()
+    assert "correct" in captured.err  # the human lines went to stderr
+
+
+def test_ask_json_prints_one_object_per_question(run, capsys):
+    questions = ["Where was Ada Lovelace born?", "Where was Alan Turing born?"]
+    assert cli.main(["ask", str(run), *questions, "--device", "cpu", "--json", "--abstain-below", "0.99"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["question"] for r in records] == questions
+    for r in records:
+        assert {"question", "answer", "given", "model_answer", "confidence", "complete", "evidence",
+                "recalled"} <= r.keys()
+        assert (r["answer"] is None) == (not r["given"]) == (r["confidence"] < 0.99)
+
+
+def test_ask_json_on_stdin_streams_json_lines(run, capsys, monkeypatch):
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Where was Ada Lovelace born?\n\nWhere was Alan Turing born?\n"))
+    assert cli.main(["ask", str(run), "--device", "cpu", "--json", "--evidence", ""]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(records) == 2 and all(r["evidence"] is None and r["given"] for r in records)
+
+
+def test_json_turns_undefined_numbers_into_null():
+    from attnlab.cli.results import dumps
+
+    assert json.loads(dumps({"auroc": float("nan"), "loss": [1.0, float("inf")]})) == {"auroc": None,
+                                                                                         "loss": [1.0, None]}
+
+
+def test_audit_json_and_its_default_directory(run, capsys):
+    assert cli.main(["audit", str(run), "--names", "5", "--device", "cpu", "--json",
+                     "--eval-file", str(DATA / "birth_dev.tsv")]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert {"confidence", "name", "both", "chosen", "never", "name_echo", "written"} <= document.keys()
+    assert document["chosen"]["invented"] == 5
+    assert all(Path(p).parent == run / "audit" and Path(p).exists() for p in document["written"])
+
+
+# ---- progress in logs --------------------------------------------------------------------------
+def test_progress_off_a_terminal_is_plain_lines_without_carriage_returns(monkeypatch):
+    import io
+
+    from attnlab import progress
+
+    quick = io.StringIO()  # not a terminal
+    assert sum(progress.progress_bar(range(50), desc="answering", file=quick)) == sum(range(50))
+    assert quick.getvalue() == ""  # done before the first progress line was due
+    monkeypatch.setattr(progress, "LOG_EVERY_S", 0.0)  # as if every step took long
+    log = io.StringIO()
+    assert sum(progress.progress_bar(range(50), desc="answering", file=log, leave=False)) == sum(range(50))
+    text = log.getvalue()
+    assert chr(13) not in text and text.endswith(chr(10))
+    assert text.splitlines()[-1].startswith("answering: 100%") and "50/50" in text
+
+
+def test_pretrain_into_a_log_file_has_no_carriage_returns(tmp_path, capsys):
+    train_tiny(tmp_path / "run")
+    assert "\r" not in capsys.readouterr().err
+
+
+# ---- summaries ---------------------------------------------------------------------------------
+def test_pretrain_ends_with_a_summary_of_loss_dev_time_outputs_and_next_command(tmp_path, questions, capsys):
+    run = train_tiny(tmp_path / "run", "--eval-file", str(questions), "--eval-every", "2")
+    lines = capsys.readouterr().out.splitlines()
+    end = lines[lines.index(next(ln for ln in lines if ln.startswith("pretraining done:"))):]
+    assert end[0].startswith("pretraining done: 4 steps,") and "final loss" in end[0] and "wall time" in end[0]
+    assert re.match(r"dev at step 4: [0-2]/2 \([0-9.]+%\) \[95% CI [0-9.]+-[0-9.]+%\] answered correctly", end[1])
+    assert "stored" in end[1]
+    assert end[2] == f"outputs: {run / 'checkpoint.safetensors'}, {run / 'metrics.jsonl'}, {run / 'config.json'}"
+    assert end[3] == f"next: attnlab finetune --init {run} --out-dir {run}-finetuned"
+
+
+def test_finetune_ends_with_a_summary_and_its_dev_score(tiny_data, tmp_path, capsys):
+    run = tmp_path / "ft"
+    assert cli.main(["finetune", "--preset", "tiny", "--corpus", str(tiny_data["corpus"]), "--device", "cpu",
+                     "--train-file", str(tiny_data["train"]), "--eval-file", str(tiny_data["dev"]),
+                     "--out-dir", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "\nfinetuning done: " in out and "\ndev: " in out and "/12 (" in out
+    assert f'next: attnlab ask {run} "Where was Ada Lovelace born?"' in out
+
+
+# ---- --max-steps -------------------------------------------------------------------------------
+@pytest.mark.parametrize("objective", ["lm", "span"])
+def test_max_steps_stops_inside_the_full_schedule_for_every_objective(tiny_data, tmp_path, objective):
+    """The learning rates of a run stopped by --max-steps are the first ones of the whole run."""
+    def lrs(name: str, *extra: str) -> list[float]:
+        assert cli.main(["pretrain", "--preset", "tiny", "--objective", objective, "--corpus", str(tiny_data["corpus"]),
+                         "--epochs", "4", "--batch-size", "2", "--warmup-tokens", "10", "--log-every", "1",
+                         "--eval-file", "", "--device", "cpu", "--out-dir", str(tmp_path / name), *extra]) == 0
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        return [r["lr"] for r in rows if "lr" in r]
+
+    full, stopped = lrs("full"), lrs("stopped", "--max-steps", "3")
+    assert len(stopped) == 3 and len(full) > 6
+    assert stopped == full[:3]
+    assert stopped[-1] > full[-1]  # still high: the decay belongs to the whole run
+
+
+# ---- flags that only matter with another flag --------------------------------------------------
+def test_mix_qa_without_a_mix_ratio_is_an_error_not_silently_inert(tiny_data, tmp_path, capsys):
+    code = cli.main(["pretrain", "--preset", "tiny", "--objective", "lm", "--corpus", str(tiny_data["corpus"]),
+                     "--mix-qa", str(tiny_data["train"]), "--held-out", "--eval-file", "", "--device", "cpu",
+                     "--out-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert f"--mix-qa {tiny_data['train']} mixes nothing without --mix-ratio > 0 (preset tiny: 0)" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_compare_with_no_variant_named_is_an_error_not_every_variant(tiny_data, tmp_path, capsys):
+    code = cli.main(["compare", "--preset", "tiny", "--variants", " , ", "--out-dir", str(tmp_path / "c"),
+                     "--corpus", str(tiny_data["corpus"]), "--train-file", str(tiny_data["train"]),
+                     "--eval-file", str(tiny_data["dev"]), "--device", "cpu"])
+    assert code == 2 and "names no variant" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
+
+
+def test_compare_json_lists_the_rows_and_files(tiny_data, tmp_path, capsys):
+    out = tmp_path / "c"
+    assert cli.main(["compare", "--preset", "tiny", "--variants", "vanilla", "--no-scratch", "--max-steps", "2",
+                     "--n-layer", "1", "--n-embd", "16", "--block-size", "48", "--out-dir", str(out),
+                     "--corpus", str(tiny_data["corpus"]), "--train-file", str(tiny_data["train"]),
+                     "--eval-file", str(tiny_data["dev"]), "--device", "cpu", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [r["kind"] for r in document["rows"]] == ["baseline", "variant"]
+    assert document["written"] == [str(out / f) for f in ("results.md", "results.json", "dev_accuracy.png")]
+    assert all(Path(f).exists() for f in document["written"])
