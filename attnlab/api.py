@@ -18,7 +18,7 @@ import torch
 
 from .checkpoint import Checkpoint, load_checkpoint
 from .config import ModelConfig, TrainConfig
-from .data import QAExample
+from .data import DataError, QAExample
 from .devices import resolve_device
 from .evaluate import Answer, answer_questions
 from .model import GPT
@@ -56,9 +56,26 @@ class LoadedModel:
         born?"."""
         if isinstance(questions, str):
             questions = [questions]
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        questions = list(questions) if isinstance(questions, Iterable) and not isinstance(questions, bytes) else None
+        if questions is None:
+            raise TypeError("ask takes a question (str) or a list of them")
+        for i, q in enumerate(questions):
+            _check_question(q, source, first_line + i)
         examples = [QAExample(q.strip(), None, source, first_line + i) for i, q in enumerate(questions)]
         with torch.no_grad():
             return answer_questions(self.gpt, self.vocab, examples, batch_size=batch_size)
+
+
+def _check_question(question: Any, source: str, line: int) -> None:
+    """A question is a non-empty line of text (DataError naming ``source`` and its line)."""
+    if not isinstance(question, str):
+        raise TypeError(f"{source}:{line}: a question must be a str, got {type(question).__name__}")
+    if not question.strip():
+        raise DataError(source, line, "empty question")
+    if "\n" in question.strip() or "\r" in question.strip():
+        raise DataError(source, line, "a question is one line; this one holds a line break")
 
 
 def load(path: str | os.PathLike, device: str = "auto", **overrides: Any) -> LoadedModel:

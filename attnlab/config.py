@@ -158,8 +158,9 @@ class TrainConfig(_Serialisable):
                         "character on corpus lines, several packed exactly into each row)", stages=("pretrain",),
                         choices=OBJECTIVES)
     mix_ratio: float = _f(0.0, "lm objective: question-answer examples of --mix-qa people mixed in, per "
-                          "corpus line and epoch (0 = none)", stages=("pretrain",),
-                          bound=b.NON_NEGATIVE)
+                          "corpus line and epoch (0 = none; at most 100, which already repeats each "
+                          "question many times)", stages=("pretrain",),
+                          bound=b.Bound(float, 0, 100, name="mix_ratio"))
     mix_overlap: str = _f("refuse", "a --mix-qa question also asked in a --held-out file: refuse (an error) or "
                           "drop (leave it out of the mix, and say so)", stages=("pretrain",),
                           choices=MIX_OVERLAPS)

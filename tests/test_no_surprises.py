@@ -284,3 +284,127 @@ def test_compare_json_lists_the_rows_and_files(tiny_data, tmp_path, capsys):
     assert [r["kind"] for r in document["rows"]] == ["baseline", "variant"]
     assert document["written"] == [str(out / f) for f in ("results.md", "results.json", "dev_accuracy.png")]
     assert all(Path(f).exists() for f in document["written"])
+
+
+def test_attention_draws_into_the_run_and_refuses_to_replace_its_heatmaps(run, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["attention", str(run), "Ada", "--device", "cpu"]) == 0
+    heatmap = run / "attention" / "layer0.png"
+    assert heatmap.stat().st_size > 0 and not (tmp_path / "runs").exists()
+    before = _sha(heatmap)
+    assert cli.main(["attention", str(run), "Bob", "--device", "cpu"]) == 2
+    assert f"{heatmap}: already exists; pass --overwrite" in capsys.readouterr().err
+    assert _sha(heatmap) == before
+    assert cli.main(["attention", str(run), "Bob", "--device", "cpu", "--overwrite"]) == 0
+    assert _sha(heatmap) != before
+
+
+# ---- abstention by default ---------------------------------------------------------------------
+def test_ask_says_i_dont_know_by_default_where_the_runs_rule_abstains(capsys):
+    shipped = Path(__file__).resolve().parents[1] / "models" / "cpu"
+    question = "Where was Albert Einstein born?"  # not in the corpus: the model makes a place up
+    assert cli.main(["ask", str(shipped), question, "--device", "cpu", "--evidence", ""]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"{question}\tI don't know\t(withheld: ")
+    assert "--abstain names (the default for" in captured.err
+    assert cli.main(["ask", str(shipped), question, "--device", "cpu", "--evidence", "", "--abstain", "off"]) == 0
+    raw = capsys.readouterr()
+    assert raw.out.split("\t")[1] != "I don't know" and "abstain" not in raw.err
+
+
+# ---- bounds and typos, checked before any work -------------------------------------------------
+@pytest.mark.parametrize("argv, problem", [
+    (["pretrain", "--preset", "tiny", "--objective", "lm", "--mix-ratio", "1e6"],
+     "argument --mix-ratio: must be a finite number in [0, 100], got '1e6'"),
+    (["audit", "{run}", "--names", "3000000"], "--names must be a positive number of people, at most 100,000"),
+    (["ask", "{run}", "Where was Ada\nLovelace born?"], "<argument>:1: a question is one line"),
+])
+def test_out_of_bounds_and_multi_line_input_is_refused_before_any_work(run, tmp_path, capsys, argv, problem):
+    argv = [a.format(run=run) for a in argv] + ["--device", "cpu"]
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:  # argparse's own refusal
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and problem in err and err.count("\n") == 1
+
+
+def test_an_unknown_top_level_setting_in_a_config_file_is_an_error(tiny_data, tmp_path, capsys):
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"corpsu": str(tiny_data["corpus"]), "train": {"epochs": 1}}))
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["pretrain", "--preset", "tiny", "--config", str(settings), "--out-dir", str(tmp_path / "r")])
+    assert refused.value.code == 2
+    assert f"{settings}: unknown setting 'corpsu'" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_data_dir_redirects_data_files_but_not_an_output_path(run, tmp_path, monkeypatch):
+    data = tmp_path / "elsewhere"
+    data.mkdir()
+    (data / "dev.tsv").write_text("Where was Ada Lovelace born?\tLondon\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["evaluate", str(run), "--data-dir", str(data), "--eval-file", "data/dev.tsv",
+                     "--predictions", "data/pred.txt", "--device", "cpu"]) == 0
+    assert (tmp_path / "data" / "pred.txt").is_file() and not (data / "pred.txt").exists()
+
+
+@pytest.mark.parametrize("questions, kwargs, error, words", [
+    ("", {}, ValueError, "<ask>:1: empty question"),
+    (["Where was Ada born?", "  "], {}, ValueError, "<ask>:2: empty question"),
+    (None, {}, TypeError, "a question (str) or a list of them"),
+    (5, {}, TypeError, "a question (str) or a list of them"),
+    (b"Where was Ada born?", {}, TypeError, "a question (str) or a list of them"),
+    ([b"Where was Ada born?"], {}, TypeError, "<ask>:1: a question must be a str, got bytes"),
+    ("Where was Ada born?", {"batch_size": 0}, ValueError, "batch_size must be a positive integer, got 0"),
+])
+def test_the_api_refuses_what_is_no_question_with_a_clear_error(run, questions, kwargs, error, words):
+    import attnlab
+
+    model = attnlab.load(run, device="cpu")
+    with pytest.raises(error) as refused:
+        model.ask(questions, **kwargs)
+    assert words in str(refused.value)
+
+
+# ---- loading checks what the weights mean ------------------------------------------------------
+def _saved_tiny(tmp_path: Path, poison: bool = False) -> Path:
+    import torch
+
+    from attnlab.checkpoint import save_checkpoint
+    from attnlab.config import ModelConfig
+    from attnlab.model import GPT
+    from attnlab.vocab import Vocab
+
+    vocab = Vocab.from_text("abc ?")
+    model = GPT(ModelConfig(vocab_size=len(vocab), block_size=8, n_layer=1, n_head=1, n_embd=8))
+    if poison:
+        with torch.no_grad():
+            model.head.weight[0, 0] = float("nan")
+    return save_checkpoint(tmp_path / "run" / "checkpoint.safetensors", model, vocab)
+
+
+def test_a_checkpoint_whose_vocabulary_was_altered_is_refused(tmp_path):
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from attnlab.checkpoint import CheckpointError, load_checkpoint
+
+    path = _saved_tiny(tmp_path)
+    with safe_open(str(path), framework="pt") as f:
+        tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+    header = json.loads(metadata["attnlab"])
+    header["vocab"][2], header["vocab"][3] = header["vocab"][3], header["vocab"][2]  # same size, other meaning
+    save_file(tensors, str(path), metadata={"attnlab": json.dumps(header)})
+    with pytest.raises(CheckpointError, match="metadata .* does not match the checksum"):
+        load_checkpoint(path)
+
+
+def test_non_finite_weights_with_a_valid_checksum_are_refused(tmp_path, capsys):
+    from attnlab.checkpoint import CheckpointError, load_checkpoint
+
+    path = _saved_tiny(tmp_path, poison=True)
+    with pytest.raises(CheckpointError, match="tensor model.head.weight holds NaN or infinite values"):
+        load_checkpoint(path)
+    assert cli.main(["ask", str(path.parent), "Where was a born?", "--abstain", "off", "--evidence", ""]) == 2
+    assert "NaN or infinite" in capsys.readouterr().err

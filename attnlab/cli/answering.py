@@ -62,6 +62,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     for number, question in enumerate(args.questions, 1):
         if not question.strip():
             raise ValueError(f"<argument>:{number}: empty question")
+        if "\n" in question or "\r" in question:  # it would split the output line
+            raise ValueError(f"<argument>:{number}: a question is one line; this one holds a line break")
     if args.evidence:
         paths.input_file(args.evidence, "--evidence")
     trust.check_abstain_files(args)
@@ -123,7 +125,7 @@ def register(command) -> None:
                    help="corpus in which to check whether each answer is stated about the person "
                         f"('' to skip) (default: {DEFAULT_CORPUS.as_written})")
     flags.device(p)
-    trust.add_abstain_flags(p)
+    trust.add_abstain_flags(p, default="run")  # "I don't know" where the run's rule abstains; --abstain off: raw
     p.add_argument("--json", action="store_true",
                    help="one JSON object per answer, one per line, as each is answered (default: off)")
 

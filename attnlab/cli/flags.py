@@ -154,11 +154,16 @@ def data_dir(parser: argparse.ArgumentParser) -> None:
                              "installed package's data)")
 
 
+OUTPUT_OPTIONS = {"out_dir", "predictions", "image"}
+
+
 def resolve_data_paths(args: argparse.Namespace) -> None:
     """Resolve, in place, every ``data/...`` and ``models/...`` value of parsed arguments, after
     applying the command's --data-dir (so the defaults work from any directory)."""
     datafiles.set_data_dir(getattr(args, "data_dir", None))
     for name, value in vars(args).items():
+        if name in OUTPUT_OPTIONS:  # a file to write is where the user said, not in --data-dir
+            continue
         if isinstance(value, str) and value:
             setattr(args, name, datafiles.resolved_text(value))
         elif isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -190,6 +195,10 @@ def with_config_file(parser: argparse.ArgumentParser, argv: list[str] | None,
         if a.help != argparse.SUPPRESS:
             actions.setdefault(a.dest, a)
     from_init = "init" in actions and (args.init if args.init is not None else values.get("init"))
+    unknown = _unknown_top_level(parser, values)
+    if unknown:
+        parser.exit(2, f"attnlab {args.command}: error: {args.config}: unknown setting {unknown!r} (settings are "
+                       "the options of attnlab's commands and the model and train tables)\n")
     defaults = {}
     for key, value in values.items():
         section, _, name = key.rpartition(".")
@@ -200,6 +209,17 @@ def with_config_file(parser: argparse.ArgumentParser, argv: list[str] | None,
             defaults[name] = value
     command.set_defaults(**defaults)
     return parser.parse_args(argv)
+
+
+RUN_RECORDS = {"stage"}  # what a run's config.json records beside its options
+
+
+def _unknown_top_level(parser: argparse.ArgumentParser, values: dict[str, Any]) -> str | None:
+    """A top-level key of a --config file that is no option of any command (a typo such as
+    'corpsu' must not train on the default data), or None."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices.values()
+    known = RUN_RECORDS | {a.dest for c in commands for a in c._actions}
+    return next((key for key in values if "." not in key and key not in known), None)
 
 
 def _file_value_problem(action: argparse.Action, value: Any) -> str | None:

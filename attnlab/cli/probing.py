@@ -9,6 +9,8 @@ from pathlib import Path
 
 from .. import bounds, explore, paths
 from ..data import read_texts
+from ..outputs import refuse_existing
+from ..shipped import output_dir
 from ..vocab import MASK_CHAR, visible
 from . import flags
 
@@ -93,7 +95,8 @@ def cmd_attention(args: argparse.Namespace) -> int:
         raise ValueError("give a TEXT to draw, --over FILE to average statistics, or both")
     if args.text is not None:
         _no_empty([args.text], "TEXT to draw")
-        paths.output_dir(args.out_dir, "--out-dir")
+        args.out_dir = str(paths.output_dir(args.out_dir or output_dir(args.checkpoint) / "attention", "--out-dir"))
+        refuse_existing([Path(args.out_dir) / "layer0.png"], args.overwrite)  # (the layer count needs the model)
     if args.over:
         paths.input_file(args.over, "--over")
     overrides = {"attention": args.attention} if args.attention else {}
@@ -107,6 +110,7 @@ def cmd_attention(args: argparse.Namespace) -> int:
         ids = vocab.encode(text, source="<argument>")
         weights, _ = attention_weights(model, [ids])
         out = Path(args.out_dir)
+        refuse_existing([out / f"layer{l}.png" for l in range(config.n_layer)], args.overwrite)
         chars = labels(vocab, ids)
         for l, w in enumerate(weights):
             path = out / f"layer{l}.png"
@@ -154,7 +158,9 @@ def register(command) -> None:
                 cmd_attention)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
     p.add_argument("text", nargs="?", default=None, help="text to draw (default: none, only --over)")
-    flags.out_dir(p, "runs/attention", "directory for layerN.png", old=("--out",))
+    flags.out_dir(p, None, "directory for layerN.png (default: RUN/attention; runs/NAME/attention for a "
+                  "shipped model)", old=("--out",))
+    flags.overwrite(p, "the heatmaps of an earlier drawing in --out-dir")
     p.add_argument("--over", default=None, help="file of texts, one per line (TSV: question column), "
                    "to average the per-head statistics over (default: none)")
     p.add_argument("--limit", type=bounds.non_negative_int, default=0,

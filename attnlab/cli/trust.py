@@ -23,6 +23,7 @@ from . import flags
 from .results import add_json_flag, publish
 
 DEFAULT_HOLDOUT = 0.1
+MAX_INVENTED = 100_000  # audit --names
 
 Log = Callable[[str], None]
 
@@ -157,9 +158,10 @@ def given_in_ask(args: argparse.Namespace, model, log: Log | None = None) -> Cal
     """`ask`: a function telling, for a list of answers of the loaded ``model`` (api.py),
     whether each is given (False: shown as "I don't know"). The rule is fitted once, before
     the first question, and told on stderr, so that stdout keeps one line per question."""
+    log = log or (lambda message: print(message, file=sys.stderr, flush=True))
+    rule_for_run(args, args.checkpoint, model.checkpoint.meta, log)
     if not abstaining(args):
         return lambda answers: [True] * len(answers)
-    log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     rule = rule_from_args(args, model.gpt, model.vocab, args.checkpoint, model.checkpoint.meta, log)
     log(rule.describe())
 
@@ -263,8 +265,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from ..evaluate import answer_questions
     from ..devices import resolve_device
 
-    if args.names <= 0:
-        raise ValueError(f"--names must be a positive number of people, got {args.names}")
+    if not 0 < args.names <= MAX_INVENTED:
+        raise ValueError(f"--names must be a positive number of people, at most {MAX_INVENTED:,} (minutes of "
+                         f"decoding on a CPU already), got {args.names}")
     check_abstain_flags(args)
     docs = documents(read_corpus(paths.input_file(args.corpus, "--corpus")))
     dev = read_questions(paths.input_file(args.eval_file, "--eval-file"), labelled=True)
