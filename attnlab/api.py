@@ -81,7 +81,9 @@ def _check_question(question: Any, source: str, line: int) -> None:
 def load(path: str | os.PathLike, device: str = "auto", **overrides: Any) -> LoadedModel:
     """The model of a run directory or checkpoint file, in eval mode on ``device`` (cpu, cuda or
     auto). ``overrides`` change config fields that add no parameters (e.g. attention="argmax")."""
-    checkpoint = load_checkpoint(path, training_state=False)  # answering needs no optimiser state
+    from .datafiles import resolve as found  # models/NAME from any directory, as on the command line
+
+    checkpoint = load_checkpoint(found(path), training_state=False)  # answering needs no optimiser state
     gpt = checkpoint.build_model(**overrides).to(resolve_device(device))
     gpt.eval()
     return LoadedModel(gpt, checkpoint.vocab, checkpoint)

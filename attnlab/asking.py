@@ -32,6 +32,7 @@ def answer_lines(model: LoadedModel, lines: TextIO, out: TextIO, index: CorpusIn
         if not line.strip():
             continue
         try:
+            _text_only(line, source, number)
             (answer,) = model.ask([line], source=source, first_line=number)
         except (DataError, VocabError) as e:
             print(f"attnlab ask: error: {e}", file=sys.stderr, flush=True)
@@ -42,6 +43,13 @@ def answer_lines(model: LoadedModel, lines: TextIO, out: TextIO, index: CorpusIn
     if not answered and not failed:
         raise ValueError(NO_QUESTIONS)
     return 2 if failed else 0
+
+
+def _text_only(line: str, source: str, number: int) -> None:
+    """Bytes that are not UTF-8 reach Python as lone surrogates ('\\udcf6'): say so, not that
+    the character is missing from the vocabulary."""
+    if any("\udc80" <= ch <= "\udcff" for ch in line):
+        raise DataError(source, number, "not UTF-8 text (attnlab reads questions as UTF-8)")
 
 
 def describe(answer: Answer, index: CorpusIndex | None = None) -> str:

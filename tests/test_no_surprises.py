@@ -408,3 +408,33 @@ def test_non_finite_weights_with_a_valid_checksum_are_refused(tmp_path, capsys):
         load_checkpoint(path)
     assert cli.main(["ask", str(path.parent), "Where was a born?", "--abstain", "off", "--evidence", ""]) == 2
     assert "NaN or infinite" in capsys.readouterr().err
+
+
+# ---- clearer messages --------------------------------------------------------------------------
+def test_bad_utf8_on_stdin_is_named_as_such(run, capsys, monkeypatch):
+    import io
+    import sys
+
+    raw = io.BytesIO(b"Where was Ada Lovelace born?\nWhere was J\xf6rg born?\n")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape"))
+    assert cli.main(["ask", str(run), "--device", "cpu", "--abstain", "off", "--evidence", ""]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "attnlab ask: error: <stdin>:2: not UTF-8 text (attnlab reads questions as UTF-8)"
+    assert len(captured.out.splitlines()) == 1  # the good line was answered
+
+
+def test_ctrl_c_while_starting_exits_130_without_a_traceback(monkeypatch, capsys):
+    def interrupted(**_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "main", interrupted)
+    assert cli.entry() == 130
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_the_api_loads_the_shipped_model_from_any_directory(tmp_path, monkeypatch):
+    import attnlab
+
+    monkeypatch.chdir(tmp_path)
+    model = attnlab.load("models/cpu", device="cpu")
+    assert model.config.qa_format == "recall"

@@ -106,8 +106,12 @@ def _described(e: BaseException, args: argparse.Namespace) -> str:
 
 
 def entry() -> int:
-    """The `attnlab` program (console script, ``python -m attnlab``, torchrun)."""
-    return main(process_settings=True)
+    """The `attnlab` program (console script, ``python -m attnlab``, torchrun). Ctrl-C while
+    it starts (importing torch, reading flags) ends it quietly too, with exit code 130."""
+    try:
+        return main(process_settings=True)
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":
