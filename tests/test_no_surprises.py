@@ -438,3 +438,13 @@ def test_the_api_loads_the_shipped_model_from_any_directory(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     model = attnlab.load("models/cpu", device="cpu")
     assert model.config.qa_format == "recall"
+
+
+def test_a_wrong_data_dir_variable_is_named_when_a_data_file_is_missing(tmp_path, capsys, monkeypatch):
+    from attnlab import datafiles
+
+    monkeypatch.setenv(datafiles.DATA_DIR_ENV, str(tmp_path / "nowhere"))
+    assert cli.main(["baseline"]) == 2
+    err = capsys.readouterr().err
+    assert f"--train-file does not exist (data/ files are read from {tmp_path / 'nowhere'}, set by " \
+           f"${datafiles.DATA_DIR_ENV})" in err
