@@ -448,3 +448,9 @@ def test_a_wrong_data_dir_variable_is_named_when_a_data_file_is_missing(tmp_path
     err = capsys.readouterr().err
     assert f"--train-file does not exist (data/ files are read from {tmp_path / 'nowhere'}, set by " \
            f"${datafiles.DATA_DIR_ENV})" in err
+
+
+def test_ask_takes_its_questions_after_its_options_too(run, capsys):
+    question = "Where was Ada Lovelace born?"
+    assert cli.main(["ask", str(run), "--json", "--abstain", "off", question, "--evidence", ""]) == 0
+    assert json.loads(capsys.readouterr().out)["question"] == question

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None, *, process_settings: bool = False) -> in
     (attnlab/cpu_settings.py) unless the command is given --no-cpu-settings; the program does,
     library calls (tests) do not."""
     parser = build_parser()
-    args = flags.with_config_file(parser, argv, parser.parse_args(argv))  # --config FILE as defaults
+    args = flags.with_config_file(parser, argv, flags.parse(parser, argv))  # --config FILE as defaults
     flags.resolve_data_paths(args)  # data/NAME from any directory, or --data-dir
     if process_settings and args.cpu_settings:
         from .. import cpu_settings

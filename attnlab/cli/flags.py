@@ -208,7 +208,24 @@ def with_config_file(parser: argparse.ArgumentParser, argv: list[str] | None,
                 parser.exit(2, f"attnlab {args.command}: error: {args.config}: {key} {problem}\n")
             defaults[name] = value
     command.set_defaults(**defaults)
-    return parser.parse_args(argv)
+    return parse(parser, argv)
+
+
+# Commands whose trailing texts (nargs="*") may also come after their options.
+TRAILING_TEXTS = {"ask": "questions", "generate": "prompts"}
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parser.parse_args``, except that `ask RUN --json "Where was X born?"` works: argparse
+    gives a nargs="*" positional nothing once an option came between, and then calls the text
+    an unrecognized argument."""
+    args, extra = parser.parse_known_args(argv)
+    dest = TRAILING_TEXTS.get(getattr(args, "command", None))
+    if extra and dest and not any(e.startswith("-") for e in extra):
+        setattr(args, dest, [*getattr(args, dest), *extra])
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 RUN_RECORDS = {"stage"}  # what a run's config.json records beside its options
