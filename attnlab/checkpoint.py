@@ -307,9 +307,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu", *,
 
 
 def _header_checksum(header: dict[str, Any]) -> str:
-    """sha256 of the metadata (configs, vocabulary, meta, optimiser layout, the tensors'
-    checksums) in a canonical JSON form: the tensors' checksums do not cover what they mean."""
-    body = {k: v for k, v in header.items() if k != "header_sha256"}
+    """sha256 of the metadata answering reads (configs, vocabulary, meta, the tensors'
+    checksums) in a canonical JSON form: the tensors' checksums do not cover what they mean.
+    The optimiser's layout is left out: answering never reads it, and resuming checks it."""
+    body = {k: v for k, v in header.items() if k not in ("header_sha256", "optimizer")}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 

@@ -316,7 +316,7 @@ def test_ask_says_i_dont_know_by_default_where_the_runs_rule_abstains(capsys):
 @pytest.mark.parametrize("argv, problem", [
     (["pretrain", "--preset", "tiny", "--objective", "lm", "--mix-ratio", "1e6"],
      "argument --mix-ratio: must be a finite number in [0, 100], got '1e6'"),
-    (["audit", "{run}", "--names", "3000000"], "--names must be a positive number of people, at most 100,000"),
+    (["audit", "{run}", "--names", "3000000"], "--names must be at most 100,000 (minutes of decoding on a CPU already), got 3000000"),
     (["ask", "{run}", "Where was Ada\nLovelace born?"], "<argument>:1: a question is one line"),
 ])
 def test_out_of_bounds_and_multi_line_input_is_refused_before_any_work(run, tmp_path, capsys, argv, problem):

@@ -265,9 +265,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from ..evaluate import answer_questions
     from ..devices import resolve_device
 
-    if not 0 < args.names <= MAX_INVENTED:
-        raise ValueError(f"--names must be a positive number of people, at most {MAX_INVENTED:,} (minutes of "
-                         f"decoding on a CPU already), got {args.names}")
+    if args.names <= 0:
+        raise ValueError(f"--names must be a positive number of people, got {args.names}")
+    if args.names > MAX_INVENTED:
+        raise ValueError(f"--names must be at most {MAX_INVENTED:,} (minutes of decoding on a CPU already), "
+                         f"got {args.names}")
     check_abstain_flags(args)
     docs = documents(read_corpus(paths.input_file(args.corpus, "--corpus")))
     dev = read_questions(paths.input_file(args.eval_file, "--eval-file"), labelled=True)
