@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     ValueError covers the library's input errors (DataError, VocabError, CheckpointError,
     PathError, ...); OSError a file that cannot be read or written (a full disk), by its name;
     SafetensorError a checkpoint that could not be written (reading one is a CheckpointError).
-    A command that ran but missed its goal (results.GoalNotMet) exits 1; with --json the
+    A command that ran but missed its goal (results.GoalNotMet, a diverged training run) exits
+    1; with --json the
     command's document is printed once it has succeeded (results.py)."""
     from safetensors import SafetensorError
 
@@ -83,15 +84,22 @@ def run(args: argparse.Namespace) -> int:
             code = args.func(args) or 0
         results.print_document(args)
         return code
-    except results.GoalNotMet as e:
-        print(f"attnlab {args.command}: failed: {flags.one_line(e)}", file=sys.stderr)
-        return results.EXIT_FAILED
-    except (ValueError, OSError, SafetensorError) as e:
+    except (results.GoalNotMet, ValueError, OSError, SafetensorError) as e:
+        if _missed_its_goal(e):  # it ran, but did not do what it was asked (no output left)
+            print(f"attnlab {args.command}: failed: {flags.one_line(e)}", file=sys.stderr)
+            return results.EXIT_FAILED
         for message in getattr(e, "messages", None) or [_described(e, args)]:
             print(f"attnlab {args.command}: error: {flags.one_line(message)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _missed_its_goal(e: BaseException) -> bool:
+    """GoalNotMet, or a training run whose loss diverged (train.Diverged: its weights are not
+    saved), told without importing torch for commands that never train."""
+    train = sys.modules.get(f"{__name__.rpartition('.')[0]}.train")
+    return isinstance(e, results.GoalNotMet) or (train is not None and isinstance(e, train.Diverged))
 
 
 def _described(e: BaseException, args: argparse.Namespace) -> str:
