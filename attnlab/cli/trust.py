@@ -265,11 +265,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from ..evaluate import answer_questions
     from ..devices import resolve_device
 
-    if args.names <= 0:
-        raise ValueError(f"--names must be a positive number of people, got {args.names}")
-    if args.names > MAX_INVENTED:
-        raise ValueError(f"--names must be at most {MAX_INVENTED:,} (minutes of decoding on a CPU already), "
-                         f"got {args.names}")
+    _check_names(args.names)
     check_abstain_flags(args)
     docs = documents(read_corpus(paths.input_file(args.corpus, "--corpus")))
     dev = read_questions(paths.input_file(args.eval_file, "--eval-file"), labelled=True)
@@ -328,6 +324,15 @@ def cmd_audit(args: argparse.Namespace) -> int:
     print(f"wrote {out / 'audit.png'}, {out / 'audit.json'} and {out / 'invented.txt'} (name, answer, confidence)")
     publish(args, {**summary, "written": [str(out / f) for f in AUDIT_FILES]})
     return 0
+
+
+def _check_names(names: int) -> None:
+    """audit --names: a positive count that decodes in sane time, before any work."""
+    if names <= 0:
+        raise ValueError(f"--names must be a positive number of people, got {names}")
+    if names > MAX_INVENTED:
+        raise ValueError(f"--names must be at most {MAX_INVENTED:,} (minutes of decoding on a CPU already), "
+                         f"got {names}")
 
 
 def _audit_json(r) -> dict:
