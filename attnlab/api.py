@@ -18,7 +18,7 @@ import torch
 
 from .model.checkpoint import Checkpoint, load_model
 from .config.settings import DEFAULT_TRAIN, ModelConfig, TrainConfig
-from .data.datasets import QAExample
+from .data.datasets import DataError, QAExample
 from .answering.evaluate import Answer, answer_questions
 from .trust.abstention import DEFAULT_HOLDOUT, DEFAULT_KEEP_RIGHT, Rule, decide, fit_rules, people_of
 from .model.gpt import GPT
@@ -61,6 +61,13 @@ class LoadedModel:
         ``withheld`` holding what the model would have said."""
         if isinstance(questions, str):
             questions = [questions]
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        questions = list(questions) if isinstance(questions, Iterable) and not isinstance(questions, bytes) else None
+        if questions is None:
+            raise TypeError("ask takes a question (str) or a list of them")
+        for i, q in enumerate(questions):
+            _check_question(q, source, first_line + i)
         examples = [QAExample(q.strip(), None, source, first_line + i) for i, q in enumerate(questions)]
         with torch.no_grad():
             answers = answer_questions(self.gpt, self.vocab, examples, batch_size=batch_size)
@@ -85,7 +92,19 @@ class LoadedModel:
         return fit_rules(self.gpt, self.vocab, train_file or DEFAULT_TRAIN, fraction, keep_right)[kind]
 
 
+def _check_question(question: Any, source: str, line: int) -> None:
+    """A question is a non-empty line of text (DataError naming ``source`` and its line)."""
+    if not isinstance(question, str):
+        raise TypeError(f"{source}:{line}: a question must be a str, got {type(question).__name__}")
+    if not question.strip():
+        raise DataError(source, line, "empty question")
+    if "\n" in question.strip() or "\r" in question.strip():
+        raise DataError(source, line, "a question is one line; this one holds a line break")
+
+
 def load(path: str | os.PathLike, device: str = "auto", **overrides: Any) -> LoadedModel:
     """The model of a run directory or checkpoint file, in eval mode on ``device`` (cpu, cuda or
     auto). ``overrides`` change config fields that add no parameters (e.g. attention="argmax")."""
-    return LoadedModel(*load_model(path, device, **overrides))
+    from .core.datafiles import resolve as found  # models/NAME from any directory, as on the command line
+
+    return LoadedModel(*load_model(found(path), device, **overrides))

@@ -52,7 +52,7 @@ def test_ask_answers_as_the_ask_command_does(run, capsys):
     assert all(0.0 <= a.confidence <= 1.0 for a in answers)
     assert (answers[0].recalled is not None) == (model.config.qa_format == "recall")
     capsys.readouterr()
-    assert cli.main(["ask", str(run), *QUESTIONS, "--evidence", "", "--device", "cpu"]) == 0
+    assert cli.main(["ask", str(run), *QUESTIONS, "--evidence", "", "--device", "cpu", "--abstain", "off"]) == 0
     printed = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
     assert [(p[0], p[1], p[2].split()[1]) for p in printed] == [
         (a.question, a.answer, f"{a.confidence:.2f}") for a in answers]

@@ -24,7 +24,8 @@ def run(tmp_path_factory):
 
 def _ask_process(run, *extra):
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, "-m", "attnlab", "ask", str(run), "--device", "cpu", *extra],
+    return subprocess.Popen([sys.executable, "-m", "attnlab", "ask", str(run), "--device", "cpu", "--abstain", "off",
+                             *extra],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
 

@@ -265,7 +265,8 @@ def test_a_full_disk_keeps_the_earlier_predictions(files, tmp_path, monkeypatch,
     out = tmp_path / "predictions.txt"
     out.write_text("the earlier predictions\n")
     monkeypatch.setattr(paths.os, "fsync", _disk_full)  # the write fails as on a full disk
-    err = refused(command("evaluate {run} --eval-file {tsv} --predictions {p}", {**files, "p": str(out)}), capsys)
+    err = refused(command("evaluate {run} --eval-file {tsv} --predictions {p} --overwrite", {**files, "p": str(out)}),
+                  capsys)
     assert err == f"attnlab evaluate: error: {out}: No space left on device"
     assert out.read_text() == "the earlier predictions\n" and temporaries(tmp_path) == []
 
@@ -283,7 +284,7 @@ def test_a_full_disk_keeps_the_earlier_checkpoint(files, tmp_path, monkeypatch, 
 
     monkeypatch.setattr(checkpoint, "save_file", save_file)
     code = exit_code(["pretrain", "--preset", "tiny", "--max-steps", "6", "--log-every", "1", "--device", "cpu",
-                      "--out-dir", str(run), "--corpus", str(WIKI), "--mix-qa", str(DATA / "birth_places_train.tsv"),
+                      "--out-dir", str(run), "--corpus", str(WIKI),
                       "--held-out", str(DATA / "birth_dev.tsv"), "--eval-file", "", "--resume"])
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("attnlab ")]
     assert code == 2 and len(errors) == 1 and "No space left on device" in errors[0] and str(run) in errors[0]

@@ -188,13 +188,20 @@ def test_edit_changes_the_answer_and_leaves_the_original_untouched(run, tmp_path
 
 def test_edit_at_the_name_without_layer_says_which_layer_tracing_chose(run, tmp_path, capsys):
     out = tmp_path / "edited"
-    assert cli.main(["edit", str(run / "run"), "--person", "Ana Lindi", "--place", "Rome", "--at", "name",
-                     "--out-dir", str(out), "--samples", "2", "--corpus", str(run / "wiki.txt"), "--eval-file", ""]) == 0
+    code = cli.main(["edit", str(run / "run"), "--person", "Ana Lindi", "--place", "Rome", "--at", "name",
+                     "--out-dir", str(out), "--samples", "2", "--corpus", str(run / "wiki.txt"), "--eval-file", ""])
     printed = capsys.readouterr().out
-    report = json.loads((out / "edit.json").read_text())
-    assert (report["at"], report["layer_chosen_by"]) == ("name", "trace")
-    assert f"layer {report['layer']}: the strongest MLP effect at the name's last character" in printed
-    assert [report["edit_input"][p] for p in report["key_positions"]] == ["i"]  # "Ana Lindi"'s last
+    assert "the strongest MLP effect at the name's last character" in printed
+    assert "key at characters [8], the name's last character" in printed  # "Ana Lindi"'s last
+    # On this model the edit at the name does not take: exit 1 and nothing written (issue 25)
+    # where it does (editing.py may improve), its report says the layer came from the trace.
+    assert code in (0, 1) and (code == 1) == ("NOT the new place" in printed)
+    if code == 1:
+        assert not out.exists()
+    else:
+        report = json.loads((out / "edit.json").read_text())
+        assert (report["at"], report["layer_chosen_by"]) == ("name", "trace")
+        assert f"layer {report['layer']}: the strongest MLP effect" in printed
 
 
 def test_edit_by_default_reads_the_key_where_the_place_is_read_out_below_the_top_layer(run, tmp_path, capsys):
@@ -360,3 +367,65 @@ def test_changed_answers_equal_a_full_second_evaluation(run, noise):
         assert expected == []
     if noise == 0.3:
         assert expected  # the check is not vacuous: this perturbation changes answers
+
+
+# ---- edit: no lost work, no silent failure (issue 25) ------------------------------------------
+def test_an_edit_that_does_not_take_exits_1_and_writes_nothing(run, tmp_path, capsys, monkeypatch):
+    real = editing.edit_model
+
+    def missing_its_target(model, *a, **kw):  # the edit's numbers, but the model as it was
+        _, edit, target = real(model, *a, **kw)
+        return model, edit, target
+
+    monkeypatch.setattr(editing, "edit_model", missing_its_target)
+    out = tmp_path / "new" / "edited"
+    assert cli.main(["edit", str(run / "run"), "--person", "Ana Linda", "--place", "Lima", "--layer", "0",
+                     "--out-dir", str(out), "--corpus", str(run / "wiki.txt"), "--eval-file", ""]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("attnlab edit: failed: the edit did not take") and err.count("\n") == 1
+    assert "answered 'Paris', not 'Lima'" in err
+    assert not (tmp_path / "new").exists()  # no directory, no checkpoint, no lock left behind
+
+
+def test_an_edit_into_an_out_dir_another_edit_holds_is_refused(run, tmp_path, capsys):
+    import os
+    import socket
+
+    out = tmp_path / "edited"
+    out.mkdir()
+    lock = out / "train.lock"  # held by a live process on this host: the other edit
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))
+    assert cli.main(["edit", str(run / "run"), "--person", "Ana Linda", "--place", "Lima", "--layer", "0",
+                     "--out-dir", str(out), "--corpus", str(run / "wiki.txt"), "--eval-file", ""]) == 2
+    assert "is in use by process" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["train.lock"]
+
+
+def test_edit_json_prints_the_report(run, tmp_path, capsys):
+    out = tmp_path / "edited"
+    assert cli.main(["edit", str(run / "run"), "--person", "Ana Lindu", "--place", "Lima", "--layer", "0",
+                     "--out-dir", str(out), "--corpus", str(run / "wiki.txt"), "--eval-file", "", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["efficacy"] is True and document["answer_after"] == "Lima"
+    assert document["written"] == [str(out / "checkpoint.safetensors"), str(out / "edit.json")]
+    assert not (out / "train.lock").exists()
+
+
+def test_trace_json_writes_next_to_the_run_on_a_fixed_colour_scale(run, tmp_path, capsys, monkeypatch):
+    scales = []
+    real = tracing.plot
+    monkeypatch.setattr(tracing, "plot", lambda *a, **kw: (scales.append((kw["low"], kw["high"])), real(*a, **kw)))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["trace", str(run / "run"), "Where was Ana Linda born?", "--samples", "2", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    t = document["trace"]
+    assert scales == [(t["corrupted"], t["clean"])]
+    assert document["written"] == [str(run / "run" / "trace" / f) for f in ("trace.png", "trace.md", "trace.json")]
+    assert cli.main(["trace", str(run / "run"), "Where was Ana Linda born?", "--samples", "2"]) == 2
+    assert "already exists; pass --overwrite" in capsys.readouterr().err
+
+
+def test_the_trace_colour_scale_is_anchored_at_the_corrupted_and_clean_probabilities():
+    assert tracing.colour_scale(0.416, 0.441)[:2] == (0.416, 0.441)
+    assert tracing.colour_scale(0.5, 0.5)[:2] == (0.0, 1.0)  # nothing apart: the whole probability range
+    assert tracing.colour_scale(None, None)[2] == "P(clean answer), 0..1"

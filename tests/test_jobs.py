@@ -333,6 +333,7 @@ def test_checkpoints_without_a_checksum_still_load(tmp_path):
     with safe_open(str(path), framework="pt") as f:
         header = json.loads(f.metadata()["attnlab"])
     assert set(header.pop("sha256")) == {"model", "optim", "rng"}
+    assert len(header.pop("header_sha256")) == 64  # the metadata's checksum (issue 25): absent then too
     save_file(load_file(str(path)), str(path), metadata={"attnlab": json.dumps(header)})
     assert load_checkpoint(path).meta["step"] == 1
 

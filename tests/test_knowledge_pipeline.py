@@ -102,7 +102,7 @@ def test_a_shipped_model_is_used_as_a_run_directory_and_never_written_into(tiny_
     assert (tmp_path / "runs" / "tiny" / "predictions-dev.txt").is_file()
     capsys.readouterr()
     assert cli.main(["ask", str(shipped), "Where was Ada Brook born?", "--evidence", str(tiny_data["corpus"]),
-                     "--device", "cpu"]) == 0
+                     "--device", "cpu", "--abstain", "off"]) == 0
     assert "\trecalled: 'Ada Brook." in capsys.readouterr().out  # the recall starts from the name
     assert cli.main(["finetune", "--preset", "tiny", "--init", str(shipped), "--corpus", str(tiny_data["corpus"]),
                      "--train-file", str(tiny_data["train"]), "--eval-file", "", "--out-dir", "runs/ft",

@@ -234,7 +234,7 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tiny_data, 
     run = tmp_path / "run"
     monkeypatch.setattr(pipeline, "_loss_fn", lambda config: _failing_loss(3, lambda loss: loss * float("nan")))
     assert _pretrain(tiny_data, run, *LM, "--max-steps", "6", "--checkpoint-every", "2",
-                     "--log-every", log_every) == 2
+                     "--log-every", log_every) == 1  # the run failed its goal (issue 25: exit 1, not bad input)
     err = _error(capsys)
     assert f"{run}: training diverged: {found}" in err
     assert f"the last good checkpoint (step 2) stays in {run / 'checkpoint.safetensors'}" in err

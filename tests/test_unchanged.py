@@ -29,8 +29,10 @@ from attnlab.training.pipeline import finetune, pretrain
 EXPECTED = {
     "span-vanilla-dropout": [3.015253283, -19.45547133, 12.96762143, 2.730904889, 24.01554547, 1.022382124,
                              8.936769305, 14.00697802],
-    "lm-relative": [-10.48861501, 5.483340584, 16.58233807, -8.678286799, -4.064796096, 0.1261472724, 36.19207354,
-                    17.91766665],
+    # re-recorded for issue 25: --max-steps stops an lm run inside the schedule of all its epochs
+    # (it compressed the schedule into the steps before), as it always did for span corruption
+    "lm-relative": [-10.97227422, 5.719317484, 17.05746479, -8.725803699, -3.047623153, -0.4075109687, 36.16147395,
+                    17.60457243],
     "span-rotary-plain": [2.798286593, -19.79344469, 13.11269777, 1.40722467, 22.8391066, 1.192046259, 10.18611898,
                           12.79097615],
     "finetune-vanilla": [2.202573262, -17.82093961, 12.73642392, 2.769987633, 23.22555672, 3.073982489, 9.945019425,

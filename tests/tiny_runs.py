@@ -19,7 +19,6 @@ def train_tiny(run_dir: Path, *extra: str, recall: bool = True) -> Path:
     fmt = ["--objective", "lm", "--qa-format", "recall", "--recall-chars", "40"] if recall else []
     code = cli.main(["pretrain", "--preset", "tiny", *fmt, "--max-steps", "4", "--log-every", "1",
                      "--device", "cpu", "--out-dir", str(run_dir), "--corpus", str(DATA / "wiki.txt"),
-                     "--mix-qa", str(DATA / "birth_places_train.tsv"),
                      "--held-out", str(DATA / "birth_dev.tsv"), "--eval-file", "", *extra])
     assert code == 0
     return run_dir

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
+from ..core.progress import progress_bar
 from ..data.datasets import DataError, QAExample
 from ..model.generate import generate
 from .knowledge import answer_by_recall, require_person
@@ -95,7 +95,7 @@ def answer_questions(
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     answers: list[Answer | None] = [None] * len(prompts)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    for chunk in tqdm(batches, desc="answering", disable=not progress, leave=False):
+    for chunk in progress_bar(batches, desc="answering", disable=not progress, leave=False):
         gen = generate(model, [prompts[i] for i in chunk], max_new, stop_token=MASK_ID, use_cache=use_cache)
         for i, toks, lps in zip(chunk, gen.tokens, gen.logprobs):
             complete = bool(toks) and toks[-1] == MASK_ID
@@ -130,10 +130,13 @@ def most_frequent_place(train: list[QAExample]) -> str:
     return Counter(places).most_common(1)[0][0]
 
 
-def write_predictions(path: str | os.PathLike, predictions: list[str]) -> Path:
+def write_predictions(path: str | os.PathLike, predictions: list[str], *, overwrite: bool = True) -> Path:
     """One answer per line in input order, written atomically: a failed write (a full disk)
-    leaves the earlier predictions as they were and no temporary file (paths.py)."""
-    return write_atomically(path, "".join(p.replace("\n", " ") + "\n" for p in predictions))
+    leaves the earlier predictions as they were and no temporary file (paths.py); without
+    ``overwrite`` an existing file is kept and refused (outputs.write_new)."""
+    from ..core.outputs import write_output
+
+    return write_output(path, "".join(p.replace("\n", " ") + "\n" for p in predictions), overwrite)
 
 
 @torch.no_grad()

@@ -17,7 +17,7 @@ import sys
 from typing import Callable
 
 from .._version import __version__
-from . import answering, experiments, facts, flags, probing, serving, training, trust
+from . import answering, experiments, facts, flags, probing, results, serving, training, trust
 from .flags import model_config_from, train_config_from  # noqa: F401  (the library-facing helpers)
 
 # The registration hooks, in the order the commands are listed in `attnlab --help`.
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None, *, process_settings: bool = False) -> in
     (attnlab/core/cpu_settings.py) unless the command is given --no-cpu-settings; the program does,
     library calls (tests) do not."""
     parser = build_parser()
-    args = flags.with_config_file(parser, argv, parser.parse_args(argv))  # --config FILE as defaults
+    args = flags.with_config_file(parser, argv, flags.parse(parser, argv))  # --config FILE as defaults
     flags.resolve_data_paths(args)  # data/NAME from any directory, or --data-dir
     if process_settings and args.cpu_settings:
         from ..core import cpu_settings
@@ -96,17 +96,33 @@ def run(args: argparse.Namespace) -> int:
     """The one error handler: bad input is a one-line error per problem and exit code 2.
     ValueError covers the library's input errors (DataError, VocabError, CheckpointError,
     PathError, ...); OSError a file that cannot be read or written (a full disk), by its name;
-    SafetensorError a checkpoint that could not be written (reading one is a CheckpointError)."""
+    SafetensorError a checkpoint that could not be written (reading one is a CheckpointError).
+    A command that ran but missed its goal (results.GoalNotMet, a diverged training run) exits
+    1; with --json the
+    command's document is printed once it has succeeded (results.py)."""
     from safetensors import SafetensorError
 
     try:
-        return args.func(args) or 0
-    except (ValueError, OSError, SafetensorError) as e:
+        with results.human_output_aside(args):
+            code = args.func(args) or 0
+        results.print_document(args)
+        return code
+    except (results.GoalNotMet, ValueError, OSError, SafetensorError) as e:
+        if _missed_its_goal(e):  # it ran, but did not do what it was asked (no output left)
+            print(f"attnlab {args.command}: failed: {flags.one_line(e)}", file=sys.stderr)
+            return results.EXIT_FAILED
         for message in getattr(e, "messages", None) or [_described(e, args)]:
             print(f"attnlab {args.command}: error: {flags.one_line(message)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _missed_its_goal(e: BaseException) -> bool:
+    """GoalNotMet, or a training run whose loss diverged (train.Diverged: its weights are not
+    saved), told without importing torch for commands that never train."""
+    train = sys.modules.get(f"{__name__.rpartition('.')[0]}.train")
+    return isinstance(e, results.GoalNotMet) or (train is not None and isinstance(e, train.Diverged))
 
 
 def _described(e: BaseException, args: argparse.Namespace) -> str:
@@ -121,8 +137,12 @@ def _described(e: BaseException, args: argparse.Namespace) -> str:
 
 
 def entry() -> int:
-    """The `attnlab` program (console script, ``python -m attnlab``, torchrun)."""
-    return main(process_settings=True)
+    """The `attnlab` program (console script, ``python -m attnlab``, torchrun). Ctrl-C while
+    it starts (importing torch, reading flags) ends it quietly too, with exit code 130."""
+    try:
+        return main(process_settings=True)
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ import sys
 from ..core import bounds, paths
 from ..config.settings import DEFAULT_CORPUS
 from ..data.datasets import read_corpus, read_questions
-from . import flags, trust
+from ..core.outputs import refuse_existing, refuse_inputs
+from . import flags, results, trust
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -19,11 +20,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     _check_evaluate_files(args)
     overrides = {"attention": args.attention} if args.attention else {}
     with distributed.session(args.device) as (env, device):  # under torchrun each rank decodes a share
-        answers, _, out = evaluate_file(args.checkpoint, args.eval_file, out=args.predictions, device=device,
-                                        batch_size=args.batch_size, overrides=overrides,
-                                        stored_corpus=args.corpus if args.stored else None)
+        answers, score, out = evaluate_file(args.checkpoint, args.eval_file, out=args.predictions, device=device,
+                                            batch_size=args.batch_size, overrides=overrides,
+                                            stored_corpus=args.corpus if args.stored else None,
+                                            overwrite=args.overwrite)
+        abstention = None
         if trust.abstaining(args) and env.is_main:
-            trust.abstain_in_evaluation(args, answers, out)
+            abstention = trust.abstain_in_evaluation(args, answers, out)
+    results.publish(args, {"checkpoint": str(args.checkpoint), "eval_file": str(args.eval_file),
+                           "questions": len(answers), "correct": score.correct if score else None,
+                           "accuracy": score.correct / score.total if score and score.total else None,
+                           "interval_95": list(score.interval) if score else None,
+                           "abstention": abstention, "written": [str(out)]})
     return 0
 
 
@@ -36,6 +44,9 @@ def _check_evaluate_files(args: argparse.Namespace) -> None:
     read_questions(paths.input_file(args.eval_file, "--eval-file"))
     if args.predictions:
         paths.output_file(args.predictions, "--predictions")
+        refuse_inputs(args.predictions, {"checkpoint": args.checkpoint, "--eval-file": args.eval_file,
+                                         "--corpus": args.corpus if args.stored else None}, "--predictions")
+        refuse_existing([args.predictions], args.overwrite)
     else:
         paths.output_dir(output_dir(args.checkpoint), "the directory of the predictions (--predictions)")
     if args.stored:
@@ -45,26 +56,29 @@ def _check_evaluate_files(args: argparse.Namespace) -> None:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     from ..api import load
-    from .asking import answer_lines, describe, evidence_index, withheld
+    from .asking import answer_lines, evidence_index, shown_line
 
     trust.check_abstain_flags(args)
     for number, question in enumerate(args.questions, 1):
         if not question.strip():
             raise ValueError(f"<argument>:{number}: empty question")
+        if "\n" in question or "\r" in question:  # it would split the output line
+            raise ValueError(f"<argument>:{number}: a question is one line; this one holds a line break")
     if args.evidence:
         paths.input_file(args.evidence, "--evidence")
     trust.check_abstain_files(args)
     model = load(args.checkpoint, device=args.device)
     index = evidence_index(args.evidence)
     given = trust.given_in_ask(args, model)  # --abstain: fitted once, before the first question
+    out, as_json = results.stdout(args), results.wants_json(args)
     if args.questions:
         answers = model.ask(args.questions, source="<argument>")
         for answer, ok in zip(answers, given(answers)):
-            print(describe(answer, index) if ok else withheld(answer))
+            print(shown_line(answer, index, ok, as_json), file=out)
         return 0
     if sys.stdin.isatty():
         print("one question per line (Ctrl-D to end)", file=sys.stderr)
-    return answer_lines(model, sys.stdin, sys.stdout, index, given=given)  # each line answered as it is read
+    return answer_lines(model, sys.stdin, out, index, given=given, as_json=as_json)  # each line as it is read
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
@@ -91,6 +105,8 @@ def register(command) -> None:
                         "RUN_DIR/predictions-FILESTEM-VARIANT.txt, so the plain predictions stay)")
     p.add_argument("--out", dest="predictions", action=flags.Deprecated, new="--predictions",
                    help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+    flags.overwrite(p, "the predictions file")
+    results.add_json_flag(p)
     flags.attention_view(p)
     p.add_argument("--batch-size", type=bounds.positive_int, default=256, help="questions decoded together")
     flags.device(p)
@@ -109,7 +125,9 @@ def register(command) -> None:
                    help="corpus in which to check whether each answer is stated about the person "
                         f"('' to skip) (default: {DEFAULT_CORPUS.as_written})")
     flags.device(p)
-    trust.add_abstain_flags(p)
+    trust.add_abstain_flags(p, default="run")  # "I don't know" where the run's rule abstains; --abstain off: raw
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per answer, one per line, as each is answered (default: off)")
 
     p = command("baseline", "score the training file's most frequent place on a labelled file", cmd_baseline)
     flags.train_file(p, "file whose most frequent place is the answer")

@@ -5,6 +5,7 @@ other end of a pipe."""
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Callable, Sequence, TextIO
 
@@ -19,27 +20,36 @@ NO_QUESTIONS = "no questions: pass them as arguments or one per line on stdin"
 
 
 def answer_lines(model: LoadedModel, lines: TextIO, out: TextIO, index: CorpusIndex | None = None,
-                 source: str = "<stdin>", given: Callable[[Sequence[Answer]], list[bool]] | None = None) -> int:
+                 source: str = "<stdin>", given: Callable[[Sequence[Answer]], list[bool]] | None = None,
+                 as_json: bool = False) -> int:
     """Answer each non-blank line as it is read, until end of input. A bad line is reported on
     stderr as ``source:line: problem`` and the rest are still answered; exit code 2 then. No
     question at all is a ValueError (the command line's one-line error). ``given``: whether
-    each answer is given (ask --abstain, attnlab/trust/abstention.py); a withheld one is "I don't know"."""
+    each answer is given (ask --abstain, attnlab/trust/abstention.py); a withheld one is "I don't know".
+    ``as_json``: each answer as one JSON line (``record``) instead of the tab-separated one."""
     answered = failed = 0
     for number, line in enumerate(iter(lines.readline, ""), 1):  # readline: no read-ahead
         if not line.strip():
             continue
         try:
+            _text_only(line, source, number)
             (answer,) = model.ask([line], source=source, first_line=number)
         except (DataError, VocabError) as e:
             print(f"attnlab ask: error: {e}", file=sys.stderr, flush=True)
             failed += 1
             continue
-        shown = describe(answer, index) if given is None or given([answer])[0] else withheld(answer)
-        print(shown, file=out, flush=True)
+        print(shown_line(answer, index, given is None or given([answer])[0], as_json), file=out, flush=True)
         answered += 1
     if not answered and not failed:
         raise ValueError(NO_QUESTIONS)
     return 2 if failed else 0
+
+
+def _text_only(line: str, source: str, number: int) -> None:
+    """Bytes that are not UTF-8 reach Python as lone surrogates ('\\udcf6'): say so, not that
+    the character is missing from the vocabulary."""
+    if any("\udc80" <= ch <= "\udcff" for ch in line):
+        raise DataError(source, number, "not UTF-8 text (attnlab reads questions as UTF-8)")
 
 
 def describe(answer: Answer, index: CorpusIndex | None = None) -> str:
@@ -51,6 +61,22 @@ def describe(answer: Answer, index: CorpusIndex | None = None) -> str:
     if answer.recalled is not None:  # recall format: what the model wrote of the person first
         line += f"\trecalled: {answer.recalled!r}"
     return line
+
+
+def shown_line(answer: Answer, index: CorpusIndex | None, given: bool, as_json: bool = False) -> str:
+    """The output line of one answer: tab-separated for people, or one JSON object."""
+    if as_json:
+        return json.dumps(record(answer, index, given), ensure_ascii=False)
+    return describe(answer, index) if given else withheld(answer)
+
+
+def record(answer: Answer, index: CorpusIndex | None, given: bool) -> dict:
+    """An answer for programs (ask --json; keys in docs/guides/no-surprises.md): ``answer`` is
+    null when the abstention rule withholds it, ``model_answer`` is what the model said."""
+    return {"question": answer.question, "answer": answer.answer if given else None, "given": given,
+            "model_answer": answer.answer, "confidence": answer.confidence, "complete": answer.complete,
+            "evidence": None if index is None else index.find(answer.question, answer.answer).verdict,
+            "recalled": answer.recalled}
 
 
 def withheld(answer: Answer) -> str:

@@ -11,7 +11,8 @@ from ..core import bounds, paths
 from ..model.attention import REGISTRY
 from ..model.attention import names as attention_names
 from ..data.datasets import read_corpus, read_questions
-from . import flags
+from ..core.outputs import refuse_existing
+from . import flags, results
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -21,9 +22,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     paths.output_dir(args.out_dir, "--out-dir")
     if args.shipped and os.path.lexists(args.shipped):  # scored last: a damaged one is refused first
         load_checkpoint(args.shipped, training_state=False)
-    demo(args.preset, out=args.out_dir, attention=args.attention, device=args.device, shipped=args.shipped or None,
-         resume=args.resume, overwrite=args.overwrite)
+    rows = demo(args.preset, out=args.out_dir, attention=args.attention, device=args.device,
+                shipped=args.shipped or None, resume=args.resume, overwrite=args.overwrite)
+    _publish_rows(args, rows)
     return 0
+
+
+def _publish_rows(args: argparse.Namespace, rows) -> None:
+    """--json of demo and compare: the table's rows and the files written."""
+    from ..experiments import RESULT_FILES
+
+    results.publish(args, {"rows": [r.to_dict() for r in rows],
+                           "written": [os.path.join(args.out_dir, f) for f in RESULT_FILES]})
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -37,10 +47,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     read_questions(paths.input_file(args.train_file, "--train-file"), labelled=True)
     read_questions(paths.input_file(args.eval_file, "--eval-file"))
     paths.output_dir(args.out_dir, "--out-dir")
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()] if args.variants else None
-    compare(*configs, variants=variants, corpus=args.corpus, train_file=args.train_file, dev_file=args.eval_file,
+    variants = None if args.variants is None else [v.strip() for v in args.variants.split(",") if v.strip()]
+    if variants == []:
+        raise ValueError(f"--variants {args.variants!r} names no variant; leave it out to train all of them")
+    rows = compare(*configs, variants=variants, corpus=args.corpus, train_file=args.train_file, dev_file=args.eval_file,
             out=args.out_dir, device=args.device, scratch=args.scratch, reuse=args.reuse, resume=args.resume,
             overwrite=args.overwrite, preset=args.preset, seeds=args.seeds, reference=args.reference)
+    _publish_rows(args, rows)
     return 0
 
 
@@ -64,10 +77,23 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     for run in args.runs:
         paths.input_file(metrics_path(run), "the metrics file")
+    args.image = args.image or default_image(args.runs)
     paths.output_file(args.image, "--image")
+    refuse_existing([args.image], args.overwrite)
     image = plot_runs(args.runs, args.image)
     print(f"training curves of {len(args.runs)} run(s) written to {image}")
     return 0
+
+
+def default_image(runs: list[str]) -> str:
+    """RUN/plots/curves.png of the first run (runs/NAME/plots for a shipped model); the other
+    runs' names join the file name, so that each set of runs gets its own image."""
+    from ..experiments.curves import metrics_path
+    from ..model.shipped import output_dir
+
+    first = metrics_path(runs[0]).parent
+    others = "".join(f"-{metrics_path(r).parent.name}" for r in runs[1:])
+    return str(output_dir(first) / "plots" / f"curves{others}.png")
 
 
 def _continuing(group, name: str) -> None:
@@ -89,6 +115,7 @@ def register(command) -> None:
     p.add_argument("--attention", default="vanilla", choices=attention_names(), help="attention variant to demonstrate")
     flags.device(p)
     _continuing(p.add_mutually_exclusive_group(), "demo")
+    results.add_json_flag(p)
 
     p = command("compare", "every attention variant through pretrain -> finetune -> dev evaluation, "
                 "same preset, seeds and data; a markdown table with paired tests and a bar chart", cmd_compare)
@@ -118,6 +145,7 @@ def register(command) -> None:
                                  "(default: a fresh --out-dir)")
     flags.model_flags(p)
     flags.train_flags(p, ("pretrain", "finetune", "finetune_scratch"))
+    results.add_json_flag(p)
 
     p = command("variants", "table of the attention variants: parameters, score cost, what each "
                 "can and cannot express", cmd_variants)
@@ -128,7 +156,9 @@ def register(command) -> None:
     p = command("plot", "training curves (loss, learning rate, tokens/s, dev accuracy where logged) "
                 "of one or several runs on shared axes", cmd_plot)
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directory (or its metrics.jsonl)")
-    p.add_argument("--image", default="runs/curves.png", metavar="FILE",
-                   help="image file to write (PNG, or any format matplotlib knows by the suffix)")
+    p.add_argument("--image", default=None, metavar="FILE",
+                   help="image file to write (PNG, or any format matplotlib knows by the suffix) (default: "
+                        "RUN/plots/curves.png of the first RUN, curves-RUN2-RUN3.png with more runs)")
+    flags.overwrite(p, "the image")
     p.add_argument("--out", dest="image", action=flags.Deprecated, new="--image",
                    help=argparse.SUPPRESS, default=argparse.SUPPRESS)

@@ -15,6 +15,10 @@ from ..data.datasets import read_corpus, read_questions
 from ..facts.edit import LOCI
 from ..facts.trace import TraceError
 from . import flags
+from ..core.progress import progress_bar
+from ..core.outputs import refuse_existing, write_output
+from ..model.shipped import output_dir
+from .results import GoalNotMet, add_json_flag, publish
 
 LOCUS_WORDS = {"name": "the name's last character",
                "answer": "the place's read-out (the character before the place is first written)",
@@ -22,7 +26,7 @@ LOCUS_WORDS = {"name": "the name's last character",
 
 
 # ---- trace -----------------------------------------------------------------------------------
-def _trace_one(model, vocab, args, out: Path) -> None:
+def _trace_one(model, vocab, args, out: Path) -> dict:
     from ..facts import trace as tracing
 
     t = tracing.trace(model, vocab, args.question, name=args.name, noise=args.noise,
@@ -38,21 +42,21 @@ def _trace_one(model, vocab, args, out: Path) -> None:
           f"seed {args.seed})")
     _report_strongest(t.recovered, [f"{c!s}@{i}" for i, c in enumerate(labels)], p.name_last)
     png = out / "trace.png"
-    tracing.plot(t.recovered, labels, png, low=t.corrupted,
+    tracing.plot(t.recovered, labels, png, low=t.corrupted, high=t.clean,
                  title=f"{p.question}  ->  {p.answer!r}\nP(clean answer): clean {t.clean:.3f}, "
                        f"corrupted {t.corrupted:.3f}")
-    paths.write_atomically(out / "trace.md", tracing.table(t.recovered, labels) + "\n")
-    _write_json(out / "trace.json", {
+    write_output(out / "trace.md", tracing.table(t.recovered, labels) + "\n", args.overwrite)
+    document = {
         "question": p.question, "name": p.name, "context": p.context, "answer": p.answer,
         "name_start": p.name_start, "name_end": p.name_end, "answer_inside_recall": p.in_recall,
         "clean": t.clean, "corrupted": t.corrupted, "noise": t.noise, "samples": t.samples,
-        "seed": args.seed, "recovered": {k: v.tolist() for k, v in t.recovered.items()}})
+        "seed": args.seed, "recovered": {k: v.tolist() for k, v in t.recovered.items()}}
+    _write_json(out / "trace.json", document, args.overwrite)
     print(f"heatmap: {png}; table: {out / 'trace.md'}; numbers: {out / 'trace.json'}")
+    return document
 
 
-def _trace_over(model, vocab, args, out: Path) -> None:
-    from tqdm.auto import tqdm
-
+def _trace_over(model, vocab, args, out: Path) -> dict:
     from ..facts import trace as tracing
     from ..data.datasets import read_qa
     from ..answering.evaluate import answer_questions
@@ -69,7 +73,7 @@ def _trace_over(model, vocab, args, out: Path) -> None:
         raise TraceError(f"{args.over}: the model answers none of its {len(examples)} questions correctly")
     traces = [tracing.trace(model, vocab, e.question, noise=args.noise, samples=args.samples,
                             seed=args.seed + i)
-              for i, e in enumerate(tqdm(right, desc="tracing", leave=False))]
+              for i, e in enumerate(progress_bar(right, desc="tracing", leave=False))]
     avg = tracing.average_traces(traces, len(examples))
     print(f"averaged over the {avg.n} of {avg.asked} questions of {args.over} the model answers "
           f"correctly; positions aligned on the name's last character and the input's end")
@@ -81,16 +85,18 @@ def _trace_over(model, vocab, args, out: Path) -> None:
     _report_strongest(shown, labels, None)
     print(tracing.table(shown, labels))
     png = out / "trace-average.png"
-    tracing.plot(shown, labels, png, low=avg.corrupted,
+    tracing.plot(shown, labels, png, low=avg.corrupted, high=avg.clean,
                  title=f"mean over {avg.n} correctly answered questions of {Path(args.over).name}\n"
                        f"P(clean answer): clean {avg.clean:.3f}, corrupted {avg.corrupted:.3f}")
-    _write_json(out / "trace-average.json", {
+    document = {
         "file": str(args.over), "questions": avg.asked, "averaged_over": avg.n, "labels": avg.labels,
         "counts": avg.counts.tolist(), "clean": avg.clean, "corrupted": avg.corrupted,
         "noise": args.noise, "samples": args.samples,
         "recovered": {k: [[None if np.isnan(x) else x for x in row] for row in v.tolist()]
-                      for k, v in avg.recovered.items()}})
+                      for k, v in avg.recovered.items()}}
+    _write_json(out / "trace-average.json", document, args.overwrite)
     print(f"heatmap: {png}; numbers: {out / 'trace-average.json'}")
+    return document
 
 
 def _report_strongest(recovered, labels, name_last) -> None:
@@ -104,8 +110,8 @@ def _report_strongest(recovered, labels, name_last) -> None:
             f"{k} " + " ".join(f"{x:.4f}" for x in v) for k, v in col.items()))
 
 
-def _write_json(path: Path, data) -> None:
-    paths.write_atomically(path, json.dumps(data, indent=1) + "\n")
+def _write_json(path: Path, data, overwrite: bool = False) -> None:
+    write_output(path, json.dumps(data, indent=1) + "\n", overwrite)
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -118,26 +124,29 @@ def cmd_trace(args: argparse.Namespace) -> int:
         raise TraceError("<argument>: empty question")
     if args.over:
         read_questions(paths.input_file(args.over, "--over"), labelled=True)
-    out = paths.output_dir(args.out_dir, "--out-dir")  # created when the first file is written
+    out = paths.output_dir(args.out_dir or output_dir(args.checkpoint) / "trace", "--out-dir")
+    refuse_existing([out / f for f in trace_files(args)], args.overwrite)  # created when the first file is written
     model, vocab, _ = load_model(args.checkpoint, device=str(resolve_device(args.device)))
+    document = {}
     if args.question is not None:
-        _trace_one(model, vocab, args, out)
+        document["trace"] = _trace_one(model, vocab, args, out)
     if args.over:
-        _trace_over(model, vocab, args, out)
+        document["average"] = _trace_over(model, vocab, args, out)
+    publish(args, {**document, "written": [str(out / f) for f in trace_files(args)]})
     return 0
+
+
+def trace_files(args: argparse.Namespace) -> list[str]:
+    """The files `trace` writes into its --out-dir."""
+    one = ["trace.png", "trace.md", "trace.json"] if args.question is not None else []
+    return one + (["trace-average.png", "trace-average.json"] if args.over else [])
 
 
 # ---- edit ------------------------------------------------------------------------------------
 def cmd_edit(args: argparse.Namespace) -> int:
-    from ..model.checkpoint import CHECKPOINT_NAME, load_model, resolve, save_checkpoint
-    from ..data.datasets import QAExample, read_qa
-    from ..core.devices import resolve_device
-    from ..facts.edit import (
-        changed_answers, check_layer, completes_with, default_layer, edit_model, key_second_moment, place_slot,
-        stat_texts
-    )
-    from ..answering.evaluate import answer_questions
-    from ..answering.knowledge import CorpusIndex, person_of, require_person
+    from ..model.checkpoint import CHECKPOINT_NAME, resolve
+    from ..data.datasets import read_qa
+    from ..answering.knowledge import require_person
 
     if not args.out_dir:  # not argparse's required=True, which would refuse the old name --out
         raise TraceError("--out-dir is required: the new run directory for the edited model")
@@ -158,6 +167,23 @@ def cmd_edit(args: argparse.Namespace) -> int:
     if args.train_file:
         places = {require_person(e): e.answer
                   for e in read_qa(paths.input_file(args.train_file, "--train-file"), labelled=True)}
+    from ..training.rundir import claim
+
+    with claim(out):  # held while editing: a second edit into the same new --out-dir is refused, not lost
+        return _edit_into(args, source, out, docs, places)
+
+
+def _edit_into(args: argparse.Namespace, source: Path, out: Path, docs: list[str], places) -> int:
+    """The edit of ``cmd_edit``, its checks done and ``out`` held; an edit that does not take is
+    a GoalNotMet before anything is written (``claim`` then removes the directory it made)."""
+    from ..model.checkpoint import CHECKPOINT_NAME, load_model, save_checkpoint
+    from ..data import QAExample, read_qa
+    from ..core.devices import resolve_device
+    from ..facts.edit import (changed_answers, check_layer, completes_with, default_layer, edit_model,
+                          key_second_moment, place_slot, stat_texts)
+    from ..answering.evaluate import answer_questions
+    from ..answering.knowledge import CorpusIndex, person_of
+
     model, vocab, ckpt = load_model(source, device=str(resolve_device(args.device)))
     if args.layer is not None:
         check_layer(model, args.layer)
@@ -191,6 +217,9 @@ def cmd_edit(args: argparse.Namespace) -> int:
     now = answer_questions(edited, vocab, ask)[0].answer
     efficacy = now == args.place
     print(f"efficacy: {question!r} -> {now!r} ({'the new place' if efficacy else 'NOT the new place'})")
+    if not efficacy:
+        raise GoalNotMet(f"the edit did not take: {question!r} is answered {now!r}, not {args.place!r} "
+                         f"(it was {target.old_answer!r}); nothing was written")
 
     slot = place_slot(CorpusIndex(docs).line_of(args.person), args.person, [target.old_answer])
     general = None if slot is None else completes_with(edited, vocab, slot, args.place)
@@ -217,6 +246,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
     path = save_checkpoint(out / CHECKPOINT_NAME, edited, vocab, meta=meta)
     _write_json(out / "edit.json", report)
     print(f"edited model: {path} (the original {source} is unchanged); report: {out / 'edit.json'}")
+    publish(args, {**report, "written": [str(path), str(out / "edit.json")]})
     return 0
 
 
@@ -228,7 +258,10 @@ def register(command) -> None:
                    "(default: none, only --over)")
     p.add_argument("--name", default=None, help="the characters to corrupt; must occur in the question "
                    "(default: NAME of 'Where was NAME born?')")
-    flags.out_dir(p, "runs/trace", "directory for the heatmap, table and numbers", old=("--out",))
+    flags.out_dir(p, None, "directory for the heatmap, table and numbers (default: RUN/trace, or "
+                  "runs/NAME/trace beside a shipped model's models/ directory)", old=("--out",))
+    flags.overwrite(p, "the files of an earlier trace in --out-dir")
+    add_json_flag(p)
     p.add_argument("--noise", type=bounds.positive_float, default=3.0,
                    help="noise on the name's embeddings, in standard deviations of the embedding weights")
     p.add_argument("--samples", type=bounds.positive_int, default=10, help="noise samples averaged")
@@ -272,3 +305,4 @@ def register(command) -> None:
     flags.eval_file(p, "question<TAB>place file whose other answers are compared before and after "
                        "('' to skip)", old=("--dev",))
     flags.device(p)
+    add_json_flag(p)

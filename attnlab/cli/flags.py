@@ -136,14 +136,32 @@ def resume_or_overwrite(parser: argparse.ArgumentParser) -> None:
                             "checkpoint is refused (default: off)")
 
 
+def overwrite(parser: argparse.ArgumentParser, what: str) -> None:
+    """Commands that write files: without --overwrite an existing output is refused (outputs.py)."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help=f"replace {what} if it exists (default: off: an existing file is refused, "
+                             "exit code 2, and left as it was)")
+
+
 def mixing(parser: argparse.ArgumentParser) -> None:
     """What lm pretraining may mix in, and what it never may."""
-    parser.add_argument("--mix-qa", default=DEFAULT_TRAIN.as_written, metavar="FILE",
-                        help="question<TAB>place file mixed into lm pretraining when --mix-ratio > 0; its "
-                             "questions may not be asked in a --held-out file")
+    parser.add_argument("--mix-qa", default=None, metavar="FILE",
+                        help="question<TAB>place file mixed into lm pretraining; needs --mix-ratio > 0 (given "
+                             "without it, an error: it would mix nothing); its questions may not be asked in a "
+                             f"--held-out file (default: {DEFAULT_TRAIN.as_written} when --mix-ratio > 0)")
     parser.add_argument("--held-out", nargs="*", default=[DEFAULT_DEV.as_written, DEFAULT_TEST.as_written],
                         metavar="FILE",
                         help="evaluation files whose people may never be mixed into training")
+
+
+def mix_qa_file(args: argparse.Namespace, config: TrainConfig) -> str:
+    """--mix-qa as used: refused when given with nothing to mix (a flag that would be silently
+    inert), else the default training file. A resumed run's mix is the checkpoint's, checked
+    there (rundir.check_data)."""
+    if args.mix_qa is not None and config.mix_ratio <= 0 and not getattr(args, "resume", False):
+        raise ValueError(f"--mix-qa {args.mix_qa} mixes nothing without --mix-ratio > 0 (preset "
+                         f"{args.preset}: {config.mix_ratio:g}); give --mix-ratio R, or leave --mix-qa out")
+    return args.mix_qa or datafiles.resolved_text(DEFAULT_TRAIN.as_written)
 
 
 def attention_view(parser: argparse.ArgumentParser) -> None:
@@ -159,11 +177,16 @@ def data_dir(parser: argparse.ArgumentParser) -> None:
                              "installed package's data)")
 
 
+OUTPUT_OPTIONS = {"out_dir", "predictions", "image"}
+
+
 def resolve_data_paths(args: argparse.Namespace) -> None:
     """Resolve, in place, every ``data/...`` and ``models/...`` value of parsed arguments, after
     applying the command's --data-dir (so the defaults work from any directory)."""
     datafiles.set_data_dir(getattr(args, "data_dir", None))
     for name, value in vars(args).items():
+        if name in OUTPUT_OPTIONS:  # a file to write is where the user said, not in --data-dir
+            continue
         if isinstance(value, str) and value:
             setattr(args, name, datafiles.resolved_text(value))
         elif isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -195,6 +218,10 @@ def with_config_file(parser: argparse.ArgumentParser, argv: list[str] | None,
         if a.help != argparse.SUPPRESS:
             actions.setdefault(a.dest, a)
     from_init = "init" in actions and (args.init if args.init is not None else values.get("init"))
+    unknown = _unknown_top_level(parser, values)
+    if unknown:
+        parser.exit(2, f"attnlab {args.command}: error: {args.config}: unknown setting {unknown!r} (settings are "
+                       "the options of attnlab's commands and the model and train tables)\n")
     defaults = {}
     for key, value in values.items():
         section, _, name = key.rpartition(".")
@@ -204,7 +231,35 @@ def with_config_file(parser: argparse.ArgumentParser, argv: list[str] | None,
                 parser.exit(2, f"attnlab {args.command}: error: {args.config}: {key} {problem}\n")
             defaults[name] = value
     command.set_defaults(**defaults)
-    return parser.parse_args(argv)
+    return parse(parser, argv)
+
+
+# Commands whose trailing texts (nargs="*") may also come after their options.
+TRAILING_TEXTS = {"ask": "questions", "generate": "prompts"}
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parser.parse_args``, except that `ask RUN --json "Where was X born?"` works: argparse
+    gives a nargs="*" positional nothing once an option came between, and then calls the text
+    an unrecognized argument."""
+    args, extra = parser.parse_known_args(argv)
+    dest = TRAILING_TEXTS.get(getattr(args, "command", None))
+    if extra and dest and not any(e.startswith("-") for e in extra):
+        setattr(args, dest, [*getattr(args, dest), *extra])
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+RUN_RECORDS = {"stage"}  # what a run's config.json records beside its options
+
+
+def _unknown_top_level(parser: argparse.ArgumentParser, values: dict[str, Any]) -> str | None:
+    """A top-level key of a --config file that is no option of any command (a typo such as
+    'corpsu' must not train on the default data), or None."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices.values()
+    known = RUN_RECORDS | {a.dest for c in commands for a in c._actions}
+    return next((key for key in values if "." not in key and key not in known), None)
 
 
 def _file_value_problem(action: argparse.Action, value: Any) -> str | None:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from ..core import bounds, paths
 from .. import explore
+from ..core.outputs import refuse_existing
+from ..model.shipped import output_dir
 from ..data.datasets import read_texts
 from ..data.vocab import MASK_CHAR, visible
 from . import flags
@@ -94,7 +96,8 @@ def cmd_attention(args: argparse.Namespace) -> int:
         raise ValueError("give a TEXT to draw, --over FILE to average statistics, or both")
     if args.text is not None:
         _no_empty([args.text], "TEXT to draw")
-        paths.output_dir(args.out_dir, "--out-dir")
+        args.out_dir = str(paths.output_dir(args.out_dir or output_dir(args.checkpoint) / "attention", "--out-dir"))
+        refuse_existing([Path(args.out_dir) / "layer0.png"], args.overwrite)  # (the layer count needs the model)
     if args.over:
         paths.input_file(args.over, "--over")
     overrides = {"attention": args.attention} if args.attention else {}
@@ -108,6 +111,7 @@ def cmd_attention(args: argparse.Namespace) -> int:
         ids = vocab.encode(text, source="<argument>")
         weights, _ = attention_weights(model, [ids])
         out = Path(args.out_dir)
+        refuse_existing([out / f"layer{l}.png" for l in range(config.n_layer)], args.overwrite)
         chars = labels(vocab, ids)
         for l, w in enumerate(weights):
             path = out / f"layer{l}.png"
@@ -155,7 +159,9 @@ def register(command) -> None:
                 cmd_attention)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
     p.add_argument("text", nargs="?", default=None, help="text to draw (default: none, only --over)")
-    flags.out_dir(p, "runs/attention", "directory for layerN.png", old=("--out",))
+    flags.out_dir(p, None, "directory for layerN.png (default: RUN/attention; runs/NAME/attention for a "
+                  "shipped model)", old=("--out",))
+    flags.overwrite(p, "the heatmaps of an earlier drawing in --out-dir")
     p.add_argument("--over", default=None, help="file of texts, one per line (TSV: question column), "
                    "to average the per-head statistics over (default: none)")
     p.add_argument("--limit", type=bounds.non_negative_int, default=0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -13,6 +14,7 @@ from ..model.checkpoint import CHECKPOINT_NAME
 from ..config.settings import DEFAULT_PRESET, PRESETS, ModelConfig, TrainConfig
 from ..data.datasets import read_corpus, read_qa, read_questions
 from . import flags
+from .summary import training_summary
 
 
 def _main_log(env) -> Callable[[str], None]:
@@ -40,12 +42,17 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.out_dir or f"runs/pretrain-{args.attention or 'vanilla'}")
     args.out_dir = str(run_dir)
+    args.mix_qa = flags.mix_qa_file(args, flags.train_config_from(args, "pretrain"))
     _check_pretrain_files(args, flags.train_config_from(args, "pretrain"))
+    start = time.monotonic()
     with distributed.session(args.device) as (env, device):
         model_config, config = _configs(args, "pretrain", run_dir, device)
-        pretrain(model_config, config, corpus=args.corpus, run_dir=run_dir, resume=args.resume,
-                 overwrite=args.overwrite, log=_main_log(env), mix_qa=args.mix_qa,
-                 held_out=tuple(args.held_out), eval_file=args.eval_file or None)
+        _, _, result = pretrain(model_config, config, corpus=args.corpus, run_dir=run_dir, resume=args.resume,
+                                overwrite=args.overwrite, log=_main_log(env), mix_qa=args.mix_qa,
+                                held_out=tuple(args.held_out), eval_file=args.eval_file or None)
+        _main_log(env)(training_summary("pretraining", run_dir, result, time.monotonic() - start, [
+            f"attnlab finetune --init {run_dir} --out-dir {run_dir}-finetuned",
+            f"attnlab evaluate {run_dir}   (or: attnlab plot {run_dir})"]))
     return 0
 
 
@@ -70,16 +77,20 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     args.out_dir = args.out_dir or f"runs/finetune-{args.attention or 'vanilla'}{'' if args.init else '-scratch'}"
     run_dir = Path(args.out_dir)
     _check_finetune_files(args)
+    start, score = time.monotonic(), None
     with distributed.session(args.device) as (env, device):
         model_config, config = _configs(args, stage, run_dir, device)
         # From --init the pretrained model fixes the configuration but for the flags given.
         from_init = args.init and not args.resume
-        finetune(config, run_dir=run_dir, init=args.init, model_config=model_config,
-                 overrides=flags.overrides(args, ModelConfig) if from_init else None,
-                 corpus=args.corpus, train_file=args.train_file, resume=args.resume, overwrite=args.overwrite,
-                 log=_main_log(env), eval_file=args.eval_file or None)
+        _, _, result = finetune(config, run_dir=run_dir, init=args.init, model_config=model_config,
+                                overrides=flags.overrides(args, ModelConfig) if from_init else None,
+                                corpus=args.corpus, train_file=args.train_file, resume=args.resume,
+                                overwrite=args.overwrite, log=_main_log(env), eval_file=args.eval_file or None)
         if args.eval_file:  # split across ranks; rank 0 writes the predictions
-            evaluate_file(run_dir, args.eval_file, device=device)
+            _, score, _ = evaluate_file(run_dir, args.eval_file, device=device)
+        _main_log(env)(training_summary("finetuning", run_dir, result, time.monotonic() - start, [
+            f'attnlab ask {run_dir} "Where was Ada Lovelace born?"',
+            f"attnlab calibrate {run_dir}   (or: attnlab evaluate {run_dir} --eval-file FILE)"], dev=score))
     return 0
 
 

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..trust.abstention import Rule, decide, fit_rules, people_of
+from ..trust.abstention import DEFAULT_HOLDOUT, Rule, decide, fit_rules, people_of
 from ..trust.calibration import (
     COVERAGES, N_BINS, accuracy_at_coverage, auroc, check_probability, expected_calibration_error, plot_coverage,
     plot_reliability, reliability_bins
@@ -20,20 +20,28 @@ from ..trust.calibration import (
 from ..core import bounds, paths
 from ..config.settings import DEFAULT_TRAIN
 from ..data.datasets import read_corpus, read_questions
-from ..trust.abstention import DEFAULT_HOLDOUT
+from ..core.outputs import refuse_existing, write_output
 from . import flags
+from .results import add_json_flag, publish
+
+MAX_INVENTED = 100_000  # audit --names
 
 Log = Callable[[str], None]
 
 
 # ---- abstention flags of evaluate and ask ------------------------------------------------------
+RUN_DEFAULT = "the run's: auto when it records held-out people (finetune --holdout-fraction), else names"
+
+
 def add_abstain_flags(parser: argparse.ArgumentParser, default: str = "off") -> None:
+    """``default``: off, or "run" (``rule_for_run``: the rule that works for the run at hand)."""
     g = parser.add_argument_group("abstention (\"I don't know\")")
     g.add_argument("--abstain-below", type=float, default=None, metavar="P",
                    help="withhold every answer whose confidence is below P, a number in [0, 1] (default: off)")
     parser.set_defaults(abstain_default=default)
+    shown = RUN_DEFAULT if default == "run" else default
     g.add_argument("--abstain", choices=["off", "auto", "names"], default=None,
-                   help=f"(default: {default}) auto: withhold answers below a confidence threshold and about names the model "
+                   help=f"(default: {shown}) auto: withhold answers below a confidence threshold and about names the model "
                         "does not know, both fitted on training-file people held out from finetuning "
                         "for the target --keep-right (never on dev or test labels); names: only the name "
                         "check (for a run with no held-out people, whose confidence fit is optimistic)")
@@ -59,7 +67,7 @@ def check_abstain_flags(args: argparse.Namespace) -> None:
 
 def check_abstain_files(args: argparse.Namespace) -> None:
     """The file a fitted rule is fitted on (--abstain auto or names), before any work is done."""
-    if abstain_mode(args) in ("auto", "names"):
+    if abstain_mode(args) in ("auto", "names", "run"):
         read_questions(paths.input_file(args.holdout_file, "--holdout-file"), labelled=True)
 
 
@@ -68,6 +76,20 @@ def abstain_mode(args: argparse.Namespace) -> str:
     if args.abstain_below is not None:
         return "below"
     return args.abstain or args.abstain_default
+
+
+def rule_for_run(args: argparse.Namespace, run: str, meta: dict, log: Log) -> None:
+    """Settle the default "run" of --abstain for the loaded run, saying which rule and why:
+    auto needs people held out from finetuning to fit its confidence threshold on; a run
+    without them (e.g. the shipped model) gets names, whose fit does not need them."""
+    if abstain_mode(args) != "run":
+        return
+    recorded = float((meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
+    args.abstain = "auto" if recorded > 0 else "names"
+    why = (f"it records holding out the last {recorded:g} of its training file" if recorded > 0 else
+           "it records no people held out from finetuning, so a confidence threshold could only be "
+           "fitted on people it trained on (optimistic)")
+    log(f"--abstain {args.abstain} (the default for {run}: {why}; --abstain off|auto|names to choose)")
 
 
 def abstaining(args: argparse.Namespace) -> bool:
@@ -113,9 +135,10 @@ def answers_as_examples(answers):
     return [QAExample(a.question, None, "<question>", i + 1) for i, a in enumerate(answers)]
 
 
-def abstain_in_evaluation(args: argparse.Namespace, answers, out: Path, log: Log = print) -> None:
+def abstain_in_evaluation(args: argparse.Namespace, answers, out: Path, log: Log = print) -> dict:
     """`evaluate`: rewrite the predictions with an empty line for each withheld answer (input
-    order kept) and report coverage and accuracy on the answered questions."""
+    order kept) and report coverage and accuracy on the answered questions (also returned, for
+    --json)."""
     from ..data.datasets import read_qa
     from ..answering.evaluate import write_predictions
 
@@ -124,19 +147,22 @@ def abstain_in_evaluation(args: argparse.Namespace, answers, out: Path, log: Log
     examples = read_qa(args.eval_file)
     n, k = len(answers), sum(given)
     line = f"{rule.describe()}\nanswered {k}/{n} ({100 * k / n:.1f}% coverage)"
+    right = None
     if all(e.answer is not None for e in examples):
         right = sum(ok and a.answer == e.answer for a, e, ok in zip(answers, examples, given))
         line += f", {right}/{k} ({100 * right / k if k else 0:.1f}%) correct on the answered questions"
     log(f"{line}; predictions (withheld: empty line) in {out}")
+    return {"rule": rule.describe(), "answered": k, "questions": n, "answered_correct": right}
 
 
 def given_in_ask(args: argparse.Namespace, model, log: Log | None = None) -> Callable[[Sequence], list[bool]]:
     """`ask`: a function telling, for a list of answers of the loaded ``model`` (api.py),
     whether each is given (False: shown as "I don't know"). The rule is fitted once, before
     the first question, and told on stderr, so that stdout keeps one line per question."""
+    log = log or (lambda message: print(message, file=sys.stderr, flush=True))
+    rule_for_run(args, args.checkpoint, model.checkpoint.meta, log)
     if not abstaining(args):
         return lambda answers: [True] * len(answers)
-    log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     rule = rule_from_args(args, model.gpt, model.vocab, args.checkpoint, model.checkpoint.meta, log)
     log(rule.describe())
 
@@ -161,7 +187,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise DataError(unlabelled.source, unlabelled.line,
                         "no place label: calibrate needs question<TAB>place lines to tell right from wrong")
     check_abstain_files(args)
-    out = paths.output_dir(args.out_dir, "--out-dir")
+    out = _out_dir(args, "calibrate", CALIBRATE_FILES)
     model, vocab, ckpt = load_model(args.checkpoint, device=str(resolve_device(args.device)))
     answers = answer_questions(model, vocab, examples, batch_size=args.batch_size)
     conf = [a.confidence for a in answers]
@@ -170,6 +196,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"{args.eval_file}: {sum(right)}/{len(right)} correct; confidence of the greedy answer against right/wrong")
     for line in report_lines(report):
         print(line)
+    rule_for_run(args, args.checkpoint, ckpt.meta, print)
     rule = rule_from_args(args, model, vocab, args.checkpoint, ckpt.meta, print) or Rule(how="--abstain off")
     given = decide(model, vocab, rule, people_of(examples), conf)
     k = sum(given)
@@ -184,13 +211,28 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                      f"{title}\nECE {report['ece']:.3f} ({N_BINS} bins)")
     plot_coverage(conf, right, out / "coverage.png", f"{title}\nAUROC {_fmt(report['auroc'])}",
                   rule_point=(k / len(right), kept_right / max(1, k)))
-    paths.write_atomically(out / "calibration.json", json.dumps(report, indent=2) + "\n")
-    paths.write_atomically(out / "answers.tsv", "question\tlabel\tanswer\tconfidence\tanswered\n" + "".join(
+    write_output(out / "calibration.json", json.dumps(report, indent=2) + "\n", args.overwrite)
+    write_output(out / "answers.tsv", "question\tlabel\tanswer\tconfidence\tanswered\n" + "".join(
         f"{e.question}\t{e.answer}\t{a.answer}\t{a.confidence:.6f}\t{int(g)}\n"
-        for e, a, g in zip(examples, answers, given)))
+        for e, a, g in zip(examples, answers, given)), args.overwrite)
     print(f"wrote {out / 'reliability.png'}, {out / 'coverage.png'}, {out / 'calibration.json'} and "
           f"{out / 'answers.tsv'} (each answer, its confidence, and whether the rule answers it)")
+    publish(args, {**report, "eval_file": str(args.eval_file), "written": [str(out / f) for f in CALIBRATE_FILES]})
     return 0
+
+
+CALIBRATE_FILES = ["reliability.png", "coverage.png", "calibration.json", "answers.tsv"]
+AUDIT_FILES = ["audit.png", "audit.json", "invented.txt"]
+
+
+def _out_dir(args: argparse.Namespace, name: str, files: list[str]) -> Path:
+    """--out-dir (default: RUN/NAME, or runs/RUN_NAME/NAME for a shipped model), checked, with
+    none of ``files`` there unless --overwrite, before any work is done."""
+    from ..model.shipped import output_dir
+
+    out = paths.output_dir(args.out_dir or output_dir(args.checkpoint) / name, "--out-dir")
+    refuse_existing([out / f for f in files], args.overwrite)
+    return out
 
 
 def calibration_report(conf: Sequence[float], right: Sequence[bool]) -> dict:
@@ -224,14 +266,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from ..answering.evaluate import answer_questions
     from ..core.devices import resolve_device
 
-    if args.names <= 0:
-        raise ValueError(f"--names must be a positive number of people, got {args.names}")
+    _check_names(args.names)
     check_abstain_flags(args)
     docs = documents(read_corpus(paths.input_file(args.corpus, "--corpus")))
     dev = read_questions(paths.input_file(args.eval_file, "--eval-file"), labelled=True)
     read_questions(paths.input_file(args.train_file, "--train-file"), labelled=True)
     read_questions(paths.input_file(args.holdout_file, "--holdout-file"), labelled=True)
-    out = paths.output_dir(args.out_dir, "--out-dir")
+    out = _out_dir(args, "audit", AUDIT_FILES)
     invented = invent_people(docs, args.names, args.seed)
     model, vocab, ckpt = load_model(args.checkpoint, device=str(resolve_device(args.device)))
     questions = [QAExample(f"Where was {n} born?", None, "<invented>", i + 1) for i, n in enumerate(invented)]
@@ -242,6 +283,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     fraction = holdout_fraction_for(args, args.checkpoint, ckpt.meta, print)
     fitted = fit_rules(model, vocab, args.holdout_file, fraction, args.keep_right)
+    rule_for_run(args, args.checkpoint, ckpt.meta, print)
     mode = abstain_mode(args)
     chosen = (Rule(args.abstain_below, None, "--abstain-below") if mode == "below"
               else fitted["both"] if mode == "auto" else fitted["name"] if mode == "names"
@@ -275,13 +317,23 @@ def cmd_audit(args: argparse.Namespace) -> int:
     echo = name_echo(invented, [a.answer for a in inv_answers], known)
     print(f"guided by the name? {echo} (real people: {args.train_file} and {args.eval_file})")
     plot_audit(report, unrestricted, out / "audit.png")
-    paths.write_atomically(out / "invented.txt", "".join(
-        f"{n}\t{a.answer}\t{a.confidence:.4f}\n" for n, a in zip(invented, inv_answers)))
+    write_output(out / "invented.txt", "".join(
+        f"{n}\t{a.answer}\t{a.confidence:.4f}\n" for n, a in zip(invented, inv_answers)), args.overwrite)
     summary = {key: _audit_json(r) for key, r in {**rows, "chosen": report, "never": unrestricted}.items()}
     summary["name_echo"] = {"echoed": echo.echoed, "answered": echo.answered, "chance": echo.chance}
-    paths.write_atomically(out / "audit.json", json.dumps(summary, indent=2) + "\n")
+    write_output(out / "audit.json", json.dumps(summary, indent=2) + "\n", args.overwrite)
     print(f"wrote {out / 'audit.png'}, {out / 'audit.json'} and {out / 'invented.txt'} (name, answer, confidence)")
+    publish(args, {**summary, "written": [str(out / f) for f in AUDIT_FILES]})
     return 0
+
+
+def _check_names(names: int) -> None:
+    """audit --names: a positive count that decodes in sane time, before any work."""
+    if names <= 0:
+        raise ValueError(f"--names must be a positive number of people, got {names}")
+    if names > MAX_INVENTED:
+        raise ValueError(f"--names must be at most {MAX_INVENTED:,} (minutes of decoding on a CPU already), "
+                         f"got {names}")
 
 
 def _audit_json(r) -> dict:
@@ -299,21 +351,26 @@ def register(command) -> None:
                 "reliability and coverage plots, and the fitted abstention rule", cmd_calibrate)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
     flags.eval_file(p, "labelled question<TAB>place file", old=("--file",))
-    flags.out_dir(p, "runs/calibrate", "directory for reliability.png, coverage.png, calibration.json, answers.tsv",
-                  old=("--out",))
+    flags.out_dir(p, None, "directory for reliability.png, coverage.png, calibration.json, answers.tsv "
+                  "(default: RUN/calibrate; runs/NAME/calibrate for a shipped model)", old=("--out",))
+    flags.overwrite(p, "the files of an earlier calibrate in --out-dir")
+    add_json_flag(p)
     p.add_argument("--batch-size", type=bounds.positive_int, default=256, help="questions decoded together")
     flags.device(p)
-    add_abstain_flags(p, default="auto")
+    add_abstain_flags(p, default="run")
 
     p = command("audit", "ask about invented people: how often the model abstains, and which places it "
                 "makes up, against dev people", cmd_audit)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
     p.add_argument("--names", type=int, default=500, help="number of invented people")
     p.add_argument("--seed", type=bounds.seed, default=0, help="seed of the invented names")
-    flags.out_dir(p, "runs/audit", "directory for audit.png, audit.json, invented.txt", old=("--out",))
+    flags.out_dir(p, None, "directory for audit.png, audit.json, invented.txt (default: RUN/audit; "
+                  "runs/NAME/audit for a shipped model)", old=("--out",))
+    flags.overwrite(p, "the files of an earlier audit in --out-dir")
+    add_json_flag(p)
     flags.corpus(p, "corpus whose names are recombined")
     flags.eval_file(p, "labelled file of real people to compare with", old=("--dev-file",))
     flags.train_file(p, "file whose 10 most frequent places are compared")
     p.add_argument("--batch-size", type=bounds.positive_int, default=256, help="questions decoded together")
     flags.device(p)
-    add_abstain_flags(p, default="auto")
+    add_abstain_flags(p, default="run")

@@ -149,7 +149,10 @@ class TrainConfig(_Serialisable):
     length_buckets: int = _f(0, "split each batch into this many length-sorted micro-batches, each trimmed to its longest example (exact; saves padding work); 0 = auto: 8 on CPU, 1 on CUDA", bound=b.NON_NEGATIVE_INT)
     micro_batch_size: int = _f(0, "most examples one process puts through the model at once; a larger share of the batch is split and its gradients accumulated (0 = no limit)", bound=b.NON_NEGATIVE_INT)
     rank_streams: bool = _f(True, "multi-process runs: each process corrupts its share of the batch with its own random stream (--no-rank-streams: all share one stream, so N processes train exactly like 1)")
-    max_steps: int = _f(0, "stop after this many optimiser steps (0 = run all epochs)", bound=b.NON_NEGATIVE_INT)
+    max_steps: int = _f(0, "stop after this many optimiser steps of the full schedule, for every objective: the "
+                        "learning rate follows the schedule of all --epochs and the run ends early (resumable to "
+                        "more steps); for a whole, shorter schedule give fewer --epochs (fractions allowed) or, "
+                        "for span, --final-tokens (0 = run all epochs)", bound=b.NON_NEGATIVE_INT)
     checkpoint_every: int = _f(500, "write a checkpoint every N steps (0 = only at the end)", bound=b.NON_NEGATIVE_INT)
     log_every: int = _f(10, "append metrics to metrics.jsonl every N steps", bound=b.POSITIVE_INT)
     device: str = _f("auto", "cpu, cuda, cuda:N or auto")
@@ -164,8 +167,9 @@ class TrainConfig(_Serialisable):
                         "character on corpus lines, several packed exactly into each row)", stages=("pretrain",),
                         choices=OBJECTIVES)
     mix_ratio: float = _f(0.0, "lm objective: question-answer examples of --mix-qa people mixed in, per "
-                          "corpus line and epoch (0 = none)", stages=("pretrain",),
-                          bound=b.NON_NEGATIVE)
+                          "corpus line and epoch (0 = none; at most 100, which already repeats each "
+                          "question many times)", stages=("pretrain",),
+                          bound=b.Bound(float, 0, 100, name="mix_ratio"))
     mix_overlap: str = _f("refuse", "a --mix-qa question also asked in a --held-out file: refuse (an error) or "
                           "drop (leave it out of the mix, and say so)", stages=("pretrain",),
                           choices=MIX_OVERLAPS)

@@ -56,6 +56,20 @@ def resolve(path: str | os.PathLike) -> Path:
     return next((root / rest for root in roots if (root / rest).exists()), p)
 
 
+def redirect_note(path: str | os.PathLike) -> str:
+    """' (data/ files are read from DIR: --data-dir or $ATTNLAB_DATA_DIR)' when ``path`` lies in
+    that directory, else ''; a missing file there is the redirection's doing, not the flag's."""
+    override = data_dir_override()
+    if override is None:
+        return ""
+    try:
+        Path(os.path.abspath(path)).relative_to(os.path.abspath(override))
+    except ValueError:
+        return ""
+    how = "--data-dir" if _data_dir is not None else f"${DATA_DIR_ENV}"
+    return f" (data/ files are read from {override}, set by {how})"
+
+
 class DataFile(os.PathLike):
     """A default data path, resolved each time it is used (so that a --data-dir given after
     import still applies to library defaults such as pipeline.DEFAULT_DEV)."""

@@ -45,7 +45,9 @@ def input_file(path: str | os.PathLike, what: str, *, required: bool = True) -> 
         with open(p, "rb"):
             pass
     except FileNotFoundError:
-        raise PathError(p, f"{what} does not exist") from None
+        from .datafiles import redirect_note
+
+        raise PathError(p, f"{what} does not exist{redirect_note(p)}") from None
     except OSError as e:
         raise PathError(p, f"cannot read {what} ({e.strerror})") from None
     return p

@@ -377,28 +377,38 @@ def strongest(recovered: dict[str, np.ndarray], labels: list[str]) -> dict[str, 
 
 
 def plot(recovered: dict[str, np.ndarray], labels: list[str], path, title: str = "",
-         low: float | None = None) -> None:
+         low: float | None = None, high: float | None = None) -> None:
     """One heatmap per kind side by side: positions along x, layers down, colour = recovered
-    probability of the clean answer (from ``low``, the corrupted probability, to the maximum)."""
+    probability of the clean answer on a fixed scale, from ``low`` (the corrupted probability)
+    to ``high`` (the clean one), or 0-1 when they are not given or not apart: a min-max scale
+    would paint noise between nearly equal values as a finding. The colour bar says which."""
     plt = pyplot()
 
     kinds = list(recovered)
     L, T = recovered[kinds[0]].shape
     width = max(5.0, 0.16 * T + 1.5)
     fig, axes = plt.subplots(len(kinds), 1, figsize=(width, (0.45 * L + 1.3) * len(kinds)), squeeze=False)
-    vmax = max(float(np.nanmax(g)) for g in recovered.values())
+    vmin, vmax, scale = colour_scale(low, high)
     for ax, kind in zip(axes[:, 0], kinds):
         image = ax.imshow(recovered[kind], aspect="auto", cmap="Purples", interpolation="nearest",
-                          vmin=low if low is not None else 0.0, vmax=vmax)
+                          vmin=vmin, vmax=vmax)
         ax.set_title(f"restoring the {'residual stream' if kind == 'residual' else kind + ' output'}",
                      fontsize=9)
         ax.set_xticks(range(T), labels, fontsize=max(4, min(8, 500 // max(T, 1))),
                       rotation=90 if max(map(len, labels)) > 1 else 0)
         ax.set_yticks(range(L), [str(l) for l in range(L)], fontsize=8)
         ax.set_ylabel("layer", fontsize=8)
-        fig.colorbar(image, ax=ax, fraction=0.02, pad=0.01)
+        bar = fig.colorbar(image, ax=ax, fraction=0.02, pad=0.01)
+        bar.set_label(scale, fontsize=7)
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)
+
+
+def colour_scale(low: float | None, high: float | None) -> tuple[float, float, str]:
+    """The heatmap's (vmin, vmax, colour-bar label): corrupted..clean probability, else 0..1."""
+    if low is not None and high is not None and high - low > 1e-6:
+        return low, high, f"P(clean answer): corrupted {low:.3f} .. clean {high:.3f}"
+    return 0.0, 1.0, "P(clean answer), 0..1"

@@ -152,6 +152,7 @@ def save_checkpoint(
     for name, value in (rng_state or {}).items():
         tensors[f"rng.{name}"] = value.cpu().contiguous()
     header["sha256"] = _checksums(tensors)
+    header["header_sha256"] = _header_checksum(header)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temp_files(path.parent)
@@ -302,7 +303,34 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu", *,
     )
     ckpt.check_weights()  # the more precise message first: which tensor does not fit the config
     _verify_checksums(p, header, tensors, every_group=training_state)
+    _verify_header(p, header)
+    _refuse_non_finite(p, ckpt.model_state)
     return ckpt
+
+
+def _header_checksum(header: dict[str, Any]) -> str:
+    """sha256 of the metadata answering reads (configs, vocabulary, meta, the tensors'
+    checksums) in a canonical JSON form: the tensors' checksums do not cover what they mean.
+    The optimiser's layout is left out: answering never reads it, and resuming checks it."""
+    body = {k: v for k, v in header.items() if k not in ("header_sha256", "optimizer")}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _verify_header(p: Path, header: dict[str, Any]) -> None:
+    """Refuse metadata changed after writing (a vocabulary edited by hand answers with other
+    characters); files written before this checksum load as they are."""
+    stored = header.get("header_sha256")
+    if stored is not None and stored != _header_checksum(header):
+        raise CheckpointError(f"{p}: the checkpoint's metadata (configs, vocabulary, training record) does not "
+                              "match the checksum written with it (changed or damaged after it was written)")
+
+
+def _refuse_non_finite(p: Path, model_state: dict[str, Tensor]) -> None:
+    """Weights that are NaN or infinite answer nonsense (a checksum of NaNs is still valid)."""
+    for name, tensor in sorted(model_state.items()):
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"{p}: tensor model.{name} holds NaN or infinite values; these weights "
+                                  "cannot answer (a diverged or damaged run)")
 
 
 def _flat(e: BaseException) -> str:

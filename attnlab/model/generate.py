@@ -13,8 +13,8 @@ from typing import Callable
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
+from ..core.progress import progress_bar
 from .attention import KVCache, masks
 from ..data.datasets import DataError
 from .gpt import GPT, evaluating
@@ -157,7 +157,7 @@ def continue_texts(model: GPT, vocab: Vocab, prompts: list[str], *, max_new: int
                             f"block_size {model.config.block_size}")
     out: list[str] = []
     starts = range(0, len(encoded), batch_size)
-    for s in tqdm(starts, desc="generate", disable=not progress):
+    for s in progress_bar(starts, desc="generate", disable=not progress):
         gen = generate(model, encoded[s : s + batch_size], max_new, temperature=temperature,
                        top_k=top_k, top_p=top_p, stop_token=stop_id, generator=generator)
         out.extend(vocab.decode(t) for t in gen.tokens)

@@ -3,7 +3,8 @@ its configs and vocabulary) plus ``provenance.json`` (command, commit, wall time
 
 A shipped model works as a run directory for every command (evaluate, ask, finetune --init),
 but nothing is ever written into it: outputs that would go into a run directory go to
-``runs/NAME`` instead (``output_dir``).
+``runs/NAME`` beside its ``models/`` directory instead (``output_dir``), never into the current
+directory by surprise.
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ def is_shipped(run: str | os.PathLike) -> bool:
 
 def output_dir(run: str | os.PathLike) -> Path:
     """Where a command writes what belongs to a run (predictions): the run directory itself,
-    or ``runs/NAME`` for a shipped model, which stays as shipped."""
+    or, for a shipped model, which stays as shipped, ``runs/NAME`` beside the ``models/``
+    directory holding it (the checkout's runs/, whatever the current directory)."""
     path = Path(run)
     directory = path if path.is_dir() else path.parent
     if is_shipped(directory):
-        return Path("runs") / directory.name
+        directory = directory.resolve()
+        root = directory.parent.parent if directory.parent.name == "models" else directory.parent
+        return root / "runs" / directory.name
     return directory
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
+from ..core.progress import progress_bar
 from ..model.attention import masks
 from ..model.gpt import GPT, evaluating
 from ..core.paths import save_figure
@@ -129,7 +129,7 @@ def statistics_over(model: GPT, vocab: Vocab, texts: list[str], *, batch_size: i
     rows = [vocab.encode(t[:block], source=source, line=i + 1) for i, t in enumerate(texts)]
     ent_sum = dist_sum = None
     batches = range(0, len(rows), batch_size)
-    for start in tqdm(batches, desc="attention", disable=len(batches) < 4):
+    for start in progress_bar(batches, desc="attention", disable=len(batches) < 4):
         weights, valid = attention_weights(model, rows[start : start + batch_size])
         ent, dist = head_statistics(weights, valid)  # (B, L, h)
         ent_sum = ent.sum(0) if ent_sum is None else ent_sum + ent.sum(0)

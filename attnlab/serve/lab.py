@@ -308,7 +308,7 @@ class Lab:
         import json
 
         from ..model.checkpoint import CHECKPOINT_NAME, save_checkpoint
-        from ..paths import write_atomically
+        from ..core.paths import write_atomically
 
         copy = self.edits.get(edit_id)
         if copy is None:

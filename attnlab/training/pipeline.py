@@ -22,6 +22,7 @@ from ..answering.knowledge import CorpusIndex, Stored, measure_stored, require_p
 from ..data.splits import finetuning_people
 from ..answering.evaluate import Answer, Score, evaluate, most_frequent_place, score, write_predictions
 from ..model.gpt import GPT
+from ..core.outputs import refuse_existing, refuse_inputs
 from ..data.objectives import corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people
 from .shaping import shaping_loss_fn
 from ..model.shipped import output_dir
@@ -150,8 +151,11 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
 
 
 def _run_tokens(batches, config: TrainConfig, model_config: ModelConfig) -> int:
-    """Counted tokens of the whole run (the trainer counts rows x width per step)."""
-    return total_steps(config, batches.steps_per_epoch) * config.batch_size * model_config.block_size
+    """Counted tokens of the whole run, all its epochs (the trainer counts rows x width per
+    step). Not cut by max_steps: --max-steps stops a run inside its schedule, for every
+    objective, so a run stopped early and resumed is the run that was never stopped."""
+    whole = dataclasses.replace(config, max_steps=0)
+    return total_steps(whole, batches.steps_per_epoch) * config.batch_size * model_config.block_size
 
 
 def _dev_evaluator(eval_file, corpus, vocab: Vocab, config: TrainConfig):
@@ -308,13 +312,20 @@ def evaluate_file(
     overrides: dict[str, Any] | None = None,
     log: Callable[[str], None] = print,
     stored_corpus: str | Path | None = None,
+    overwrite: bool = True,
 ) -> tuple[list[Answer], Score | None, Path]:
     """Answer every question of a QA file, write the predictions (default: beside the
     checkpoint, in a file of their own when ``overrides`` change the model: predictions_name),
     score them if labelled; with ``stored_corpus`` also report how many of the places the
-    model stored."""
+    model stored. The predictions never replace the checkpoint or the question file, and
+    without ``overwrite`` no existing file (refused before any decoding)."""
     dev = resolve_device(device)
     model, vocab, ckpt = load_model(checkpoint, device=str(dev), **(overrides or {}))
+    if out is None:  # beside the checkpoint; a shipped model's go to runs/NAME instead
+        out = output_dir(checkpoint) / predictions_name(path, ckpt.model_config, model.config)
+    out = Path(out)
+    refuse_inputs(out, {"checkpoint": checkpoint, "question file": path}, "the predictions file")
+    refuse_existing([out], overwrite)
     examples = read_qa(path)
     start = time.perf_counter()
     env = distributed.environment()
@@ -326,12 +337,9 @@ def evaluate_file(
             examples, env, key=lambda e: len(vocab.encode(e.question + MASK_CHAR)), chunk=batch_size)
         result = score([a.answer for a in answers], examples)
     seconds = time.perf_counter() - start
-    if out is None:  # beside the checkpoint; a shipped model's go to runs/NAME instead
-        out = output_dir(checkpoint) / predictions_name(path, ckpt.model_config, model.config)
-    out = Path(out)
     if not env.is_main:  # rank 0 alone writes and reports
         return answers, result, out
-    out = write_predictions(out, [a.answer for a in answers])
+    out = write_predictions(out, [a.answer for a in answers], overwrite=overwrite)
     if result is None:
         log(f"{path}: {len(examples)} questions have no labels, so no accuracy can be computed; "
             f"predictions written to {out} ({seconds:.1f} s)")

@@ -178,10 +178,22 @@ def _acquire(path: Path, log: Callable[[str], None]) -> dict[str, Any]:
             continue
         except OSError as e:
             raise RunDirError(f"{path}: cannot create the lock file ({e.strerror})") from None
-        with os.fdopen(fd, "w") as f:
-            json.dump(mine, f)
+        _write_lock(fd, path, mine)
         return mine
     raise RunDirError(f"{path}: could not take the lock; another process keeps taking it")
+
+
+def _write_lock(fd: int, path: Path, mine: dict[str, Any]) -> None:
+    """Fill the lock just created; if that fails (a full disk), remove it, so that an empty
+    lock does not refuse every later run as "in use by another process"."""
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(mine, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        path.unlink(missing_ok=True)
+        raise RunDirError(f"{path}: cannot write the lock file ({e.strerror or e}); nothing was written") from None
 
 
 def _read_lock(path: Path) -> dict[str, Any] | None:

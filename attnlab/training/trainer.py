@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
+from ..core.progress import progress_bar
 from ..core import cpu_settings
 from . import rundir
 from ..core import distributed as dist
@@ -454,7 +454,7 @@ def _steps(stepper: Stepper, batches: Batches, state: TrainState, steps: int, me
     # busy core"), all of them again when it is free.
     threads = cpu_settings.thread_adapter() if stepper.device.type == "cpu" else None
     stepper.model.train()
-    bar = tqdm(range(state.step, steps), initial=state.step, total=steps, desc=desc,
+    bar = progress_bar(range(state.step, steps), initial=state.step, total=steps, desc=desc,
                disable=not env.is_main, dynamic_ncols=True, leave=True)
     # Ctrl-C finishes the current step, writes a checkpoint and stops: no work is lost.
     try:
