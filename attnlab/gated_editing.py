@@ -122,7 +122,7 @@ def _margins(logits: Tensor, y: Tensor) -> Tensor:
 
 
 def optimise_values(model, x: Tensor, y: Tensor, positions: list[int], *, steps: int = 300,
-                    lr: float = 0.1, margin: float = 2.0) -> tuple[Tensor, int, float, float]:
+                    lr: float = 0.01, margin: float = 2.0) -> tuple[Tensor, int, float, float]:
     """Values (m, C) added to the stream at ``positions`` (after the codebook already there)
     so that every predicted character of y beats the next best by ``margin``: Adam on the mean
     hinge max(0, margin - (logit of y - best other)) plus a small |v|^2, until the hinge is 0.

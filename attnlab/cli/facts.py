@@ -189,6 +189,8 @@ def _check_edit_request(model, vocab, args, docs: list[str]) -> None:
     from ..gated_editing import check_place
     from ..knowledge import CorpusIndex
 
+    if args.layer is not None:
+        check_layer(model, args.layer)
     check_place(vocab, args.place)
     vocab.encode(args.person, source="--person")
     if CorpusIndex(docs).line_of(args.person) is None:
@@ -198,8 +200,6 @@ def _check_edit_request(model, vocab, args, docs: list[str]) -> None:
         if r.get("person") == args.person:
             raise TraceError(f"--person {args.person!r} was already edited (edit {r['id']}: {r.get('old_answer')!r} -> "
                              f"{r.get('place')!r}); undo it first (attnlab edit RUN --undo {r['id']} --out-dir NEW)")
-    if args.layer is not None:
-        check_layer(model, args.layer)
 
 
 def _next_id(model) -> int:
