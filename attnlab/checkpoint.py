@@ -320,7 +320,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu", *,
     if header["format"] == FORMAT_EDITED:
         from .codebook import check_edits
 
-        ckpt.edits, ckpt.edit_layer, ckpt.edit_state = check_edits(p, header, groups["edit"], config)
+        try:
+            ckpt.edits, ckpt.edit_layer, ckpt.edit_state = check_edits(header, groups["edit"], config)
+        except ValueError as e:
+            raise CheckpointError(f"{p}: {e}") from None
     elif groups["edit"]:
         raise CheckpointError(f"{p}: format {FORMAT} holds no edits, but the file has edit tensors "
                               f"(an edited model is written as {FORMAT_EDITED})")

@@ -134,40 +134,36 @@ def restore(model, records: list[dict], layer: int | None, tensors: dict[str, Te
         attach(model, layer).load(tensors)
 
 
-def check_edits(path, header: dict, tensors: dict[str, Tensor], config) -> tuple[list[dict], int | None, dict]:
+def check_edits(header: dict, tensors: dict[str, Tensor], config) -> tuple[list[dict], int | None, dict]:
     """The edits of a format-2 checkpoint (records, codebook layer, codebook tensors), each part
-    checked; a CheckpointError naming the file and the problem."""
-    from .checkpoint import CheckpointError
-
+    checked; a ValueError saying what is wrong (checkpoint.py names the file)."""
     edits = header.get("edits")
     if not isinstance(edits, dict) or not isinstance(edits.get("records"), list):
-        raise CheckpointError(f"{path}: an edited checkpoint needs an 'edits' object with a 'records' list")
+        raise ValueError(f"an edited checkpoint needs an 'edits' object with a 'records' list")
     records, layer = edits["records"], edits.get("layer")
     if not records or not all(isinstance(r, dict) and isinstance(r.get("id"), int) for r in records):
-        raise CheckpointError(f"{path}: edits.records must be a non-empty list of objects with an integer 'id'")
+        raise ValueError(f"edits.records must be a non-empty list of objects with an integer 'id'")
     if layer is None:
         if tensors:
-            raise CheckpointError(f"{path}: edit tensors {sorted(tensors)[:3]} but no codebook layer in edits")
+            raise ValueError(f"edit tensors {sorted(tensors)[:3]} but no codebook layer in edits")
         return records, None, {}
     if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < config.n_layer:
-        raise CheckpointError(f"{path}: edits.layer {layer!r} is not a layer of this model (0..{config.n_layer - 1})")
-    _check_codebook_tensors(path, tensors, config.n_embd, {r["id"] for r in records})
+        raise ValueError(f"edits.layer {layer!r} is not a layer of this model (0..{config.n_layer - 1})")
+    _check_codebook_tensors(tensors, config.n_embd, {r["id"] for r in records})
     return records, layer, tensors
 
 
-def _check_codebook_tensors(path, tensors: dict[str, Tensor], width: int, ids: set[int]) -> None:
-    from .checkpoint import CheckpointError
-
+def _check_codebook_tensors(tensors: dict[str, Tensor], width: int, ids: set[int]) -> None:
     missing = sorted(set(TENSORS) - set(tensors))
     extra = sorted(set(tensors) - set(TENSORS))
     if missing or extra:
-        raise CheckpointError(f"{path}: codebook tensors missing {missing}, unexpected {extra}")
+        raise ValueError(f"codebook tensors missing {missing}, unexpected {extra}")
     n = tensors["keys"].shape[0]
     for name, dtype in TENSORS.items():
         t = tensors[name]
         shape = (n, width) if name in ("keys", "values") else (n,)
         if tuple(t.shape) != shape or t.dtype != dtype:
-            raise CheckpointError(f"{path}: tensor edit.{name} is {t.dtype} {list(t.shape)}, expected {dtype} {list(shape)}")
+            raise ValueError(f"tensor edit.{name} is {t.dtype} {list(t.shape)}, expected {dtype} {list(shape)}")
     unknown = set(tensors["owner"].tolist()) - ids
     if unknown:
-        raise CheckpointError(f"{path}: codebook entries belong to edits {sorted(unknown)[:3]} that edits.records does not list")
+        raise ValueError(f"codebook entries belong to edits {sorted(unknown)[:3]} that edits.records does not list")
