@@ -115,9 +115,12 @@ def plan(args, dev, before, places) -> list[tuple[int, str]]:
     return [(i, rng.choice([p for p in places if p not in (dev[i].answer, before[i].answer)])) for i in chosen]
 
 
-def single_edits(editor, model, vocab, dev, before, edits, index) -> tuple[list[dict], list[list]]:
+def single_edits(editor, model, vocab, dev, before, edits, index, max_minutes: float = 0) -> tuple[list[dict], list[list]]:
     results, rows = [], []
+    t0 = time.perf_counter()
     for owner, (i, place) in enumerate(tqdm(edits, desc="edits"), 1):
+        if max_minutes and time.perf_counter() - t0 > 60 * max_minutes:
+            break
         ex, old = dev[i], before[i]
         name = person_of(ex.question)
         start = time.perf_counter()
@@ -246,6 +249,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--stat-lines", type=int, default=2000, help="rome: lines of the key statistics")
     ap.add_argument("--radius-lines", type=int, default=2000, help="grace: lines whose states set the radii")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--max-minutes", type=float, default=0,
+                    help="single edits: start no new edit after this many minutes and report those done (0 = no limit)")
     ap.add_argument("--plot", action="store_true", help="only draw runs/editing/sequential-*.json into the PNG")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = ap.parse_args(argv)
@@ -278,8 +283,10 @@ def main(argv: list[str] | None = None) -> None:
         name = f"editing-sequential-{args.method}"
         title = f"Sequential editing of birth places, {args.method} (benchmarks/editing.py --sequential)"
     else:
-        results, rows = single_edits(editor, model, vocab, dev, before, edits, CorpusIndex(docs))
-        text = "\n\n".join([single_summary(results), f"- {where}; each edit from the original model",
+        results, rows = single_edits(editor, model, vocab, dev, before, edits, CorpusIndex(docs), args.max_minutes)
+        done = "" if len(results) == args.n else (f" (the first {len(results)} of the {args.n} planned: "
+                                                  f"--max-minutes {args.max_minutes:g} ran out)")
+        text = "\n\n".join([single_summary(results), f"- {where}; each edit from the original model{done}",
                             "<details><summary>every edit</summary>\n\n" + table(
                                 ["person", "answer before", "new place", "efficacy", "recalled line", "corpus line",
                                  "other answers changed", "right answers changed", "parameters added", "s"], rows)
