@@ -84,12 +84,12 @@ class Negatives:
     def nearest(self, keys: Tensor, name: str) -> Tensor:
         """For each key (m, C), the distance to the nearest state of a text not about ``name``."""
         own = torch.tensor([t.startswith(f"{name}.") for t in self.texts], dtype=torch.bool)[self.text_of]
-        others = self.states[~own.to(self.states.device)].double()
-        best = torch.full((len(keys),), float("inf"), dtype=torch.float64, device=keys.device)
-        k = keys.double()
-        for start in range(0, len(others), 65536):
-            part = others[start:start + 65536]
+        k = keys.double().to(self.states.device)
+        best = torch.full((len(keys),), float("inf"), dtype=torch.float64, device=k.device)
+        for start in range(0, len(self.states), 65536):
+            part = self.states[start:start + 65536].double()
             d = part.pow(2).sum(-1)[:, None] - 2 * part @ k.T + k.pow(2).sum(-1)[None]
+            d[own[start:start + 65536].to(d.device)] = float("inf")
             best = torch.minimum(best, d.min(0).values)
         return best.clamp_min(0).sqrt().float()
 
