@@ -231,7 +231,7 @@ def plot(png: Path = PNG) -> None:
     print(f"wrote {png}")
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--run", default="models/cpu", help="checkpoint or run directory to edit (never modified)")
@@ -253,7 +253,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="single edits: start no new edit after this many minutes and report those done (0 = no limit)")
     ap.add_argument("--plot", action="store_true", help="only draw runs/editing/sequential-*.json into the PNG")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if args.plot:
         return plot()
 

@@ -368,6 +368,10 @@ def register(command) -> None:
                    help="use at most this many questions of --over (0 = all)")
     flags.device(p)
 
+    _register_edit(command)
+
+
+def _register_edit(command) -> None:
     p = command("edit", "correct one fact (PERSON was born in PLACE) or undo an edit; writes a new run "
                 "directory", cmd_edit)
     p.add_argument("checkpoint", help="checkpoint file or run directory (never modified)")
