@@ -74,6 +74,7 @@ class Negatives:
     states: Tensor  # (P, C)
     text_of: Tensor  # (P,) the index of the text each state comes from
     texts: list[str] = field(repr=False)
+    _norms: Tensor | None = field(default=None, repr=False)  # squared norms of the states, once
 
     @classmethod
     def of(cls, model, vocab: Vocab, texts: list[str], layer: int) -> Negatives:
@@ -82,16 +83,15 @@ class Negatives:
         return cls(layer, torch.cat(per_text).to(model.tok_emb.weight.device), text_of, texts)
 
     def nearest(self, keys: Tensor, name: str) -> Tensor:
-        """For each key (m, C), the distance to the nearest state of a text not about ``name``."""
+        """For each key (m, C), the distance to the nearest state of a text not about ``name``
+        (in single precision: it only sets a radius, nothing is decided at its edge here)."""
         own = torch.tensor([t.startswith(f"{name}.") for t in self.texts], dtype=torch.bool)[self.text_of]
-        k = keys.double().to(self.states.device)
-        best = torch.full((len(keys),), float("inf"), dtype=torch.float64, device=k.device)
-        for start in range(0, len(self.states), 65536):
-            part = self.states[start:start + 65536].double()
-            d = part.pow(2).sum(-1)[:, None] - 2 * part @ k.T + k.pow(2).sum(-1)[None]
-            d[own[start:start + 65536].to(d.device)] = float("inf")
-            best = torch.minimum(best, d.min(0).values)
-        return best.clamp_min(0).sqrt().float()
+        k = keys.float().to(self.states.device)
+        if self._norms is None:
+            self._norms = self.states.pow(2).sum(-1)
+        d = self._norms[:, None] - 2 * self.states @ k.T + k.pow(2).sum(-1)[None]
+        d[own.to(d.device)] = float("inf")
+        return d.min(0).values.clamp_min(0).sqrt()
 
 
 @dataclass
