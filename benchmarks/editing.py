@@ -1,41 +1,43 @@
-"""Rank-one editing (ROME) of birth places: efficacy, generalisation and specificity over many
-single edits.
+"""Editing birth places (issue 26): efficacy, generalisation, locality and sequential editing of
+`attnlab edit --method grace` (gated codebook entries, the default), `--method rome` (rank-one)
+and plain finetuning on the one question, on the shipped model.
 
-Each of ``--n`` random dev people (seeded) gets a random new place drawn from the training
-file's places (never their gold place nor the model's current answer). Each edit starts from the
-original model (one edit at a time, as ROME does, not all at once) and is measured as
+``--n`` random dev people (seeded) each get a random new place drawn from the training file's
+places (never their gold place nor the model's current answer).
+
+Single edits (default): each edit starts from the original model and is measured as
 `attnlab edit` measures it:
 
-- efficacy: the edited model's answer to "Where was NAME born?" is the new place;
-- generalisation: greedy completion of the person's corpus line up to where their place is
-  written (the gold place, else the old answer) starts with the new place; only people whose
-  line has such a slot count;
-- specificity: how many of the other dev answers changed (out of the other dev questions), and
-  how many of those the model had right;
-- key overlap: the edit changes the MLP's output by delta (u^T k) at every key k, so for each
-  other answer the largest |u^T k| along its trajectory (what it reads and writes) is the share
-  of delta it receives at worst; the mean over the other answers, with |delta|, says why answers
-  change.
+- efficacy: the edited model's answer to "Where was NAME born?" is the new place (an edit that
+  fails, e.g. a gated edit refused with EditFailed, counts as a miss);
+- generalisation: (a) recalled line: where the original recalled line spells the old answer,
+  the edited model's recalled line spells the new place; (b) corpus line: greedy completion of
+  the person's corpus line up to where their place is written (the gold place, else the old
+  answer) starts with the new place (only people whose line has such a slot count);
+- locality: how many of the other dev answers changed (out of the other dev questions; computed
+  exactly, editing.changed_answers), the worst edit, and how many of the changed ones the model
+  had right.
 
-The key is read at ``--at`` (default ``answer``: the character before the new place is first
-written, with the two-key edit of ``both`` where that fails and the recalled line spells the
-place; ``both``: one key there and one at the ``⁇`` before the answer; ``name``: the name's last
-character, ROME's subject token). The MLP edited is the one
-`attnlab edit` picks by default (``answer``: the layer below the top; ``name``: the strongest
-MLP effect at the name's last character in the trace of that question) unless ``--layer``
-fixes it.
-Targets (issue 15): efficacy >= 95%, on average <= 1% of the other dev answers changed.
+``--sequential``: the ``--n`` edits are applied one after another to one model; every
+``--curve-every`` edits, and after the last, the benchmark measures how many of the edits made
+so far still hold (earlier-edit retention) and how many answers of the dev people never edited
+changed against the original model. The curve goes to runs/editing/sequential-METHOD.json;
+``--plot`` draws every such file into docs/editing-sequential.png.
 
-Run: .venv/bin/python benchmarks/editing.py --run models/cpu [--n 50] [--seed 0] [--at answer] [--layer L]
+Intervals: Wilson 95% for counts; for the mean share of other answers changed, a seeded
+bootstrap 95% interval over the edits. Seconds are wall time on a shared 2-core machine (other
+work running), for orientation only.
+
+Run: .venv/bin/python benchmarks/editing.py --run models/cpu --method grace [--n 50] [--sequential --n 100]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -47,145 +49,255 @@ from _common import DATA, REPO, report, table  # noqa: E402
 
 from attnlab.model.checkpoint import load_model  # noqa: E402
 from attnlab.data.datasets import read_qa, read_text  # noqa: E402
-from attnlab.facts.edit import (
-    LOCI, changed_answers, completes_with, default_layer, edit_model, key_second_moment, place_slot, stat_texts,
-    trajectory_keys, update_direction
-)
-from attnlab.answering.evaluate import answer_questions  # noqa: E402
-from attnlab.answering.knowledge import CorpusIndex, person_of  # noqa: E402
+from attnlab.facts.edit import (answer_layer, changed_answers, completes_with, edit_model,  # noqa: E402
+                                finetune_model, key_second_moment, place_slot, place_span, stat_texts)
+from attnlab.answering.evaluate import answer_questions, wilson_interval  # noqa: E402
+from attnlab.facts.gated_edit import EditFailed, Negatives, gated_edit, gated_layer  # noqa: E402
+from attnlab.answering.knowledge import CorpusIndex, answer_by_recall, person_of  # noqa: E402
 
-EFFICACY_TARGET = 0.95
-CHANGED_TARGET = 0.01
+METHODS = ("grace", "rome", "finetune")
+CURVES = REPO / "runs" / "editing"
+PNG = REPO / "docs" / "editing-sequential.png"
 
 
 def shown(path: str) -> str:
-    """A data path as the report shows it: relative to the repository when inside it."""
     p = Path(path).resolve()
     return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else path
 
 
-def main(argv: list[str] | None = None) -> None:
+def count(k: int, n: int) -> str:
+    low, high = wilson_interval(k, n)
+    return f"{k}/{n} ({100 * k / max(1, n):.1f}%; 95% CI {100 * low:.1f}-{100 * high:.1f}%)"
+
+
+def mean_with_interval(values: list[float], seed: int = 0) -> str:
+    """Mean (as a percentage) with a seeded bootstrap 95% interval over the items."""
+    a = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = a[rng.integers(0, len(a), size=(2000, len(a)))].mean(1)
+    return f"{100 * a.mean():.2f}% (95% CI {100 * np.percentile(means, 2.5):.2f}-{100 * np.percentile(means, 97.5):.2f}%)"
+
+
+class Editor:
+    """One method, ready to edit any model derived from ``model`` (the statistics it needs are
+    gathered once, from the original model)."""
+
+    def __init__(self, method: str, model, vocab, texts: list[str], args):
+        self.method, self.vocab, self.args = method, vocab, args
+        if method == "grace":
+            self.layer = args.layer if args.layer is not None else gated_layer(model)
+            self.negatives = Negatives.of(model, vocab, texts[:args.radius_lines], self.layer)
+        elif method == "rome":
+            self.layer = args.layer if args.layer is not None else answer_layer(model)
+            self.moment = key_second_moment(model, vocab, texts, self.layer)
+        else:
+            self.layer = None
+
+    def __call__(self, model, name: str, place: str, owner: int):
+        """The edited model (None when the editor refuses: a failed gated edit writes nothing)
+        and the parameters it added."""
+        if self.method == "grace":
+            try:
+                edited, g = gated_edit(model, self.vocab, name, place, self.negatives, owner=owner,
+                                       radius_fraction=self.args.radius)
+            except EditFailed:
+                return None, 0
+            return edited, g.parameters_added
+        if self.method == "rome":
+            return edit_model(model, self.vocab, name, place, self.layer, self.moment)[0], 0
+        return finetune_model(model, self.vocab, name, place)[0], 0
+
+
+def plan(args, dev, before, places) -> list[tuple[int, str]]:
+    """The edits: (dev index, new place), seeded."""
+    rng = random.Random(args.seed)
+    chosen = rng.sample(range(len(dev)), args.n)
+    return [(i, rng.choice([p for p in places if p not in (dev[i].answer, before[i].answer)])) for i in chosen]
+
+
+def single_edits(editor, model, vocab, dev, before, edits, index, max_minutes: float = 0) -> tuple[list[dict], list[list]]:
+    results, rows = [], []
+    t0 = time.perf_counter()
+    for owner, (i, place) in enumerate(tqdm(edits, desc="edits"), 1):
+        if max_minutes and time.perf_counter() - t0 > 60 * max_minutes:
+            break
+        ex, old = dev[i], before[i]
+        name = person_of(ex.question)
+        start = time.perf_counter()
+        edited, added = editor(model, name, place, owner)
+        seconds = time.perf_counter() - start
+        if edited is None:  # refused: the model stays as it was
+            edited = model
+        now = answer_by_recall(edited, vocab, [name], model.config.recall_chars)[0]
+        spelt = place_span(old.recalled, old.answer, name, len(name) + 1) is not None
+        slot = place_slot(index.line_of(name), name, [ex.answer, old.answer])
+        others = [j for j in range(len(dev)) if j != i]
+        changed = changed_answers(edited, vocab, [dev[j] for j in others], [before[j] for j in others])
+        right = {k for k, j in enumerate(others) if before[j].answer == dev[j].answer}
+        r = dict(efficacy=now.answer == place, line=(place in now.recalled) if spelt else None,
+                 general=None if slot is None else completes_with(edited, vocab, slot, place),
+                 changed=len(changed), others=len(others), right=len(right), lost=len(right & set(changed)),
+                 added=added, seconds=seconds, knew=old.answer == ex.answer)
+        results.append(r)
+        rows.append([name, old.answer, place, "yes" if r["efficacy"] else "no",
+                     "-" if r["line"] is None else "yes" if r["line"] else "no",
+                     "-" if r["general"] is None else "yes" if r["general"] else "no",
+                     f"{r['changed']}/{r['others']}", f"{r['lost']}/{r['right']}", added, f"{seconds:.1f}"])
+    return results, rows
+
+
+def single_summary(results: list[dict]) -> str:
+    n = len(results)
+    yes = lambda key: [r[key] for r in results if r[key] is not None]  # noqa: E731
+    frac = [r["changed"] / r["others"] for r in results]
+    lost = [r["lost"] / max(1, r["right"]) for r in results]
+    return table(["measure", "value", "target (issue 26)"], [
+        ["efficacy (the edited question answers the new place)", count(sum(yes("efficacy")), n), ">= 95%"],
+        ["generalisation (a): the recalled line spells the new place where it spelt the old answer",
+         count(sum(yes("line")), len(yes("line"))), ">= 80% (a and b)"],
+        ["generalisation (b): the corpus line's prefix completes with the new place",
+         count(sum(yes("general")), len(yes("general"))), ">= 80% (a and b)"],
+        ["other dev answers changed, mean per edit", mean_with_interval(frac), "<= 1% (stretch 0.1%)"],
+        ["other dev answers changed, worst edit", f"{100 * max(frac):.2f}% ({max(r['changed'] for r in results)} of "
+         f"{results[0]['others']})", ""],
+        ["of the other answers that were right, changed (mean per edit)",
+         f"{100 * float(np.mean(lost)):.2f}% ({float(np.mean([r['lost'] for r in results])):.2f} of {results[0]['right']})", ""],
+        ["edits that changed no other answer", count(sum(r["changed"] == 0 for r in results), n), ""],
+        ["parameters added per edit (mean)", f"{float(np.mean([r['added'] for r in results])):.0f}", ""],
+        ["seconds per edit (the edit alone; shared machine)", f"{float(np.mean([r['seconds'] for r in results])):.1f} "
+         f"(max {max(r['seconds'] for r in results):.1f})", "<= 5 s"],
+    ])
+
+
+def sequential_edits(editor, model, vocab, dev, before, edits, every: int) -> tuple[list[dict], float, int]:
+    """Apply the edits one after another; the curve of (edits made, earlier edits holding, other
+    answers changed), the wall time of the edits alone, and how many were refused."""
+    edited_people = {i for i, _ in edits}
+    others = [j for j in range(len(dev)) if j not in edited_people]
+    right = {k for k, j in enumerate(others) if before[j].answer == dev[j].answer}
+    current, curve, seconds, refused = model, [], 0.0, 0
+    for owner, (i, place) in enumerate(tqdm(edits, desc="sequential edits"), 1):
+        start = time.perf_counter()
+        new, _ = editor(current, person_of(dev[i].question), place, owner)
+        seconds += time.perf_counter() - start
+        refused += new is None
+        current = current if new is None else new
+        if owner % every == 0 or owner == len(edits):
+            made = edits[:owner]
+            now = answer_questions(current, vocab, [dev[j] for j, _ in made])
+            holding = sum(a.answer == p for a, (_, p) in zip(now, made))
+            changed = changed_answers(current, vocab, [dev[j] for j in others], [before[j] for j in others])
+            curve.append(dict(edits=owner, holding=holding, changed=len(changed), others=len(others),
+                              right_changed=len(right & set(changed)), right=len(right), refused=refused))
+    return curve, seconds, refused
+
+
+def sequential_summary(curve: list[dict], seconds: float, refused: int) -> str:
+    last = curve[-1]
+    rows = [[c["edits"], count(c["holding"], c["edits"]), count(c["changed"], c["others"]),
+             f"{c['right_changed']}/{c['right']}"] for c in curve]
+    head = table(["measure", "value", "target (issue 26)"], [
+        [f"earlier edits still holding after the last ({last['edits']})", count(last["holding"], last["edits"]), ">= 90%"],
+        ["dev answers of people never edited, changed", count(last["changed"], last["others"]), "<= 2%"],
+        ["edits refused (failed, nothing applied)", str(refused), ""],
+        [f"wall time of the {last['edits']} edits (shared machine)", f"{seconds / 60:.1f} min", "< 10 min"],
+    ])
+    return head + "\n\n" + table(["edits made", "holding", "other answers changed", "of them right before"], rows)
+
+
+def plot(png: Path = PNG) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for path in sorted(CURVES.glob("sequential-*.json")):
+        data = json.loads(path.read_text())
+        x = [c["edits"] for c in data["curve"]]
+        left.plot(x, [100 * c["holding"] / c["edits"] for c in data["curve"]], marker="o", label=data["method"])
+        right.plot(x, [100 * c["changed"] / c["others"] for c in data["curve"]], marker="o", label=data["method"])
+    left.set(xlabel="edits made", ylabel="% of the edits made that still hold", ylim=(-2, 102),
+             title="earlier-edit retention")
+    right.set(xlabel="edits made", ylabel="% of the other dev answers changed", title="other answers changed")
+    right.axhline(2, color="grey", lw=0.8, ls="--")
+    left.axhline(90, color="grey", lw=0.8, ls="--")
+    for ax in (left, right):
+        ax.legend()
+    fig.suptitle("Sequential edits of models/cpu (benchmarks/editing.py --sequential)")
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    print(f"wrote {png}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--run", default="models/cpu", help="checkpoint or run directory to edit (never modified)")
+    ap.add_argument("--method", choices=METHODS, default="grace")
     ap.add_argument("--dev", default=str(DATA / "birth_dev.tsv"), help="people edited, and the other answers watched")
     ap.add_argument("--train-file", default=str(DATA / "birth_places_train.tsv"),
                     help="where new places come from, and the lines of the key statistics")
     ap.add_argument("--corpus", default=str(DATA / "wiki.txt"), help="key statistics and corpus lines")
     ap.add_argument("--n", type=int, default=50, help="edits (people)")
     ap.add_argument("--seed", type=int, default=0, help="which people and places")
-    ap.add_argument("--at", choices=LOCI, default="answer", help="where the key is read (attnlab edit --at)")
-    ap.add_argument("--layer", type=int, default=None,
-                    help="MLP edited (default: --at answer: the layer below the top; --at name: chosen by tracing per question)")
-    ap.add_argument("--samples", type=int, default=10, help="tracing samples for choosing the layer")
-    ap.add_argument("--stat-lines", type=int, default=2000,
-                    help="training people's lines (answer format) for the key statistics")
+    ap.add_argument("--sequential", action="store_true", help="apply the edits one after another to one model")
+    ap.add_argument("--curve-every", type=int, default=10, help="--sequential: measure after every this many edits")
+    ap.add_argument("--layer", type=int, default=None, help="grace: codebook layer (default top); rome: MLP (default below the top)")
+    ap.add_argument("--radius", type=float, default=0.5, help="grace: radius fraction (attnlab edit --radius)")
+    ap.add_argument("--stat-lines", type=int, default=2000, help="rome: lines of the key statistics")
+    ap.add_argument("--radius-lines", type=int, default=2000, help="grace: lines whose states set the radii")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--max-minutes", type=float, default=0,
-                    help="start no new edit after this many minutes and report the edits done (0 = no limit)")
+                    help="single edits: start no new edit after this many minutes and report those done (0 = no limit)")
+    ap.add_argument("--plot", action="store_true", help="only draw runs/editing/sequential-*.json into the PNG")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.plot:
+        return plot()
 
     model, vocab, _ = load_model(args.run, device=args.device)
     dev = read_qa(args.dev, labelled=True)
     training = read_qa(args.train_file, labelled=True)
     places = sorted({e.answer for e in training if all(c in vocab.stoi for c in e.answer)})
     docs = read_text(args.corpus).split("\n")
-    index = CorpusIndex(docs)
     texts = stat_texts(model, docs, args.stat_lines, args.seed, {person_of(e.question): e.answer for e in training})
-    moments: dict[int, torch.Tensor] = {}
-    dev_keys: dict[int, list[torch.Tensor]] = {}  # per layer, the keys along each dev answer's trajectory
-
     t0 = time.perf_counter()
+    editor = Editor(args.method, model, vocab, texts, args)
+    setup = time.perf_counter() - t0
     before = answer_questions(model, vocab, dev)
-    rng = random.Random(args.seed)
-    chosen = rng.sample(range(len(dev)), args.n)
-    rows, results = [], []
-    for i in tqdm(chosen, desc="edits"):
-        if args.max_minutes and time.perf_counter() - t0 > 60 * args.max_minutes:
-            break
-        ex, old = dev[i], before[i]
-        name = person_of(ex.question)
-        place = rng.choice([p for p in places if p not in (ex.answer, old.answer)])
-        start = time.perf_counter()
-        layer = args.layer if args.layer is not None else default_layer(
-            model, vocab, ex.question, args.at, samples=args.samples, seed=args.seed)[0]
-        if layer not in moments:
-            moments[layer] = key_second_moment(model, vocab, texts, layer)
-            dev_keys[layer] = trajectory_keys(model, vocab, dev, before, layer)
-        edited, edit, _ = edit_model(model, vocab, name, place, layer, moments[layer], at=args.at)
-        efficacy = answer_questions(edited, vocab, [ex])[0].answer == place
-        slot = place_slot(index.line_of(name), name, [ex.answer, old.answer])
-        general = None if slot is None else completes_with(edited, vocab, slot, place)
-        others = [j for j in range(len(dev)) if j != i and person_of(dev[j].question) != name]
-        changed = changed_answers(edited, vocab, [dev[j] for j in others], [before[j] for j in others])
-        n_changed = len(changed)
-        right = [k for k, j in enumerate(others) if before[j].answer == dev[j].answer]
-        lost = len(set(right) & set(changed))
-        # The share of delta each other answer receives somewhere along its trajectory.
-        u = torch.stack([update_direction(k, moments[layer]) for k in edit.key])
-        overlap = float(np.mean([float((dev_keys[layer][j] @ u.T).abs().max()) for j in others]))
-        norm = float(edit.delta.norm())
-        seconds = time.perf_counter() - start
-        results.append(dict(efficacy=efficacy, general=general, changed=n_changed, others=len(others),
-                            right=len(right), lost=lost, overlap=overlap, norm=norm,
-                            layer=layer, correct_before=old.answer == ex.answer, seconds=seconds,
-                            loss=(edit.loss_before, edit.loss_after)))
-        rows.append([name, old.answer, place, layer, "yes" if efficacy else "no",
-                     "-" if general is None else ("yes" if general else "no"),
-                     f"{n_changed}/{len(others)}", f"{lost}/{len(right)}", f"{overlap:.3f}",
-                     f"{norm:.2f}", f"{seconds:.1f}"])
-    total = time.perf_counter() - t0
-
-    n = len(results)
-    eff = sum(r["efficacy"] for r in results)
-    gen_measured = [r for r in results if r["general"] is not None]
-    gen = sum(r["general"] for r in gen_measured)
-    frac = [r["changed"] / r["others"] for r in results]
-    known = [r for r in results if r["correct_before"]]
-    summary = table(["measure", "value", "target"], [
-        ["efficacy (edited question answered with the new place)", f"{eff}/{n} ({100 * eff / n:.1f}%)",
-         f">= {100 * EFFICACY_TARGET:.0f}% ({'met' if eff / n >= EFFICACY_TARGET else 'missed'})"],
-        ["efficacy on people the model answered correctly before",
-         f"{sum(r['efficacy'] for r in known)}/{len(known)}", ""],
-        ["generalisation (corpus line prefix completes with the new place)",
-         f"{gen}/{len(gen_measured)} ({100 * gen / max(1, len(gen_measured)):.1f}%)", ""],
-        ["other dev answers changed, mean per edit", f"{100 * float(np.mean(frac)):.2f}% "
-         f"({float(np.mean([r['changed'] for r in results])):.1f} of {results[0]['others']})",
-         f"<= {100 * CHANGED_TARGET:.0f}% ({'met' if np.mean(frac) <= CHANGED_TARGET else 'missed'})"],
-        ["other dev answers changed, worst edit", f"{100 * max(frac):.2f}%", ""],
-        ["of the other answers that were right, changed (mean per edit)",
-         f"{100 * float(np.mean([r['lost'] / max(1, r['right']) for r in results])):.2f}% "
-         f"({float(np.mean([r['lost'] for r in results])):.1f} of {results[0]['right']})", ""],
-        ["key overlap: largest abs(u . k) along another answer's trajectory (mean)",
-         f"{float(np.mean([r['overlap'] for r in results])):.3f}", ""],
-        ["norm of delta (mean)", f"{float(np.mean([r['norm'] for r in results])):.2f}", ""],
-        ["layers edited", ", ".join(f"{l}: {c}" for l, c in sorted(Counter(r['layer'] for r in results).items())), ""],
-        ["seconds per edit (layer choice, edit, all measurements)",
-         f"{float(np.mean([r['seconds'] for r in results])):.1f}", ""],
-    ])
-    layer_rule = (args.layer if args.layer is not None else "below the top" if args.at != "name" else
-                  f"chosen by tracing each question ({args.samples} noise samples, 3 x embedding std)")
-    text = "\n\n".join([
-        summary,
-        "\n".join([
-            f"- {args.run}, {n} single edits{'' if n == args.n else f' (of {args.n} planned: --max-minutes {args.max_minutes:g} ran out)'}"
-            f" (each from the original model) of random people of "
-            f"{shown(args.dev)} (seed {args.seed}) to random places of {shown(args.train_file)}; key at --at {args.at}; "
-            f"layer {layer_rule}",
-            f"- key statistics: {len(texts)} training people's lines in the answer format; delta optimised "
-            f"by Adam (at most 600 steps, until the edited model answers the new place, then at most 200 "
-            f"steps shrinking it while the edit still works); "
-            f"total wall time {total / 60:.1f} min",
-        ]),
-        "<details><summary>every edit</summary>\n\n"
-        + table(["person", "answer before", "new place", "layer", "efficacy", "generalisation",
-                 "other answers changed", "right answers changed", "key overlap", "norm of delta", "s"], rows) + "\n\n</details>",
-    ])
-    # one section per setting: the default, or each other locus and fixed --layer
-    flags = ("" if args.at == "answer" else f" --at {args.at}") + ("" if args.layer is None else f" --layer {args.layer}")
-    report("editing" + flags.replace(" --at ", "-").replace(" --layer ", "-layer"), text, write=not args.no_write, device=args.device,
-           title=f"Rank-one editing of birth places (benchmarks/editing.py{flags})")
+    edits = plan(args, dev, before, places)
+    where = (f"{args.run}, {args.n} random people of {shown(args.dev)} (seed {args.seed}) to random places of "
+             f"{shown(args.train_file)}; method {args.method}"
+             + ("" if editor.layer is None else f", layer {editor.layer}")
+             + (f", radius {args.radius:g} x the nearest other person's state over {len(editor.negatives.texts)} "
+                f"training-format lines" if args.method == "grace" else "")
+             + f"; statistics gathered once in {setup:.1f} s (shared machine)")
+    if args.sequential:
+        curve, seconds, refused = sequential_edits(editor, model, vocab, dev, before, edits, args.curve_every)
+        CURVES.mkdir(parents=True, exist_ok=True)
+        (CURVES / f"sequential-{args.method}.json").write_text(json.dumps(
+            {"method": args.method, "where": where, "curve": curve, "seconds": seconds}, indent=1) + "\n")
+        text = sequential_summary(curve, seconds, refused) + f"\n\n- {where}; edits applied one after another"
+        name = f"editing-sequential-{args.method}"
+        title = f"Sequential editing of birth places, {args.method} (benchmarks/editing.py --sequential)"
+    else:
+        results, rows = single_edits(editor, model, vocab, dev, before, edits, CorpusIndex(docs), args.max_minutes)
+        done = "" if len(results) == args.n else (f" (the first {len(results)} of the {args.n} planned: "
+                                                  f"--max-minutes {args.max_minutes:g} ran out)")
+        text = "\n\n".join([single_summary(results), f"- {where}; each edit from the original model{done}",
+                            "<details><summary>every edit</summary>\n\n" + table(
+                                ["person", "answer before", "new place", "efficacy", "recalled line", "corpus line",
+                                 "other answers changed", "right answers changed", "parameters added", "s"], rows)
+                            + "\n\n</details>"])
+        name = f"editing-{args.method}"
+        title = f"Editing birth places, {args.method}, single edits (benchmarks/editing.py --method {args.method})"
+    report(name, text, write=not args.no_write, device=args.device, title=title)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import numpy as np
 import pytest
@@ -171,7 +172,7 @@ def test_edit_changes_the_answer_and_leaves_the_original_untouched(run, tmp_path
     ckpt = run / "run" / "checkpoint.safetensors"
     before = _sha(ckpt)
     out = tmp_path / "edited"
-    assert cli.main(["edit", str(run / "run"), "--person", "Ana Linda", "--place", "Lima", "--layer", "0",
+    assert cli.main(["edit", str(run / "run"), "--method", "rome", "--person", "Ana Linda", "--place", "Lima", "--layer", "0",
                      "--out-dir", str(out), "--corpus", str(run / "wiki.txt"), "--eval-file", str(run / "dev.tsv")]) == 0
     printed = capsys.readouterr().out
     assert _sha(ckpt) == before
@@ -187,26 +188,21 @@ def test_edit_changes_the_answer_and_leaves_the_original_untouched(run, tmp_path
 
 
 def test_edit_at_the_name_without_layer_says_which_layer_tracing_chose(run, tmp_path, capsys):
+    # On this model the rank-one edit at the name does not take: it says which layer tracing
+    # chose and where the key was read, then fails honestly (exit 2, nothing written).
     out = tmp_path / "edited"
-    code = cli.main(["edit", str(run / "run"), "--person", "Ana Lindi", "--place", "Rome", "--at", "name",
-                     "--out-dir", str(out), "--samples", "2", "--corpus", str(run / "wiki.txt"), "--eval-file", ""])
-    printed = capsys.readouterr().out
-    assert "the strongest MLP effect at the name's last character" in printed
-    assert "key at characters [8], the name's last character" in printed  # "Ana Lindi"'s last
-    # On this model the edit at the name does not take: exit 1 and nothing written (issue 25)
-    # where it does (editing.py may improve), its report says the layer came from the trace.
-    assert code in (0, 1) and (code == 1) == ("NOT the new place" in printed)
-    if code == 1:
-        assert not out.exists()
-    else:
-        report = json.loads((out / "edit.json").read_text())
-        assert (report["at"], report["layer_chosen_by"]) == ("name", "trace")
-        assert f"layer {report['layer']}: the strongest MLP effect" in printed
+    assert cli.main(["edit", str(run / "run"), "--method", "rome", "--person", "Ana Lindi", "--place", "Rome", "--at", "name",
+                     "--out-dir", str(out), "--samples", "2", "--corpus", str(run / "wiki.txt"), "--eval-file", ""]) == 2
+    captured = capsys.readouterr()
+    assert re.search(r"layer \d: the strongest MLP effect at the name's last character", captured.out)
+    [positions] = re.findall(r"key at characters \[(\d+)\]", captured.out)
+    assert "Ana Lindi. "[int(positions)] == "i"  # "Ana Lindi"'s last
+    assert "did not take" in captured.err and not out.exists()
 
 
-def test_edit_by_default_reads_the_key_where_the_place_is_read_out_below_the_top_layer(run, tmp_path, capsys):
+def test_rome_edit_by_default_reads_the_key_where_the_place_is_read_out_below_the_top_layer(run, tmp_path, capsys):
     out = tmp_path / "edited"
-    assert cli.main(["edit", str(run / "run"), "--person", "Ana Lindo", "--place", "Quito", "--out-dir", str(out),
+    assert cli.main(["edit", str(run / "run"), "--method", "rome", "--person", "Ana Lindo", "--place", "Quito", "--out-dir", str(out),
                      "--corpus", str(run / "wiki.txt"), "--eval-file", str(run / "dev.tsv")]) == 0
     report = json.loads((out / "edit.json").read_text())
     assert (report["at"], report["layer"], report["layer_chosen_by"]) == ("answer", 0, "below the top")
@@ -220,7 +216,7 @@ def test_edit_tighten_steps_zero_keeps_the_first_change_that_works(run, tmp_path
     reports = {}
     for steps in ("0", "200"):
         out = tmp_path / f"edited-{steps}"
-        assert cli.main(["edit", str(run / "run"), "--person", "Ana Lindi", "--place", "Lima", "--out-dir", str(out),
+        assert cli.main(["edit", str(run / "run"), "--method", "rome", "--person", "Ana Lindi", "--place", "Lima", "--out-dir", str(out),
                          "--tighten-steps", steps, "--corpus", str(run / "wiki.txt"), "--eval-file", ""]) == 0
         reports[steps] = json.loads((out / "edit.json").read_text())
     assert [r["tighten_steps"] for r in reports.values()] == [0, 200]
@@ -242,7 +238,7 @@ def test_edit_input_loci():
 
 def test_edit_at_both_makes_a_rank_two_edit_keyed_at_both_read_outs(run, tmp_path):
     out = tmp_path / "edited"
-    assert cli.main(["edit", str(run / "run"), "--person", "Ana Linde", "--place", "Rome", "--at", "both",
+    assert cli.main(["edit", str(run / "run"), "--method", "rome", "--person", "Ana Linde", "--place", "Rome", "--at", "both",
                      "--out-dir", str(out), "--corpus", str(run / "wiki.txt"), "--eval-file", ""]) == 0
     report = json.loads((out / "edit.json").read_text())
     line, mark = report["key_positions"]

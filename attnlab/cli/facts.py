@@ -11,8 +11,11 @@ from pathlib import Path
 import numpy as np
 
 from ..core import bounds, paths
-from ..data.datasets import read_corpus, read_questions
-from ..facts.edit import LOCI
+from ..data.datasets import read_corpus, read_qa, read_questions
+from ..facts.gated_edit import DEFAULT_METHOD, METHODS
+from ..facts.edit import (LOCI, changed_answers, check_layer, completes_with, default_layer, edit_model,
+                          key_second_moment, place_slot, stat_texts)
+from ..answering.knowledge import require_person
 from ..facts.trace import TraceError
 from . import flags
 from ..core.progress import progress_bar
@@ -115,7 +118,7 @@ def _write_json(path: Path, data, overwrite: bool = False) -> None:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from ..model.checkpoint import load_model
+    from ..model.checkpoint import CHECKPOINT_NAME, load_model
     from ..core.devices import resolve_device
 
     if args.question is None and not args.over:
@@ -143,23 +146,34 @@ def trace_files(args: argparse.Namespace) -> list[str]:
 
 
 # ---- edit ------------------------------------------------------------------------------------
-def cmd_edit(args: argparse.Namespace) -> int:
-    from ..model.checkpoint import CHECKPOINT_NAME, resolve
-    from ..data.datasets import read_qa
-    from ..answering.knowledge import require_person
+def _new_run_dir(args, source: Path) -> Path:
+    """--out-dir, checked: a new run directory, not the original one (nothing is written yet)."""
+    from ..model.checkpoint import CHECKPOINT_NAME
 
     if not args.out_dir:  # not argparse's required=True, which would refuse the old name --out
         raise TraceError("--out-dir is required: the new run directory for the edited model")
-    for flag, value in (("--person", args.person), ("--place", args.place)):
-        if not value.strip():
-            raise TraceError(f"{flag} is empty")
-    source = resolve(args.checkpoint)
     out = Path(args.out_dir)
     if out.resolve() in (source.parent.resolve(), source.resolve()):
         raise TraceError(f"--out-dir {out} is the original run: the edit goes to a new run directory")
     if (out / CHECKPOINT_NAME).exists():
         raise TraceError(f"--out-dir {out} already holds a checkpoint; choose a new run directory")
-    paths.output_dir(out, "--out-dir")
+    return paths.output_dir(out, "--out-dir")  # created when the first file is written
+
+
+def cmd_edit(args: argparse.Namespace) -> int:
+    from ..model.checkpoint import resolve
+
+    source = resolve(args.checkpoint)
+    if args.undo is not None:
+        if args.person is not None or args.place is not None:
+            raise TraceError("--undo N removes an edit; it takes no --person or --place")
+        return _undo(args, source, _new_run_dir(args, source))
+    for flag, value in (("--person", args.person), ("--place", args.place)):
+        if value is None:
+            raise TraceError(f"{flag} is required (or --undo N to remove an edit)")
+        if not value.strip():
+            raise TraceError(f"{flag} is empty")
+    out = _new_run_dir(args, source)
     docs = read_corpus(paths.input_file(args.corpus, "--corpus")).split("\n")
     if args.eval_file:
         read_questions(paths.input_file(args.eval_file, "--eval-file"))
@@ -174,21 +188,77 @@ def cmd_edit(args: argparse.Namespace) -> int:
 
 
 def _edit_into(args: argparse.Namespace, source: Path, out: Path, docs: list[str], places) -> int:
-    """The edit of ``cmd_edit``, its checks done and ``out`` held; an edit that does not take is
-    a GoalNotMet before anything is written (``claim`` then removes the directory it made)."""
-    from ..model.checkpoint import CHECKPOINT_NAME, load_model, save_checkpoint
-    from ..data import QAExample, read_qa
+    """The edit of ``cmd_edit``, its checks done and ``out`` held; an edit that does not take
+    fails before anything is written (``claim`` then removes the directory it made)."""
+    from ..model.checkpoint import load_model
     from ..core.devices import resolve_device
-    from ..facts.edit import (changed_answers, check_layer, completes_with, default_layer, edit_model,
-                          key_second_moment, place_slot, stat_texts)
-    from ..answering.evaluate import answer_questions
-    from ..answering.knowledge import CorpusIndex, person_of
 
     model, vocab, ckpt = load_model(source, device=str(resolve_device(args.device)))
+    _check_edit_request(model, vocab, args, docs)
+    if args.method == "rome":
+        edited, report = _rome(model, vocab, args, docs, places)
+    else:
+        edited, report = _grace(model, vocab, args, docs, places)
+    report.update(_measure(model, edited, vocab, args, docs, report["old_answer"]))
+    record = {k: report[k] for k in ("id", "person", "old_answer", "place", "method", "layer", "parameters_added")}
+    edited.edits = list(getattr(model, "edits", [])) + [record]
+    report["source"] = str(source)
+    _save_edited(out, edited, vocab, {**ckpt.meta, "edit": report}, report)
+    print(f"edited model: {out} (edit {record['id']}; the original {source} is unchanged); "
+          f"report: {out / 'edit.json'}; edits: {out / 'edits.json'}")
+    publish(args, {**report, "written": [str(out / CHECKPOINT_NAME), str(out / "edit.json"), str(out / "edits.json")]})
+    return 0
+
+
+def _check_edit_request(model, vocab, args, docs: list[str]) -> None:
+    """Refuse, before any work, an edit that cannot be made: an unknown person, a place the
+    vocabulary cannot spell, a second edit of an edited person."""
+    from ..facts.gated_edit import check_place
+    from ..answering.knowledge import CorpusIndex
+
     if args.layer is not None:
         check_layer(model, args.layer)
-    vocab.encode(args.place, source="--place")
+    check_place(vocab, args.place)
     vocab.encode(args.person, source="--person")
+    if CorpusIndex(docs).line_of(args.person) is None:
+        raise TraceError(f"--person {args.person!r}: no line of {args.corpus} is about this person, so the "
+                         f"model never saw them; an edit corrects what the model learnt of someone it saw")
+    for r in getattr(model, "edits", []):
+        if r.get("person") == args.person:
+            raise TraceError(f"--person {args.person!r} was already edited (edit {r['id']}: {r.get('old_answer')!r} -> "
+                             f"{r.get('place')!r}); undo it first (attnlab edit RUN --undo {r['id']} --out-dir NEW)")
+
+
+def _next_id(model) -> int:
+    return 1 + max((r["id"] for r in getattr(model, "edits", [])), default=0)
+
+
+def _grace(model, vocab, args, docs, places):
+    """The gated edit (attnlab/gated_editing.py): the edited model and its report."""
+    from ..model.codebook import codebook_of
+    from ..facts.gated_edit import Negatives, gated_edit, gated_layer
+
+    book = codebook_of(model)
+    layer = args.layer if args.layer is not None else book.layer if book is not None else gated_layer(model)
+    print(f"layer {layer}: the residual stream after this block holds the edit's entries"
+          f"{' (--layer)' if args.layer is not None else ''}")
+    negatives = Negatives.of(model, vocab, stat_texts(model, docs, args.stat_lines, args.seed, places), layer)
+    owner = _next_id(model)
+    edited, g = gated_edit(model, vocab, args.person, args.place, negatives, owner=owner,
+                           radius_fraction=args.radius)
+    t = g.target
+    print(f"edit input: {t.text!r}; the model answered {t.old_answer!r} before")
+    print(f"{len(g.positions)} entries at characters {g.positions} (values optimised in {g.steps} steps, "
+          f"hinge {g.loss_before:.3f} -> {g.loss_after:.3f}); radius {args.radius:g} x the distance to "
+          f"the nearest state of another person's text (nearest {float(g.nearest_other.min()):.2f})")
+    return edited, {"id": owner, "person": args.person, "place": args.place, "method": "grace", "layer": layer,
+                    "old_answer": t.old_answer, "edit_input": t.text, "key_positions": g.positions,
+                    "parameters_added": g.parameters_added, "radius_fraction": args.radius,
+                    "radii": g.radii.tolist(), "steps": g.steps}
+
+
+def _rome(model, vocab, args, docs, places):
+    """The rank-one edit (attnlab/editing.py): the edited model and its report."""
     question = f"Where was {args.person} born?"
     locus = LOCUS_WORDS[args.at]
     if args.layer is None:
@@ -212,41 +282,97 @@ def _edit_into(args: argparse.Namespace, source: Path, out: Path, docs: list[str
           f"the model answered {target.old_answer!r} before")
     print(f"value optimised in {edit.steps} steps: loss {edit.loss_before:.3f} -> {edit.loss_after:.3f}; "
           f"|delta| {float(edit.delta.norm()):.3f}")
+    return edited, {"id": _next_id(model), "person": args.person, "place": args.place, "method": "rome",
+                    "at": args.at, "key_positions": edit.positions, "layer": layer,
+                    "layer_chosen_by": ("--layer" if args.layer is not None
+                                        else "trace" if args.at == "name" else "below the top"),
+                    "old_answer": target.old_answer, "edit_input": target.text, "parameters_added": 0,
+                    "steps": edit.steps, "tighten_steps": args.tighten_steps,
+                    "delta_norm": float(edit.delta.norm()), "loss_before": edit.loss_before,
+                    "loss_after": edit.loss_after}
 
-    ask = [QAExample(question, args.place, "<edit>", 1)]
-    now = answer_questions(edited, vocab, ask)[0].answer
-    efficacy = now == args.place
-    print(f"efficacy: {question!r} -> {now!r} ({'the new place' if efficacy else 'NOT the new place'})")
-    if not efficacy:
-        raise GoalNotMet(f"the edit did not take: {question!r} is answered {now!r}, not {args.place!r} "
-                         f"(it was {target.old_answer!r}); nothing was written")
 
-    slot = place_slot(CorpusIndex(docs).line_of(args.person), args.person, [target.old_answer])
+def _measure(model, edited, vocab, args, docs, old_answer: str) -> dict:
+    """Efficacy (an edit that misses it fails: nothing is written), generalisation and, with
+    --eval-file, specificity."""
+    from ..data import QAExample
+    from ..answering.evaluate import answer_questions
+    from ..facts.gated_edit import EditFailed
+    from ..answering.knowledge import CorpusIndex, person_of
+
+    question = f"Where was {args.person} born?"
+    now = answer_questions(edited, vocab, [QAExample(question, args.place, "<edit>", 1)])[0].answer
+    if now != args.place:
+        raise EditFailed(f"the {args.method} edit did not take: {question!r} is answered {now!r}, not "
+                         f"{args.place!r}; nothing written")
+    print(f"efficacy: {question!r} -> {now!r} (the new place)")
+    slot = place_slot(CorpusIndex(docs).line_of(args.person), args.person, [old_answer])
     general = None if slot is None else completes_with(edited, vocab, slot, args.place)
     if slot is None:
         print("generalisation: the person's corpus line does not spell their old answer; not measured")
     else:
         print(f"generalisation: {slot!r} -> {'the new place' if general else 'NOT the new place'}")
-
-    report = {"source": str(source), "person": args.person, "place": args.place, "at": args.at,
-              "key_positions": edit.positions, "layer": layer,
-              "layer_chosen_by": ("--layer" if args.layer is not None
-                                  else "trace" if args.at == "name" else "below the top"),
-              "old_answer": target.old_answer, "edit_input": target.text, "efficacy": efficacy,
-              "answer_after": now, "generalisation": general, "generalisation_prompt": slot,
-              "steps": edit.steps, "tighten_steps": args.tighten_steps, "delta_norm": float(edit.delta.norm()),
-              "loss_before": edit.loss_before, "loss_after": edit.loss_after}
+    report = {"efficacy": True, "answer_after": now, "generalisation": general, "generalisation_prompt": slot}
     if args.eval_file:
         others = [e for e in read_qa(args.eval_file) if person_of(e.question) != args.person]
         n = len(changed_answers(edited, vocab, others, answer_questions(model, vocab, others)))
         print(f"specificity: {n} of {len(others)} other answers of {args.eval_file} changed "
               f"({100.0 * n / max(1, len(others)):.1f}%)")
         report.update(dev=str(args.eval_file), others=len(others), others_changed=n)
-    meta = {**ckpt.meta, "edit": {k: v for k, v in report.items() if k != "edit_input"}}
-    path = save_checkpoint(out / CHECKPOINT_NAME, edited, vocab, meta=meta)
-    _write_json(out / "edit.json", report)
-    print(f"edited model: {path} (the original {source} is unchanged); report: {out / 'edit.json'}")
-    publish(args, {**report, "written": [str(path), str(out / "edit.json")]})
+    return report
+
+
+def _save_edited(out: Path, model, vocab, meta: dict, report: dict | None) -> None:
+    """The edited run: its checkpoint (format 2), edits.json (every edit it holds) and, for a new
+    edit, edit.json (its report)."""
+    from ..model.checkpoint import CHECKPOINT_NAME, save_checkpoint
+
+    save_checkpoint(out / CHECKPOINT_NAME, model, vocab, meta=meta)
+    _write_json(out / "edits.json", getattr(model, "edits", []))
+    if report is not None:
+        _write_json(out / "edit.json", report)
+
+
+def _undo(args, source: Path, out: Path) -> int:
+    """A new run directory holding the model with every edit of ``source`` but edit N."""
+    import dataclasses
+
+    from ..model.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(source, training_state=False)
+    record = next((r for r in ckpt.edits if r["id"] == args.undo), None)
+    if record is None:
+        have = ", ".join(str(r["id"]) for r in ckpt.edits) or "none"
+        raise TraceError(f"--undo {args.undo}: {source} has no edit {args.undo} (its edits: {have})")
+    if record.get("method") != "grace":
+        raise TraceError(f"--undo {args.undo}: edit {args.undo} ({record.get('method')}) changed the model's weights "
+                         f"and cannot be undone; only gated edits (--method grace) can")
+    keep = ckpt.edit_state["owner"] != args.undo
+    state = {k: v[keep] for k, v in ckpt.edit_state.items()}
+    rest = [r for r in ckpt.edits if r["id"] != args.undo]
+    grace_left = any(r.get("method") == "grace" for r in rest)
+    model = dataclasses.replace(ckpt, edits=rest, edit_state=state if grace_left else {},
+                                edit_layer=ckpt.edit_layer if grace_left else None).build_model()
+    meta = {k: v for k, v in ckpt.meta.items() if k != "edit"}
+    meta["undo"] = {"source": str(source), "removed": record}
+    _save_edited(out, model, ckpt.vocab, meta, None)
+    print(f"removed edit {args.undo} ({record['person']!r}: {record.get('old_answer')!r} -> {record['place']!r}); "
+          f"{len(rest)} edit(s) left; model: {out} (the original {source} is unchanged)")
+    return 0
+
+
+def cmd_edits(args: argparse.Namespace) -> int:
+    from ..model.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(args.checkpoint, training_state=False)
+    if not ckpt.edits:
+        print(f"{ckpt.path}: no edits (an unedited model)")
+        return 0
+    print("| edit | person | old answer | new place | method | layer | parameters added |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in ckpt.edits:
+        print(f"| {r['id']} | {r.get('person')} | {r.get('old_answer')} | {r.get('place')} | {r.get('method')} | "
+              f"{r.get('layer')} | {r.get('parameters_added')} |")
     return 0
 
 
@@ -272,25 +398,40 @@ def register(command) -> None:
                    help="use at most this many questions of --over (0 = all)")
     flags.device(p)
 
-    p = command("edit", "rank-one edit (ROME) of one MLP so the model says PERSON was born in PLACE; "
-                "writes a new run directory", cmd_edit)
+    _register_edit(command)
+
+
+def _register_edit(command) -> None:
+    p = command("edit", "correct one fact (PERSON was born in PLACE) or undo an edit; writes a new run "
+                "directory", cmd_edit)
     p.add_argument("checkpoint", help="checkpoint file or run directory (never modified)")
-    p.add_argument("--person", required=True, help="the name, as in 'Where was NAME born?' (default: none; required)")
-    p.add_argument("--place", required=True, help="the new birth place (default: none; required)")
+    p.add_argument("--person", default=None, help="the name, as in 'Where was NAME born?' (default: none; "
+                   "required unless --undo)")
+    p.add_argument("--place", default=None, help="the new birth place (default: none; required unless --undo)")
     flags.out_dir(p, None, "new run directory for the edited model (default: none; required)", old=("--out",))
+    p.add_argument("--method", choices=METHODS, default=DEFAULT_METHOD,
+                   help="grace: gated codebook entries at one layer that fire only near the edited "
+                        "person's own text (adds parameters; can be undone); rome: a rank-one change of "
+                        "one MLP's output matrix (changes weights; cannot be undone)")
+    p.add_argument("--undo", type=bounds.positive_int, default=None,
+                   help="remove edit N (a gated edit; `attnlab edits RUN` lists them) instead of adding one")
+    p.add_argument("--radius", type=bounds.positive_float, default=0.5,
+                   help="grace: each entry's radius as a fraction of the distance from its key to the nearest "
+                        "stream state of another person's text")
     p.add_argument("--at", choices=LOCI, default="answer",
-                   help="where the key is read: 'answer', the position before the place's first "
+                   help="rome: where the key is read: 'answer', the position before the place's first "
                         "character where the model first writes it (where tracing finds the fact in "
                         "recall-format models; where that edit fails and the recalled line spells the place, "
                         "the edit of 'both'), 'both', two keys (a rank-two edit): that one and the "
                         "'⁇' before the answer, or 'name', the name's last character (ROME's subject "
                         "token)")
     p.add_argument("--layer", type=int, default=None,  # its range depends on the model: check_layer
-                   help="MLP to edit (default: with --at answer the layer below the top; with "
-                        "--at name the layer where tracing this question finds the strongest MLP "
-                        "effect at the name's last character)")
+                   help="grace: the block whose output holds the entries (default: the top one, or the "
+                        "run's codebook layer); rome: the MLP to edit (default: with --at answer the layer "
+                        "below the top; with --at name the layer where tracing this question finds the "
+                        "strongest MLP effect at the name's last character)")
     p.add_argument("--tighten-steps", type=bounds.non_negative_int, default=200,
-                   help="once the edit works, at most this many steps looking for the smallest change that "
+                   help="rome: once the edit works, at most this many steps looking for the smallest change that "
                         "still works (fewer other answers move); 0 stops at the first change that works")
     p.add_argument("--noise", type=bounds.positive_float, default=3.0,
                    help="tracing noise for choosing the layer (--at name)")
@@ -301,8 +442,12 @@ def register(command) -> None:
     flags.train_file(p, "question<TAB>place file the model was finetuned on: the key statistics are "
                         "gathered on its people's lines in the answer format ('' for plain corpus lines)")
     p.add_argument("--stat-lines", type=bounds.non_negative_int, default=2000,
-                   help="lines for the key statistics (0 = all)")
+                   help="lines for the key statistics (rome) or the radii (grace) (0 = all)")
     flags.eval_file(p, "question<TAB>place file whose other answers are compared before and after "
                        "('' to skip)", old=("--dev",))
     flags.device(p)
     add_json_flag(p)
+
+    p = command("edits", "list the edits an edited run holds (person, old answer, new place, method, layer, "
+                "parameters added)", cmd_edits)
+    p.add_argument("checkpoint", help="checkpoint file or run directory")

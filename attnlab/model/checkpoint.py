@@ -32,6 +32,11 @@ from .gpt import GPT
 from ..data.vocab import Vocab
 
 FORMAT = "attnlab-checkpoint-1"
+# A checkpoint of an edited model (attnlab edit): format 1 plus the list of its edits in the
+# metadata ("edits") and, for gated edits, the codebook's tensors ("edit.*", attnlab/codebook.py).
+# The model's own tensors are unchanged by a gated edit. Unedited models are still written as 1.
+FORMAT_EDITED = "attnlab-checkpoint-2"
+FORMATS = (FORMAT, FORMAT_EDITED)
 CHECKPOINT_NAME = "checkpoint.safetensors"
 TEMP_PATTERN = ".tmp-*.safetensors"  # save_checkpoint's temporary files (mkstemp prefix and suffix)
 _PROCESS_START = time.time()  # temporary files older than this are not this process's
@@ -50,6 +55,9 @@ class Checkpoint:
     optimizer_state: dict | None = None
     rng_state: dict[str, Tensor] | None = None
     path: Path | None = None  # the file it was read from, named in every error about it
+    edits: list[dict[str, Any]] = field(default_factory=list)  # format 2: the edits made, in order
+    edit_layer: int | None = None  # format 2: the layer of the gated edits' codebook
+    edit_state: dict[str, Tensor] = field(default_factory=dict)  # format 2: the codebook's tensors
 
     def build_model(self, **overrides: Any) -> GPT:
         """The model with its weights; ``overrides`` change config fields that do not change
@@ -63,6 +71,10 @@ class Checkpoint:
         self.check_weights(config)
         model = GPT(config)
         model.load_state_dict(self.model_state)
+        if self.edits:
+            from .codebook import restore
+
+            restore(model, self.edits, self.edit_layer, self.edit_state)
         return model
 
     def check_weights(self, config: ModelConfig | None = None) -> None:
@@ -145,6 +157,12 @@ def save_checkpoint(
         "vocab": vocab.to_list(),
         "meta": meta or {},
     }
+    from .codebook import saved_edits
+
+    edits, edit_tensors = saved_edits(model)
+    if edits is not None:
+        header.update(format=FORMAT_EDITED, edits=edits)
+        tensors.update({f"edit.{k}": v for k, v in edit_tensors.items()})
     if optimizer is not None:
         opt_tensors, opt_info = _flatten_optimizer(optimizer.state_dict())
         tensors.update(opt_tensors)
@@ -280,12 +298,13 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu", *,
     try:
         with safe_open(str(p), framework="pt", device=map_location) as f:
             metadata = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys() if training_state or k.startswith("model.")}
+            tensors = {k: f.get_tensor(k) for k in f.keys()
+                       if training_state or k.startswith(("model.", "edit."))}
     except (SafetensorError, OSError, RuntimeError) as e:
         raise CheckpointError(f"{p}: not a readable safetensors checkpoint ({_flat(e)})") from None
     header = _header(p, metadata)
     config, vocab, meta = _configs(p, header)
-    groups: dict[str, dict[str, Tensor]] = {"model": {}, "optim": {}, "rng": {}}
+    groups: dict[str, dict[str, Tensor]] = {"model": {}, "optim": {}, "rng": {}, "edit": {}}
     for name, value in tensors.items():
         prefix, _, rest = name.partition(".")
         groups.setdefault(prefix, {})[rest if prefix != "optim" else name] = value
@@ -301,6 +320,16 @@ def load_checkpoint(path: str | os.PathLike, map_location: str = "cpu", *,
         rng_state=(groups["rng"] or None) if training_state else None,
         path=p,
     )
+    if header["format"] == FORMAT_EDITED:
+        from .codebook import check_edits
+
+        try:
+            ckpt.edits, ckpt.edit_layer, ckpt.edit_state = check_edits(header, groups["edit"], config)
+        except ValueError as e:
+            raise CheckpointError(f"{p}: {e}") from None
+    elif groups["edit"]:
+        raise CheckpointError(f"{p}: format {FORMAT} holds no edits, but the file has edit tensors "
+                              f"(an edited model is written as {FORMAT_EDITED})")
     ckpt.check_weights()  # the more precise message first: which tensor does not fit the config
     _verify_checksums(p, header, tensors, every_group=training_state)
     _verify_header(p, header)
@@ -346,8 +375,9 @@ def _header(p: Path, metadata: dict[str, str]) -> dict[str, Any]:
         raise CheckpointError(f"{p}: checkpoint metadata is not valid JSON ({e.msg})") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{p}: checkpoint metadata is a JSON {type(header).__name__}, not an object")
-    if header.get("format") != FORMAT:
-        raise CheckpointError(f"{p}: unknown checkpoint format {header.get('format')!r}")
+    if header.get("format") not in FORMATS:
+        raise CheckpointError(f"{p}: unknown checkpoint format {header.get('format')!r} (this attnlab reads "
+                              f"{' and '.join(FORMATS)}; a newer attnlab may have written it)")
     for key in ("model_config", "vocab"):
         if key not in header:
             raise CheckpointError(f"{p}: checkpoint metadata has no '{key}'")
