@@ -150,45 +150,51 @@ def minutes_to(points: list[tuple[float, float, float]], percent: float) -> floa
     return next((m for m, dev, _ in points if dev >= percent), None)
 
 
-def plot_curves(specs: list[str], path: str) -> None:
-    import matplotlib
+def recorded_curve(spec: str) -> tuple[str, list[tuple[float, float, float]]]:
+    """'LABEL=MIN,DEV;MIN,DEV;...' (dev as a count of 500): a curve measured before and written
+    down (e.g. in an issue), drawn beside the runs measured now and named as such."""
+    label, _, points = spec.partition("=")
+    curve = []
+    for point in points.split(";"):
+        minutes, dev = point.split(",")
+        curve.append((float(minutes), 100 * float(dev) / 500, float("nan")))
+    return label, curve
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+def plot_curves(specs: list[str], path: str, recorded: list[str] = ()) -> None:
+    from attnlab.core.plotting import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
+    curves = []
     for spec in specs:
         run, _, label = spec.partition(":")
         pre = _curve(Path(run) / "pretrain")
         if not pre:
             raise SystemExit(f"error: {run}/pretrain/metrics.jsonl has no scored rows (train with --eval-every)")
-        line, = ax.plot([p[0] for p in pre], [p[1] for p in pre], marker="o", label=f"{label or run}: dev accuracy")
+        curves.append((label or run, pre))
+        line, = ax.plot([p[0] for p in pre], [p[1] for p in pre], marker="o", label=f"{label or run}: dev")
         ax.plot([p[0] for p in pre], [p[2] for p in pre], ls="--", color=line.get_color(),
                 label=f"{label or run}: stored")
-        result = Path(run) / "result.json"
-        if result.is_file():  # the finetuned model's final score, at pretraining + finetuning CPU time
-            r = json.loads(result.read_text())
-            ft = json.loads((Path(run) / "finetune" / "metrics.jsonl").read_text().splitlines()[-1])
-            x = pre[-1][0] + ft.get("train_cpu_s", 0) / 60
-            ax.plot([x], [100 * r["dev_correct"] / r["dev_total"]], marker="*", ms=14, color=line.get_color(),
-                    ls="none", label=f"{label or run}: after finetuning")
+    for spec in recorded:
+        label, pre = recorded_curve(spec)
+        curves.append((label, pre))
+        ax.plot([p[0] for p in pre], [p[1] for p in pre], marker="s", ls=":", label=f"{label}: dev")
     ax.axhline(5.0, color="grey", lw=1, ls=":", label='baseline "London" (5.0%)')
     ax.set_xlabel("training wall minutes on 2 threads, alone (evaluation excluded)")
     ax.set_ylabel("% of dev people")
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
-    ax.set_title("Dev accuracy (extracted) and stored facts while pretraining")
+    ax.set_title("Time to knowledge: dev accuracy (and stored facts) while pretraining")
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     print(f"wrote {path}")
     rows = []
-    for spec in specs:
-        run, _, label = spec.partition(":")
-        pre = _curve(Path(run) / "pretrain")
+    for label, pre in curves:
         reached = [minutes_to(pre, p) for p in (10, 30, 60, 80)]
-        rows.append([label or run] + ["-" if m is None else f"{m:.1f}" for m in reached])
+        rows.append([label] + ["-" if m is None else f"{m:.1f}" for m in reached])
     print(table(["recipe", "minutes to 10% dev", "30%", "60%", "80%"], rows))
 
 
@@ -231,6 +237,8 @@ def main() -> None:
     parser.add_argument("--curves", nargs="*", default=None, metavar="OUT[:LABEL]",
                         help="instead of training: draw the learning curves of runs made by this script")
     parser.add_argument("--plot", default="docs/learning_curves.png", help="PNG for --curves")
+    parser.add_argument("--recorded", nargs="*", default=[], metavar="LABEL=MIN,DEV;...",
+                        help="--curves: also draw curves measured earlier (dev as a count of 500)")
     parser.add_argument("--ablation", nargs="*", default=None, metavar="RUN[:LABEL]",
                         help="instead of training: score these probe runs' checkpoints on --eval-file")
     parser.add_argument("--eval-file", default=DEV, help="labelled file for --ablation (default: dev)")
@@ -240,7 +248,7 @@ def main() -> None:
         ablation(args.ablation, args.eval_file, args.json, args.write)
         return
     if args.curves is not None:
-        plot_curves(args.curves, args.plot)
+        plot_curves(args.curves, args.plot, args.recorded)
         return
     args.out = args.out or f"runs/knowledge-{args.preset}"
     train_and_report(args)
