@@ -165,7 +165,7 @@ def plot_curves(specs: list[str], path: str, recorded: list[str] = ()) -> None:
     from attnlab.core.plotting import pyplot
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(10.5, 4.6), dpi=100)
     curves = []
     for spec in specs:
         run, _, label = spec.partition(":")
@@ -185,7 +185,7 @@ def plot_curves(specs: list[str], path: str, recorded: list[str] = ()) -> None:
     ax.set_ylabel("% of dev people")
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("Time to knowledge: dev accuracy (and stored facts) while pretraining")
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)

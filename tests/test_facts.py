@@ -192,7 +192,7 @@ def test_edit_at_the_name_without_layer_says_which_layer_tracing_chose(run, tmp_
     # chose and where the key was read, then fails honestly (exit 2, nothing written).
     out = tmp_path / "edited"
     assert cli.main(["edit", str(run / "run"), "--method", "rome", "--person", "Ana Lindi", "--place", "Rome", "--at", "name",
-                     "--out-dir", str(out), "--samples", "2", "--corpus", str(run / "wiki.txt"), "--eval-file", ""]) == 2
+                     "--out-dir", str(out), "--samples", "2", "--corpus", str(run / "wiki.txt"), "--eval-file", ""]) == 1
     captured = capsys.readouterr()
     assert re.search(r"layer \d: the strongest MLP effect at the name's last character", captured.out)
     [positions] = re.findall(r"key at characters \[(\d+)\]", captured.out)
@@ -373,12 +373,14 @@ def test_an_edit_that_does_not_take_exits_1_and_writes_nothing(run, tmp_path, ca
         _, edit, target = real(model, *a, **kw)
         return model, edit, target
 
-    monkeypatch.setattr(editing, "edit_model", missing_its_target)
+    from attnlab.cli import facts as cli_facts
+
+    monkeypatch.setattr(cli_facts, "edit_model", missing_its_target)
     out = tmp_path / "new" / "edited"
-    assert cli.main(["edit", str(run / "run"), "--person", "Ana Linda", "--place", "Lima", "--layer", "0",
+    assert cli.main(["edit", str(run / "run"), "--method", "rome", "--person", "Ana Linda", "--place", "Lima", "--layer", "0",
                      "--out-dir", str(out), "--corpus", str(run / "wiki.txt"), "--eval-file", ""]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("attnlab edit: failed: the edit did not take") and err.count("\n") == 1
+    assert err.startswith("attnlab edit: failed: the rome edit did not take") and err.count("\n") == 1
     assert "answered 'Paris', not 'Lima'" in err
     assert not (tmp_path / "new").exists()  # no directory, no checkpoint, no lock left behind
 
@@ -403,7 +405,7 @@ def test_edit_json_prints_the_report(run, tmp_path, capsys):
                      "--out-dir", str(out), "--corpus", str(run / "wiki.txt"), "--eval-file", "", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["efficacy"] is True and document["answer_after"] == "Lima"
-    assert document["written"] == [str(out / "checkpoint.safetensors"), str(out / "edit.json")]
+    assert document["written"] == [str(out / "checkpoint.safetensors"), str(out / "edit.json"), str(out / "edits.json")]
     assert not (out / "train.lock").exists()
 
 

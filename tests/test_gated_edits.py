@@ -75,7 +75,7 @@ def test_edited_run_records_its_edits_and_loads_everywhere(run, tmp_path, capsys
     assert cli.main(["edits", str(out)]) == 0
     assert "| 1 | Ana Lindi | Oslo | Kyiv | grace | 1 |" in capsys.readouterr().out
     assert attnlab.load(out, device="cpu").ask("Where was Ana Lindi born?")[0].answer == "Kyiv"  # the Python API
-    assert cli.main(["ask", str(out), "Where was Ana Lindi born?"]) == 0  # the CLI's loading
+    assert cli.main(["ask", str(out), "--abstain", "off", "Where was Ana Lindi born?"]) == 0  # the CLI's loading
     assert "\tKyiv\t" in capsys.readouterr().out
 
 
@@ -104,7 +104,7 @@ def test_a_failed_edit_exits_non_zero_with_one_line_and_writes_nothing(run, tmp_
     monkeypatch.setattr(gated_editing, "optimise_values", no_change)
     before = _sha(run / "run" / "checkpoint.safetensors")
     out = tmp_path / "new"
-    assert _edit(run, out, "Ana Linde", "Rome") == 2
+    assert _edit(run, out, "Ana Linde", "Rome") == 1  # a missed goal, not bad input (exit 2)
     err = capsys.readouterr().err
     assert "did not take" in err and "'Lima'" in err and err.count("\n") == 1
     assert not out.exists() and _sha(run / "run" / "checkpoint.safetensors") == before

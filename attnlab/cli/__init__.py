@@ -34,7 +34,7 @@ EXAMPLES = {
     "ask": 'attnlab ask models/cpu "Where was Alfred Mele born?"',
     "baseline": "attnlab baseline --eval-file data/birth_dev.tsv",
     "demo": "attnlab demo --out-dir runs/demo",
-    "compare": "attnlab compare --preset quick --out-dir runs/compare",
+    "compare": "attnlab compare --variants vanilla,rotary --seeds 3 --out-dir runs/compare",
     "variants": "attnlab variants",
     "plot": "attnlab plot runs/pretrain runs/finetune --image runs/curves.png",
     "generate": 'attnlab generate models/cpu "Alfred Mele."',
@@ -44,6 +44,8 @@ EXAMPLES = {
     "audit": "attnlab audit models/cpu --out-dir runs/audit",
     "trace": 'attnlab trace models/cpu "Where was Alfred Mele born?" --out-dir runs/trace',
     "edit": 'attnlab edit models/cpu --person "Alfred Mele" --place Paris --out-dir runs/edited',
+    "edits": "attnlab edits runs/edited",
+    "serve": "attnlab serve models/cpu --port 8000",
 }
 
 
@@ -121,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
 def _missed_its_goal(e: BaseException) -> bool:
     """GoalNotMet, or a training run whose loss diverged (train.Diverged: its weights are not
     saved), told without importing torch for commands that never train."""
-    train = sys.modules.get(f"{__name__.rpartition('.')[0]}.train")
+    train = sys.modules.get(f"{__name__.rpartition('.')[0]}.training.trainer")
     return isinstance(e, results.GoalNotMet) or (train is not None and isinstance(e, train.Diverged))
 
 

@@ -30,7 +30,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _publish_rows(args: argparse.Namespace, rows) -> None:
     """--json of demo and compare: the table's rows and the files written."""
-    from ..experiments import RESULT_FILES
+    from ..experiments.runner import RESULT_FILES
 
     results.publish(args, {"rows": [r.to_dict() for r in rows],
                            "written": [os.path.join(args.out_dir, f) for f in RESULT_FILES]})

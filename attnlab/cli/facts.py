@@ -17,6 +17,7 @@ from ..facts.edit import (LOCI, changed_answers, check_layer, completes_with, de
                           key_second_moment, place_slot, stat_texts)
 from ..answering.knowledge import require_person
 from ..facts.trace import TraceError
+from ..model.checkpoint import CHECKPOINT_NAME
 from . import flags
 from ..core.progress import progress_bar
 from ..core.outputs import refuse_existing, write_output
@@ -195,10 +196,15 @@ def _edit_into(args: argparse.Namespace, source: Path, out: Path, docs: list[str
 
     model, vocab, ckpt = load_model(source, device=str(resolve_device(args.device)))
     _check_edit_request(model, vocab, args, docs)
-    if args.method == "rome":
-        edited, report = _rome(model, vocab, args, docs, places)
-    else:
-        edited, report = _grace(model, vocab, args, docs, places)
+    from ..facts.gated_edit import EditFailed
+
+    try:
+        if args.method == "rome":
+            edited, report = _rome(model, vocab, args, docs, places)
+        else:
+            edited, report = _grace(model, vocab, args, docs, places)
+    except EditFailed as e:  # a missed goal (exit 1), not bad input
+        raise GoalNotMet(str(e)) from None
     report.update(_measure(model, edited, vocab, args, docs, report["old_answer"]))
     record = {k: report[k] for k in ("id", "person", "old_answer", "place", "method", "layer", "parameters_added")}
     edited.edits = list(getattr(model, "edits", [])) + [record]
@@ -297,13 +303,12 @@ def _measure(model, edited, vocab, args, docs, old_answer: str) -> dict:
     --eval-file, specificity."""
     from ..data import QAExample
     from ..answering.evaluate import answer_questions
-    from ..facts.gated_edit import EditFailed
     from ..answering.knowledge import CorpusIndex, person_of
 
     question = f"Where was {args.person} born?"
     now = answer_questions(edited, vocab, [QAExample(question, args.place, "<edit>", 1)])[0].answer
-    if now != args.place:
-        raise EditFailed(f"the {args.method} edit did not take: {question!r} is answered {now!r}, not "
+    if now != args.place:  # a missed goal (exit 1), not bad input
+        raise GoalNotMet(f"the {args.method} edit did not take: {question!r} is answered {now!r}, not "
                          f"{args.place!r}; nothing written")
     print(f"efficacy: {question!r} -> {now!r} (the new place)")
     slot = place_slot(CorpusIndex(docs).line_of(args.person), args.person, [old_answer])
@@ -414,7 +419,8 @@ def _register_edit(command) -> None:
                         "person's own text (adds parameters; can be undone); rome: a rank-one change of "
                         "one MLP's output matrix (changes weights; cannot be undone)")
     p.add_argument("--undo", type=bounds.positive_int, default=None,
-                   help="remove edit N (a gated edit; `attnlab edits RUN` lists them) instead of adding one")
+                   help="remove edit N (a gated edit; `attnlab edits RUN` lists them) instead of adding one "
+                        "(default: none, add an edit)")
     p.add_argument("--radius", type=bounds.positive_float, default=0.5,
                    help="grace: each entry's radius as a fraction of the distance from its key to the nearest "
                         "stream state of another person's text")
@@ -426,9 +432,9 @@ def _register_edit(command) -> None:
                         "'⁇' before the answer, or 'name', the name's last character (ROME's subject "
                         "token)")
     p.add_argument("--layer", type=int, default=None,  # its range depends on the model: check_layer
-                   help="grace: the block whose output holds the entries (default: the top one, or the "
-                        "run's codebook layer); rome: the MLP to edit (default: with --at answer the layer "
-                        "below the top; with --at name the layer where tracing this question finds the "
+                   help="grace: the block whose output holds the entries; rome: the MLP to edit (default: grace, "
+                        "the top block or the run's codebook layer; rome with --at answer, the layer below "
+                        "the top; rome with --at name, the layer where tracing this question finds the "
                         "strongest MLP effect at the name's last character)")
     p.add_argument("--tighten-steps", type=bounds.non_negative_int, default=200,
                    help="rome: once the edit works, at most this many steps looking for the smallest change that "

@@ -82,18 +82,17 @@ def preset(parser: argparse.ArgumentParser, default: str = DEFAULT_PRESET, help:
     size, expected time); a retired name is accepted with a note (``resolve_preset``)."""
     listing = "\n".join(f"  {p.summary()}" for p in PRESETS.values()).replace("%", "%%")
     text = help if "(default" in help else f"{help or 'named recipe'} (default: {default})"
-    parser.add_argument("--preset", default=default, type=resolve_preset, metavar="NAME",
+    parser.add_argument("--preset", default=default, type=resolve_preset, choices=list(PRESETS), metavar="NAME",
                         help=f"{text}; one of:\n{listing}")
 
 
 def resolve_preset(name: str) -> str:
-    """A preset name as given, or a retired name's successor (with a one-line note on stderr)."""
+    """A preset name as given, or a retired name's successor (with a one-line note on stderr);
+    argparse's choices then refuse an unknown name as for every other choice."""
     if name in RENAMED_PRESETS:
         new = RENAMED_PRESETS[name]
         print(f"note: preset {name!r} is now called {new!r}; the old name will go away", file=sys.stderr)
         return new
-    if name not in PRESETS:
-        raise argparse.ArgumentTypeError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     return name
 
 
