@@ -34,6 +34,21 @@ def _start(tmp_path, *flags: str) -> tuple[subprocess.Popen, str]:
     return proc, line.split()[3]
 
 
+def _ready(url: str) -> None:
+    """Wait until the server answers (the URL is printed as the socket listens; a Ctrl-C that
+    arrives while the app is still starting up is a different test's business)."""
+    import time
+    import urllib.request
+
+    local = url.replace("0.0.0.0", "127.0.0.1")
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(local, timeout=5).read()
+            return
+        except OSError:
+            time.sleep(0.2)
+
+
 def _stop(proc: subprocess.Popen) -> tuple[int, str, str]:
     proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
     out, err = proc.communicate(timeout=30)
@@ -58,6 +73,7 @@ def test_serve_prints_the_url_answers_and_stops_on_ctrl_c(tmp_path):
 
 def test_serve_warns_when_it_listens_beyond_this_machine(tmp_path):
     proc, url = _start(tmp_path, "--host", "0.0.0.0")
+    _ready(url)
     code, _, err = _stop(proc)
     assert url.startswith("http://0.0.0.0:")
     assert "warning: --host 0.0.0.0: anyone who can reach this machine can use the lab" in err
