@@ -77,6 +77,9 @@ def test_span_constraint_allows_only_whole_words_of_the_source():
     assert allowed("Par") == {"i"}  # no closing inside a word
     assert allowed("Paris") == {",", "⁇"}
     assert allowed("in P") == {"a"}
+    ending = Vocab.from_text("at Rome .")
+    tail = SpanConstraint([ending.encode("at Rome .")], ending)
+    assert {ending.itos[i] for i in tail([ending.encode("Rome")])[0].nonzero().flatten().tolist()} == {"⁇"}
     empty = SpanConstraint([[]], vocab)([[]])
     assert bool(empty.all())  # nothing recalled: the read-out is free
 
@@ -125,3 +128,49 @@ def test_mix_people_keeps_the_first_n_trainees_held_out_and_unlisted_people(tiny
         assert f"{name}. {name} was born" in seen and f"there.⁇{place}" not in seen.split(f"{name}.")[1][:60]
     assert "Where was everyone born" in seen  # lines of people not in the training file stay
     assert "6 lines of other training-file people left out" in logged[-1]
+
+
+def test_read_out_people_add_place_only_examples_of_the_other_trainees(tiny_data):
+    from attnlab.data.datasets import read_text
+    from attnlab.data.vocab import PAD_ID
+    from attnlab.training.pipeline import _recall_qa_batches
+    from tests.conftest import PEOPLE
+
+    vocab = Vocab.from_text(read_text(tiny_data["corpus"]))
+    model = ModelConfig(vocab_size=len(vocab), block_size=80, n_layer=1, n_head=1, n_embd=8,
+                        qa_format="recall", recall_chars=60)
+    config = TrainConfig(mix_people=3, read_out_people=4, holdout_fraction=0.25, batch_size=4)
+    batches, count = _recall_qa_batches(tiny_data["train"], tiny_data["corpus"], vocab, model, config, "cpu")
+    assert count == 7
+    inputs = "".join(vocab.decode([t for t in row.tolist() if t]) for row in batches.x)
+    scored = "".join(vocab.decode([t for t in row.tolist() if t != PAD_ID]) for row in batches.y)
+    for name, place in PEOPLE[:3]:  # pretrained people: line and place, all scored
+        assert f" {name} was born in {place} and lived there.⁇{place}⁇" in scored
+    for name, place in PEOPLE[3:7]:  # read-out people: the line is given, only the place is scored
+        assert f"{name}. {name} was born in {place} and lived there.⁇{place}" in inputs
+        assert f"{name} was born" not in scored
+    for name, _ in PEOPLE[7:]:  # beyond the count, and the held-out tail, are never seen
+        assert f"{name}." not in inputs
+    alone, _ = _recall_qa_batches(tiny_data["train"], tiny_data["corpus"], vocab, model,
+                                  dataclasses.replace(config, read_out_people=0), "cpu")
+    assert "".join(vocab.decode([t for t in row.tolist() if t]) for row in alone.x).count(" was born in ") == 3
+
+
+def test_open_book_read_out_reads_the_place_from_the_gold_line(tiny_config, tiny_data):
+    from attnlab.answering.knowledge import read_out_given_lines
+    from attnlab.data.corpus import CorpusIndex
+    from attnlab.data.datasets import QAExample, documents, read_text
+
+    lines = ["Ann Lee. Ann Lee was born in Paris in 1900 .", "Bo Kim. Bo Kim was born in Oslo ."]
+    texts = [lines[0] + "⁇Paris⁇", lines[1] + "⁇Oslo⁇"]
+    vocab = Vocab.from_text("".join(lines))
+    torch.manual_seed(0)
+    model = GPT(dataclasses.replace(tiny_config, vocab_size=len(vocab), block_size=64, n_embd=32,
+                                    qa_format="recall", recall_chars=60))
+    memorise(model, vocab, texts, steps=150)
+    asked = [QAExample(f"Where was {n} born?", p, "t.tsv", i) for i, (n, p) in enumerate([("Ann Lee", "Paris"), ("Bo Kim", "Oslo")], 1)]
+    got = read_out_given_lines(model, vocab, CorpusIndex(lines), asked)
+    assert [a.answer for a in got] == ["Paris", "Oslo"]
+    assert all(a.recalled == line for a, line in zip(got, lines))
+    with pytest.raises(ValueError, match="t.tsv:1: no corpus line"):
+        read_out_given_lines(model, vocab, CorpusIndex(lines[1:]), asked[:1])

@@ -73,28 +73,59 @@ def _recall_batch(model, vocab, names, recall_chars, max_answer_chars, read_out)
     prompts = [vocab.encode(recall_prompt(n)) for n in names]
     budget = max(1, recall_chars - min(len(p) for p in prompts))
     first = generate(model, prompts, budget, stop_token=MASK_ID)
-    seconds, recalls = [], []
+    texts, recall_logps = [], []
     for prompt, new, logps in zip(prompts, first.tokens, first.logprobs):
         text = (prompt + new)[:recall_chars]
         if MASK_ID in text:
             text = text[: text.index(MASK_ID)]
-        kept = max(0, len(text) - len(prompt))
-        recalls.append((vocab.decode(text), logps[:kept], len(prompt)))
-        seconds.append(text + [MASK_ID])
+        texts.append(text)
+        recall_logps.append(logps[:max(0, len(text) - len(prompt))])
+    return _read_places(model, vocab, texts, [len(p) for p in prompts], recall_logps, max_answer_chars, read_out)
+
+
+def _read_places(model, vocab, texts, prompt_lens, recall_logps, max_answer_chars, read_out) -> list[RecallAnswer]:
+    """The second step of a recall answer: ``⁇`` after each text, then the place."""
+    seconds = [text + [MASK_ID] for text in texts]
     spans = None
     if read_out == "copy":
-        spans = SpanConstraint([text[len(p):-1] for text, p in zip(seconds, prompts)], vocab)
+        spans = SpanConstraint([text[n:] for text, n in zip(texts, prompt_lens)], vocab)
     second = generate(model, seconds, max_answer_chars + 1, stop_token=MASK_ID, allowed_next=spans)
     answers = []
-    for (recalled, recall_logps, prompt_len), toks, logps in zip(recalls, second.tokens, second.logprobs):
+    for text, prompt_len, logps_recall, toks, logps in zip(texts, prompt_lens, recall_logps,
+                                                           second.tokens, second.logprobs):
+        recalled = vocab.decode(text)
         complete = bool(toks) and toks[-1] == MASK_ID
         answer = vocab.decode(toks[:-1] if complete else toks)
         log_conf = sum(logps)
         at = recalled.find(answer, prompt_len) if answer else -1
-        if at >= 0:  # the characters of the answer as the model recalled them
-            log_conf += sum(recall_logps[at - prompt_len: at - prompt_len + len(answer)])
+        if at >= 0 and logps_recall:  # the characters of the answer as the model recalled them
+            log_conf += sum(logps_recall[at - prompt_len: at - prompt_len + len(answer)])
         answers.append(RecallAnswer(answer, math.exp(log_conf) if complete else 0.0, complete, recalled))
     return answers
+
+
+@torch.no_grad()
+def read_out_given_lines(model: GPT, vocab: Vocab, index: CorpusIndex, examples: list[QAExample], *,
+                         batch_size: int = 256, read_out: str = "copy") -> list[RecallAnswer]:
+    """Open-book read-out: each person's own corpus line (cut at ``recall_chars``) stands in
+    for the recall, and the model reads the place from it. Separates reading from
+    remembering: on people the model never pretrained on it measures the read-out skill alone
+    (a recipe choice made on held-out training people, never on dev)."""
+    R = model.config.recall_chars
+    texts, prompt_lens = [], []
+    for ex in examples:
+        name = require_person(ex)
+        line = index.line_of(name)
+        if line is None:
+            raise ValueError(f"{ex.source}:{ex.line}: no corpus line opens with {name + '.'!r}")
+        texts.append(vocab.encode(line[:R]))
+        prompt_lens.append(len(recall_prompt(name)))
+    out: list[RecallAnswer] = []
+    for start in range(0, len(texts), batch_size):
+        part = slice(start, start + batch_size)
+        out += _read_places(model, vocab, texts[part], prompt_lens[part], [[] for _ in texts[part]],
+                            32, read_out)
+    return out
 
 
 class SpanConstraint:
@@ -106,6 +137,9 @@ class SpanConstraint:
         self.sources = sources
         self.vocab_size = len(vocab)
         self.in_word = [ch.isalnum() for ch in vocab.itos]
+        # a span may not run past a source's last word character: from there no word ends,
+        # so nothing could close it (it would run on through the source's trailing " .")
+        self.last_word = [max((i for i, t in enumerate(src) if self.in_word[t]), default=-1) for src in sources]
 
     def __call__(self, chosen: list[list[int]]) -> torch.Tensor:
         mask = torch.zeros(len(self.sources), self.vocab_size, dtype=torch.bool)
@@ -115,7 +149,7 @@ class SpanConstraint:
                 mask[row] = True
                 continue
             n = len(so_far)
-            mask[row, [source[s + n] for s in starts if s + n < len(source)]] = True
+            mask[row, [source[s + n] for s in starts if s + n <= self.last_word[row]]] = True
             if n and any(self.word_ends(source, s + n) for s in starts):
                 mask[row, MASK_ID] = True
         return mask

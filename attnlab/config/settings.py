@@ -179,6 +179,11 @@ class TrainConfig(_Serialisable):
                          "asked-about, people (0 = every training-file person); recall-format finetuning "
                          "then uses the same N people", stages=("pretrain", "finetune"),
                          bound=b.NON_NEGATIVE_INT)
+    read_out_people: int = _f(0, "recall-format finetuning with --mix-people N: also teach the read-out on up "
+                              "to this many of the training file's other people (held-out ones excepted): "
+                              "their corpus line is given and only the place is scored, so the model learns "
+                              "to read places out of lines without learning lines it never pretrained on "
+                              "(0 = none)", stages=("finetune",), bound=b.NON_NEGATIVE_INT)
     holdout_fraction: float = _f(0.0, "hold the last fraction of the training file out of finetuning (and of "
                                  "pretraining's QA mix), so that `calibrate` and `--abstain auto` fit on "
                                  "people whose labels the model never saw (0 = train on all)",

@@ -43,9 +43,11 @@ def corpus_sequences(docs: list[str], vocab: Vocab, block_size: int, qa_format: 
 
 
 def qa_sequences(examples: list[QAExample], vocab: Vocab, block_size: int, qa_format: str,
-                 recall_chars: int, index: CorpusIndex | None) -> list[Sequence]:
+                 recall_chars: int, index: CorpusIndex | None, *, read_out_only: bool = False) -> list[Sequence]:
     """The QA examples in the model's answer format: ``question⁇place⁇`` with the question
-    unscored (SPEC 2), or the person's recall string with the place (every character scored)."""
+    unscored (SPEC 2), or the person's recall string with the place (every character scored;
+    with ``read_out_only`` only the place and its closing mark: the line is given, as a recall
+    would give it, and the example teaches reading the place out of it, not the line)."""
     out = []
     for ex in examples:
         if qa_format == "recall":
@@ -53,7 +55,8 @@ def qa_sequences(examples: list[QAExample], vocab: Vocab, block_size: int, qa_fo
             line = index.line_of(name) if index is not None else None
             if line is None:
                 raise DataError(ex.source, ex.line, f"no corpus line opens with {name + '.'!r}")
-            text, unscored = recall_string(line, recall_chars, ex.answer), 0
+            text = recall_string(line, recall_chars, ex.answer)
+            unscored = len(line[:recall_chars]) if read_out_only else 0
         else:
             text = ex.question + MASK_CHAR + ex.answer + MASK_CHAR
             unscored = len(ex.question) - 1  # targets that predict question characters (SPEC 2)

@@ -276,14 +276,18 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
                        device) -> tuple[PackedBatches, int]:
     """Recall-format finetuning examples: each training person's corpus line cut at
     recall_chars, then the place (attnlab/answering/knowledge.py), packed into rows."""
-    examples = finetuning_people(read_qa(train_file, labelled=True), train_config.holdout_fraction)
+    people = finetuning_people(read_qa(train_file, labelled=True), train_config.holdout_fraction)
     # A --mix-people recipe finetunes on the people it pretrained with: the lines of the others
-    # were never read, and recalling them from scratch undoes what pretraining stored.
-    examples = examples[:train_config.mix_people or None]
+    # were never read, and recalling them from scratch undoes what pretraining stored. Those
+    # others can still teach the read-out, with their line given and only the place scored.
+    examples = people[:train_config.mix_people or None]
+    readers = people[len(examples):][:train_config.read_out_people] if train_config.mix_people else []
     index = CorpusIndex(documents(read_text(corpus)))
     sequences = qa_sequences(examples, vocab, config.block_size, "recall", config.recall_chars, index)
+    sequences += qa_sequences(readers, vocab, config.block_size, "recall", config.recall_chars, index,
+                              read_out_only=True)
     rows = pack(sequences, config.block_size)
-    return PackedBatches(rows, train_config.batch_size, device, train_config.seed), len(examples)
+    return PackedBatches(rows, train_config.batch_size, device, train_config.seed), len(examples) + len(readers)
 
 
 def _loss_fn(config: TrainConfig):
