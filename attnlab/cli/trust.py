@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..trust.abstention import DEFAULT_HOLDOUT, Rule, decide, fit_rules, people_of
+from ..trust.policy import AbstainPolicy
 from ..trust.calibration import (
     COVERAGES, N_BINS, accuracy_at_coverage, auroc, check_probability, expected_calibration_error, plot_coverage,
     plot_reliability, reliability_bins
@@ -107,14 +108,20 @@ def holdout_fraction_for(args: argparse.Namespace, run: str, meta: dict, log: Lo
     return fraction
 
 
-def rule_from_args(args: argparse.Namespace, model, vocab, run: str, meta: dict, log: Log) -> Rule | None:
+def policy_from_args(args: argparse.Namespace) -> AbstainPolicy:
+    """The abstention flags (checked: check_abstain_flags) as a policy; an unsettled "run"
+    default (rule_for_run) fits both thresholds, as auto does."""
     mode = abstain_mode(args)
-    if mode == "below":
-        return Rule(args.abstain_below, None, "--abstain-below")
-    if mode == "off":
-        return None
-    fraction = holdout_fraction_for(args, run, meta, log)
-    return fit_rules(model, vocab, args.holdout_file, fraction, args.keep_right)["name" if mode == "names" else "both"]
+    return AbstainPolicy(mode="auto" if mode == "run" else mode, below=args.abstain_below,
+                         keep_right=args.keep_right, holdout_file=args.holdout_file,
+                         holdout_fraction=args.holdout_fraction)
+
+
+def rule_from_args(args: argparse.Namespace, model, vocab, run: str, meta: dict, log: Log) -> Rule | None:
+    policy = policy_from_args(args)
+    if policy.mode in ("auto", "names"):
+        holdout_fraction_for(args, run, meta, log)  # says when the run does not record its held-out people
+    return policy.rule(model, vocab, meta)
 
 
 def _given(args, answers, log: Log) -> tuple[Rule | None, list[bool]]:
@@ -202,7 +209,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     k = sum(given)
     kept_right = sum(g and r for g, r in zip(given, right))
     report["rule"] = {"describe": rule.describe(), "confidence": rule.confidence, "familiarity": rule.familiarity,
-                      "answered": k, "answered_right": kept_right, "right": sum(right), "total": len(right)}
+                      "answered": k, "answered_right": kept_right, "right": sum(right), "total": len(right),
+                      "policy": policy_from_args(args).to_dict()}
     print(f"{rule.describe()}\n  on {args.eval_file}: answered {k}/{len(right)} ({100 * k / len(right):.1f}% coverage), "
           f"{kept_right}/{k} ({100 * kept_right / max(1, k):.1f}%) correct; "
           f"{kept_right}/{sum(right)} of the right answers kept")
@@ -300,15 +308,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     print(f"{len(invented)} invented people (seed {args.seed}; first names and surnames of {args.corpus} "
           f"people, no line of which contains the full name), e.g. {', '.join(invented[:3])}; "
           f"{len(dev)} dev people of {args.eval_file}, {sum(dev_right)} answered correctly")
-    print("rule (fitted for the target: answer "
-          f"{args.keep_right:.0%} of held-out right answers)  invented abstained  dev abstained  dev right kept")
-    rows = {}
-    for key, label in [("confidence", "confidence only"), ("name", "name familiarity only"),
-                       ("both", "confidence and name familiarity")]:
-        r = rows[key] = report_for(fitted[key])
-        print(f"  {label:36s}  {r.invented_abstained:4d}/{r.invented} ({r.invented_abstained / r.invented:6.1%})"
-              f"  {r.dev_abstained:4d}/{r.dev} ({r.dev_abstained / r.dev:6.1%})"
-              f"  {r.dev_right_kept:4d}/{r.dev_right} ({r.dev_right_kept / max(1, r.dev_right):6.1%})")
+    rows = _fitted_rule_rows(args, fitted, report_for)
     unrestricted = report_for(Rule(how="never abstain"))
     report = report_for(chosen)
     print("\n" + "\n".join(report.lines()))
@@ -325,6 +325,20 @@ def cmd_audit(args: argparse.Namespace) -> int:
     print(f"wrote {out / 'audit.png'}, {out / 'audit.json'} and {out / 'invented.txt'} (name, answer, confidence)")
     publish(args, {**summary, "written": [str(out / f) for f in AUDIT_FILES]})
     return 0
+
+
+def _fitted_rule_rows(args: argparse.Namespace, fitted: dict, report_for) -> dict:
+    """The audit of each fitted rule (confidence, name, both), printed as a table."""
+    print("rule (fitted for the target: answer "
+          f"{args.keep_right:.0%} of held-out right answers)  invented abstained  dev abstained  dev right kept")
+    rows = {}
+    for key, label in [("confidence", "confidence only"), ("name", "name familiarity only"),
+                       ("both", "confidence and name familiarity")]:
+        r = rows[key] = report_for(fitted[key])
+        print(f"  {label:36s}  {r.invented_abstained:4d}/{r.invented} ({r.invented_abstained / r.invented:6.1%})"
+              f"  {r.dev_abstained:4d}/{r.dev} ({r.dev_abstained / r.dev:6.1%})"
+              f"  {r.dev_right_kept:4d}/{r.dev_right} ({r.dev_right_kept / max(1, r.dev_right):6.1%})")
+    return rows
 
 
 def _check_names(names: int) -> None:
