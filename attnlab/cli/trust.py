@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -267,12 +266,10 @@ def report_lines(report: dict) -> list[str]:
 
 # ---- audit -------------------------------------------------------------------------------------
 def cmd_audit(args: argparse.Namespace) -> int:
-    from ..trust.audit import AuditReport, invent_people, name_echo, plot_audit
+    from ..trust.audit import audit_answers, invent_people, name_echo, plot_audit
     from ..answering.knowledge import require_person
     from ..model.checkpoint import load_model
-    from ..data.datasets import QAExample, documents, read_qa
-    from ..answering.evaluate import answer_questions
-    from ..core.devices import resolve_device
+    from ..data.datasets import documents, read_qa
 
     _check_names(args.names)
     check_abstain_flags(args)
@@ -282,43 +279,27 @@ def cmd_audit(args: argparse.Namespace) -> int:
     read_questions(paths.input_file(args.holdout_file, "--holdout-file"), labelled=True)
     out = _out_dir(args, "audit", AUDIT_FILES)
     invented = invent_people(docs, args.names, args.seed)
-    model, vocab, ckpt = load_model(args.checkpoint, device=str(resolve_device(args.device)))
-    questions = [QAExample(f"Where was {n} born?", None, "<invented>", i + 1) for i, n in enumerate(invented)]
-    inv_answers = answer_questions(model, vocab, questions, batch_size=args.batch_size)
-    dev_answers = answer_questions(model, vocab, dev, batch_size=args.batch_size)
-    dev_right = [a.answer == e.answer for a, e in zip(dev_answers, dev)]
-    train_top = [p for p, _ in Counter(e.answer for e in read_qa(args.train_file, labelled=True)).most_common(10)]
-
+    model, vocab, ckpt = load_model(args.checkpoint, device=args.device)
+    seen = audit_answers(model, vocab, invented, dev, read_qa(args.train_file, labelled=True),
+                         batch_size=args.batch_size)
     fraction = holdout_fraction_for(args, args.checkpoint, ckpt.meta, print)
     fitted = fit_rules(model, vocab, args.holdout_file, fraction, args.keep_right)
     rule_for_run(args, args.checkpoint, ckpt.meta, print)
-    mode = abstain_mode(args)
-    chosen = (Rule(args.abstain_below, None, "--abstain-below") if mode == "below"
-              else fitted["both"] if mode == "auto" else fitted["name"] if mode == "names"
-              else Rule(how="--abstain off"))
-
-    def report_for(rule: Rule) -> AuditReport:
-        inv_given = decide(model, vocab, rule, invented, [a.confidence for a in inv_answers])
-        dev_given = decide(model, vocab, rule, people_of(dev), [a.confidence for a in dev_answers])
-        places = Counter(a.answer for a, ok in zip(inv_answers, inv_given) if ok)
-        return AuditReport(rule.describe(), len(invented), len(invented) - sum(inv_given), len(dev),
-                           len(dev) - sum(dev_given), sum(dev_right),
-                           sum(ok and r for ok, r in zip(dev_given, dev_right)), places, train_top)
-
+    chosen = policy_from_args(args).choose(fitted) or Rule(how="--abstain off")
     print(f"{len(invented)} invented people (seed {args.seed}; first names and surnames of {args.corpus} "
           f"people, no line of which contains the full name), e.g. {', '.join(invented[:3])}; "
-          f"{len(dev)} dev people of {args.eval_file}, {sum(dev_right)} answered correctly")
-    rows = _fitted_rule_rows(args, fitted, report_for)
-    unrestricted = report_for(Rule(how="never abstain"))
-    report = report_for(chosen)
+          f"{len(dev)} dev people of {args.eval_file}, {sum(seen.dev_right)} answered correctly")
+    rows = _fitted_rule_rows(args, fitted, lambda rule: seen.report(model, vocab, rule))
+    unrestricted = seen.report(model, vocab, Rule(how="never abstain"))
+    report = seen.report(model, vocab, chosen)
     print("\n" + "\n".join(report.lines()))
     print("\nwith no abstention, places answered for invented people:\n" + "\n".join(unrestricted.lines()[4:]))
     known = {require_person(e): e.answer for f in (args.train_file, args.eval_file) for e in read_qa(f, labelled=True)}
-    echo = name_echo(invented, [a.answer for a in inv_answers], known)
+    echo = name_echo(invented, [a.answer for a in seen.invented_answers], known)
     print(f"guided by the name? {echo} (real people: {args.train_file} and {args.eval_file})")
     plot_audit(report, unrestricted, out / "audit.png")
     write_output(out / "invented.txt", "".join(
-        f"{n}\t{a.answer}\t{a.confidence:.4f}\n" for n, a in zip(invented, inv_answers)), args.overwrite)
+        f"{n}\t{a.answer}\t{a.confidence:.4f}\n" for n, a in zip(invented, seen.invented_answers)), args.overwrite)
     summary = {key: _audit_json(r) for key, r in {**rows, "chosen": report, "never": unrestricted}.items()}
     summary["name_echo"] = {"echoed": echo.echoed, "answered": echo.answered, "chance": echo.chance}
     write_output(out / "audit.json", json.dumps(summary, indent=2) + "\n", args.overwrite)

@@ -54,9 +54,16 @@ class AbstainPolicy(Settings):
     def rule(self, model, vocab, meta: dict[str, Any] | None = None) -> Rule | None:
         """The rule for ``model`` (None: answer everything); auto and names fit it on the last
         ``fraction(meta)`` of ``holdout_file``."""
+        if self.mode not in ("auto", "names"):
+            return self.choose({})
+        return self.choose(fit_rules(model, vocab, resolve(self.holdout_file), self.fraction(meta or {}),
+                                     self.keep_right))
+
+    def choose(self, fitted: dict[str, Rule]) -> Rule | None:
+        """The policy's rule given the rules ``fit_rules`` fitted (unused for off and below):
+        None for off, the threshold for below, the fitted "both" for auto, "name" for names."""
         if self.mode == "off":
             return None
         if self.mode == "below":
             return Rule(self.below, None, "--abstain-below")
-        rules = fit_rules(model, vocab, resolve(self.holdout_file), self.fraction(meta or {}), self.keep_right)
-        return rules["name" if self.mode == "names" else "both"]
+        return fitted["name" if self.mode == "names" else "both"]
