@@ -31,7 +31,7 @@ from torch import Tensor
 from .answering.evaluate import Answer, Score, answer_questions, evaluate
 from .config.settings import DEFAULT_CORPUS, DEFAULT_TRAIN, ModelConfig, TrainConfig
 from .core.datafiles import resolve as found  # data/NAME and models/NAME from any directory
-from .core.outputs import refuse_existing
+from .core.paths import PathError
 from .data.datasets import DataError, QAExample, read_corpus, read_questions
 from .data.vocab import Vocab
 from .facts.correction import edit_fact, training_places
@@ -203,7 +203,8 @@ class LoadedModel:
         target = Path(path)
         if target.suffix != ".safetensors":
             target = target / CHECKPOINT_NAME
-        refuse_existing([target], overwrite)
+        if os.path.lexists(target) and not overwrite:
+            raise PathError(target, "already exists; pass overwrite=True to replace it, or choose another path")
         return save_checkpoint(target, self.gpt, self.vocab, meta=self.checkpoint.meta)
 
     @property

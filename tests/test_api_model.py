@@ -105,7 +105,7 @@ def test_save_is_atomic_and_never_replaces_a_checkpoint_unasked(run, tmp_path):
     assert again.ask("Where was Ana Lindi born?")[0].answer == "Rome" and again.edits == fixed.edits
     assert again.checkpoint.meta["edit"]["place"] == "Rome"
     saved = path.read_bytes()
-    with pytest.raises(PathError, match="already exists; pass --overwrite"):
+    with pytest.raises(PathError, match="already exists; pass overwrite=True"):
         model.save(tmp_path / "fixed")
     assert path.read_bytes() == saved  # refused: the edited model is still there
     model.save(path, overwrite=True)
