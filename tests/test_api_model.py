@@ -124,9 +124,11 @@ def test_run_with_cache_reads_every_named_activation(run):
     assert torch.allclose(gpt.head(gpt.ln_f(cache[last])), logits, atol=1e-5)  # the stream the head reads
     _, weights = gpt.run(ids, need_weights=True)
     assert all(torch.equal(cache[f"blocks.{l}.attn.pattern"], w) for l, w in enumerate(weights))
-    _, states = record_states(gpt, ids)  # tracing reads the same points
+    _, states = record_states(gpt, ids)  # tracing reads the same points (on the fast path: no patterns)
+    _, fast = model.run_with_cache(text, [f"blocks.1.{p}" for p in ("resid_post", "mlp.out", "attn.out")])
     for kind, point in (("residual", "resid_post"), ("mlp", "mlp.out"), ("attention", "attn.out")):
-        assert torch.equal(cache[f"blocks.1.{point}"][0], states[(kind, 1)])
+        assert torch.equal(fast[f"blocks.1.{point}"][0], states[(kind, 1)])
+        assert torch.allclose(cache[f"blocks.1.{point}"], fast[f"blocks.1.{point}"], atol=1e-5)
     hidden = cache["blocks.0.mlp.hidden"]
     assert hidden.shape == (1, ids.shape[1], 4 * gpt.config.n_embd)
     assert torch.allclose(gpt.blocks[0].mlp_proj(hidden), cache["blocks.0.mlp.out"], atol=1e-6)
