@@ -69,6 +69,31 @@ class _Serialisable:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
+class Settings(_Serialisable):
+    """A method's settings as a typed object (``EditSettings``, ``TraceSettings``:
+    attnlab/facts/settings.py; ``AbstainPolicy``: attnlab/trust/policy.py), its fields made with
+    ``_f`` as the configs' are: each checked when the object is made (a ValueError naming the
+    field), ``None`` allowed where it is the default, and a field with ``parse=int`` (a number
+    whose range depends on the model) only checked to be an integer."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is None and f.default is None:
+                continue
+            if f.metadata.get("parse") is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+                problem = None if ok else f"must be an integer, got {value!r}"
+            else:
+                problem = field_problem(f, value)
+            if problem:
+                raise ValueError(f"{f.name} {problem}")
+
+    def replace(self, **changes: Any):
+        """A copy with ``changes``, checked as when made."""
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
 @dataclass(frozen=True)
 class ModelConfig(_Serialisable):
     """The GPT's shape (SPEC section 4). Keyword defaults are the course ("spec") numbers."""
