@@ -12,7 +12,7 @@ import pytest
 
 import attnlab
 from tests.conftest import DATA, REPO
-from tests.tiny_runs import train_tiny
+from tests.tiny_runs import ask_rows, train_tiny
 
 HANG_GUARD_S = 120  # only so that a broken build fails instead of hanging; not a speed check
 
@@ -40,15 +40,17 @@ def test_each_question_is_answered_before_the_next_is_sent(run):
     questions = ["Where was Ralf Wadephul born?", "Where was Joseph Baggaley born?"]
     expected = attnlab.load(run, device="cpu").ask(questions)
     proc = _ask_process(run, "--evidence", str(DATA / "wiki.txt"))
+    header = None
     try:
         for question, answer in zip(questions, expected):
             proc.stdin.write(question + "\n")
             proc.stdin.flush()
-            fields = _read_line(proc.stdout).rstrip("\n").split("\t")
-            assert fields[:2] == [question, answer.answer]
-            assert fields[2].startswith(f"confidence {answer.confidence:.2f}")
-            assert ("unfinished" in fields[2]) == (not answer.complete)
-            assert fields[3].startswith(("supported", "not supported", "the corpus does not mention"))
+            header = header or _read_line(proc.stdout)  # the table's header comes with the first answer
+            (row,) = ask_rows(header + _read_line(proc.stdout))
+            assert (row["question"], row["answer"]) == (question, answer.answer.strip())
+            assert row["confidence"] == f"{answer.confidence:.2f}"
+            assert ("unfinished" in row["note"]) == (not answer.complete)
+            assert row["evidence"].startswith(("supported", "not supported", "the corpus does not mention"))
         proc.stdin.write("\n")  # blank lines are skipped
         proc.stdin.close()
         assert proc.wait(HANG_GUARD_S) == 0
@@ -62,7 +64,7 @@ def test_a_bad_line_is_reported_and_the_rest_answered(run):
     out, err = proc.communicate("Where was Ralf Wadephul born?\nWho is he?\nWhere was Joseph Baggaley born?\n",
                                 timeout=HANG_GUARD_S)
     assert proc.returncode == 2
-    assert [line.split("\t")[0] for line in out.splitlines()] == [
+    assert [row["question"] for row in ask_rows(out)] == [
         "Where was Ralf Wadephul born?", "Where was Joseph Baggaley born?"]
     assert err.strip() == ("attnlab ask: error: <stdin>:2: expected a question 'Where was NAME born?', "
                            "got 'Who is he?'")
