@@ -18,7 +18,7 @@ from attnlab.core import outputs
 from attnlab.training import rundir
 from attnlab.core.paths import PathError
 from tests.conftest import DATA
-from tests.tiny_runs import train_tiny
+from tests.tiny_runs import ask_rows, train_tiny
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +156,35 @@ def test_evaluate_json_is_one_document_with_the_documented_keys(run, questions, 
     assert document["questions"] == 2 and document["written"] == [str(out)]
     assert {"rule", "answered", "questions", "answered_correct"} <= document["abstention"].keys()
     assert "correct" in captured.err  # the human lines went to stderr
+
+
+def test_evaluate_keeps_the_course_metric_and_reports_abstention_beside_it(run, tmp_path, capsys):
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("".join(line + "\n" for line in (DATA / "birth_dev.tsv").read_text().splitlines()[:8]))
+    raw, default = tmp_path / "raw.txt", tmp_path / "default.txt"
+    assert _evaluate(run, dev, "--predictions", str(raw), "--abstain", "off", "--json") == 0
+    off = json.loads(capsys.readouterr().out)
+    assert off["abstention"] is None
+    assert _evaluate(run, dev, "--predictions", str(default), "--json") == 0
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    # the course's metric: every question answered, the same predictions and score as --abstain off
+    assert default.read_bytes() == raw.read_bytes() and len(default.read_text().splitlines()) == 8
+    assert (document["correct"], document["questions"]) == (off["correct"], 8)
+    figures = document["abstention"]
+    assert {"rule", "questions", "answered", "abstained", "answered_correct"} <= figures.keys()
+    assert figures["answered"] + figures["abstained"] == 8 and 0 <= figures["answered_correct"] <= figures["answered"]
+    assert "abstain when name familiarity <" in figures["rule"]  # the run's rule: it held no one out
+    assert (f"answered {figures['answered']}/8 (" in captured.err and f"abstained {figures['abstained']}/8" in captured.err
+            and "correct on the answered questions; the predictions answer every question" in captured.err)
+
+
+def test_evaluate_says_when_the_runs_rule_cannot_be_fitted(run, questions, tmp_path, capsys):
+    assert _evaluate(run, questions, "--predictions", str(tmp_path / "p.txt"),
+                     "--holdout-file", str(tmp_path / "missing.tsv")) == 0
+    out = capsys.readouterr().out
+    assert "correct; predictions written to" in out
+    assert f"abstention figures not measured: {tmp_path / 'missing.tsv'}" in out
 
 
 def test_ask_json_prints_one_object_per_question(run, capsys):
@@ -307,11 +336,12 @@ def test_ask_says_i_dont_know_by_default_where_the_runs_rule_abstains(capsys):
     question = "Where was Albert Einstein born?"  # not in the corpus: the model makes a place up
     assert cli.main(["ask", str(shipped), question, "--device", "cpu", "--evidence", ""]) == 0
     captured = capsys.readouterr()
-    assert captured.out.startswith(f"{question}\tI don't know\t(withheld: ")
+    (row,) = ask_rows(captured.out)
+    assert (row["question"], row["answer"]) == (question, "I don't know") and row["note"].startswith("withheld: ")
     assert "--abstain names (the default for" in captured.err
     assert cli.main(["ask", str(shipped), question, "--device", "cpu", "--evidence", "", "--abstain", "off"]) == 0
     raw = capsys.readouterr()
-    assert raw.out.split("\t")[1] != "I don't know" and "abstain" not in raw.err
+    assert ask_rows(raw.out)[0]["answer"] != "I don't know" and "abstain" not in raw.err
 
 
 # ---- bounds and typos, checked before any work -------------------------------------------------
