@@ -389,6 +389,8 @@ def test_data_dir_redirects_data_files_but_not_an_output_path(run, tmp_path, mon
     (b"Where was Ada born?", {}, TypeError, "a question (str) or a list of them"),
     ([b"Where was Ada born?"], {}, TypeError, "<ask>:1: a question must be a str, got bytes"),
     ("Where was Ada born?", {"batch_size": 0}, ValueError, "batch_size must be a positive integer, got 0"),
+    ("Where was Ada born?", {"batch_size": True}, ValueError, "batch_size must be a positive integer, got True"),
+    ("Where was Ada\nLovelace born?", {}, ValueError, "<ask>:1: a question is one line"),
 ])
 def test_the_api_refuses_what_is_no_question_with_a_clear_error(run, questions, kwargs, error, words):
     import attnlab
@@ -462,6 +464,27 @@ def test_ctrl_c_while_starting_exits_130_without_a_traceback(monkeypatch, capsys
     monkeypatch.setattr(cli, "main", interrupted)
     assert cli.entry() == 130
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_ctrl_c_while_the_program_loads_torch_exits_130_without_a_traceback():
+    """A real SIGINT to `python -m attnlab` a moment after it starts, while it imports (torch
+    takes seconds to load): the package face imports nothing heavy, and __main__ catches it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    assert "torch" not in subprocess.run([sys.executable, "-c", "import sys, attnlab; print(sorted(sys.modules))"],
+                                         env=env, capture_output=True, text=True, check=True).stdout
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab", "variants"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err
 
 
 def test_the_api_loads_the_shipped_model_from_any_directory(tmp_path, monkeypatch):

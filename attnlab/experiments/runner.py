@@ -33,7 +33,7 @@ from ..config.settings import (
 )
 from ..answering.evaluate import Score
 from ..answering.knowledge import Stored
-from ..core.paths import file_sha256
+from ..core.paths import file_sha256, save_figure, write_atomically
 from . import comparison
 from .comparison import correctness
 from ..data.datasets import read_qa
@@ -170,7 +170,7 @@ def _read_json(path: Path) -> Any:
 
 def _write_json(path: Path, value: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value) + "\n")
+    write_atomically(path, json.dumps(value) + "\n")  # a kill -9 or a full disk leaves the earlier one whole
 
 
 # One stage of a row: its name, its run directory and its training, given whether to resume.
@@ -358,8 +358,8 @@ class Runner:
             compared = variant_comparison(rows, reference, self.dev_file)
             table += "\n\n" + comparison_table(compared, reference)
             record["comparison"] = comparison_record(compared, reference)
-        (self.out / "results.md").write_text(results_header(settings) + "\n\n" + table + "\n")
-        (self.out / "results.json").write_text(json.dumps(record, indent=2) + "\n")
+        write_atomically(self.out / "results.md", results_header(settings) + "\n\n" + table + "\n")
+        write_atomically(self.out / "results.json", json.dumps(record, indent=2) + "\n")
         plot_dev_accuracy(rows, self.out / "dev_accuracy.png", title)
         logs.results_via(self.log)("\n" + table)  # the experiment's result: --quiet keeps it
         return table
@@ -469,7 +469,7 @@ def plot_dev_accuracy(rows: list[Row], path: Path, title: str) -> Path:
     plt = pyplot()
 
     fig = dev_accuracy_figure(rows, title)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
