@@ -130,7 +130,8 @@ def _verbosity(args: argparse.Namespace) -> int:
 
 def _options(args: argparse.Namespace) -> str:
     """Every option as resolved (flags, config file, preset defaults), for --verbose."""
-    shown = {k: v for k, v in sorted(vars(args).items()) if k not in ("func", "command") and not callable(v)}
+    plain = (str, int, float, bool, list, tuple, type(None))
+    shown = {k: v for k, v in sorted(vars(args).items()) if k != "command" and isinstance(v, plain)}
     return ", ".join(f"{k}={v!r}" for k, v in shown.items())
 
 
