@@ -11,7 +11,7 @@ from pathlib import Path
 from attnlab import cli
 from attnlab.core import datafiles
 from tests.conftest import DATA, REPO
-from tests.tiny_runs import train_tiny
+from tests.tiny_runs import ask_rows, train_tiny
 
 
 def _attnlab(cwd, *argv):
@@ -44,9 +44,9 @@ def test_ask_finds_its_evidence_corpus_from_another_directory(tmp_path):
     elsewhere.mkdir()
     out = _attnlab(elsewhere, "ask", str(run), "Where was Ralf Wadephul born?", "--device", "cpu", "--abstain", "off")
     assert out.returncode == 0, out.stderr
-    fields = out.stdout.rstrip("\n").split("\t")
-    assert fields[0] == "Where was Ralf Wadephul born?"
-    assert fields[3].startswith(("supported by corpus line", "not supported: corpus line"))  # it read wiki.txt
+    (row,) = ask_rows(out.stdout)
+    assert row["question"] == "Where was Ralf Wadephul born?"
+    assert row["evidence"].startswith(("supported by corpus line", "not supported: corpus line"))  # it read wiki.txt
 
 
 def test_library_defaults_follow_the_directory_and_data_dir(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ from attnlab.data.datasets import DataError
 from attnlab.model.shipped import ship
 from attnlab.data.vocab import VocabError
 from tests.conftest import REPO
-from tests.tiny_runs import train_tiny
+from tests.tiny_runs import ask_rows, train_tiny
 
 QUESTIONS = ["Where was Ralf Wadephul born?", "Where was Joseph Baggaley born?"]
 
@@ -53,9 +53,9 @@ def test_ask_answers_as_the_ask_command_does(run, capsys):
     assert (answers[0].recalled is not None) == (model.config.qa_format == "recall")
     capsys.readouterr()
     assert cli.main(["ask", str(run), *QUESTIONS, "--evidence", "", "--device", "cpu", "--abstain", "off"]) == 0
-    printed = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
-    assert [(p[0], p[1], p[2].split()[1]) for p in printed] == [
-        (a.question, a.answer, f"{a.confidence:.2f}") for a in answers]
+    printed = ask_rows(capsys.readouterr().out)
+    assert [(p["question"], p["answer"], p["confidence"]) for p in printed] == [
+        (a.question, a.answer.strip(), f"{a.confidence:.2f}") for a in answers]
 
 
 def test_a_checkpoint_file_loads_like_its_run_directory(run):

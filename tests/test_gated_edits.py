@@ -19,6 +19,7 @@ from attnlab.data.datasets import read_qa
 from attnlab.facts.edit import trajectory
 from attnlab.answering.evaluate import answer_questions
 from tests.test_facts import PEOPLE, _sha, run  # noqa: F401  (run: the module's fixture)
+from tests.tiny_runs import ask_rows
 
 
 def _edit(run, out, person, place, *extra, source=None):
@@ -76,7 +77,7 @@ def test_edited_run_records_its_edits_and_loads_everywhere(run, tmp_path, capsys
     assert "| 1 | Ana Lindi | Oslo | Kyiv | grace | 1 |" in capsys.readouterr().out
     assert attnlab.load(out, device="cpu").ask("Where was Ana Lindi born?")[0].answer == "Kyiv"  # the Python API
     assert cli.main(["ask", str(out), "--abstain", "off", "Where was Ana Lindi born?"]) == 0  # the CLI's loading
-    assert "\tKyiv\t" in capsys.readouterr().out
+    assert ask_rows(capsys.readouterr().out)[0]["answer"] == "Kyiv"
 
 
 def test_sequential_edits_all_hold_and_undo_gives_byte_identical_predictions(run, tmp_path, capsys):

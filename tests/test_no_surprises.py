@@ -18,7 +18,7 @@ from attnlab.core import outputs
 from attnlab.training import rundir
 from attnlab.core.paths import PathError
 from tests.conftest import DATA
-from tests.tiny_runs import train_tiny
+from tests.tiny_runs import ask_rows, train_tiny
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +156,35 @@ def test_evaluate_json_is_one_document_with_the_documented_keys(run, questions, 
     assert document["questions"] == 2 and document["written"] == [str(out)]
     assert {"rule", "answered", "questions", "answered_correct"} <= document["abstention"].keys()
     assert "correct" in captured.err  # the human lines went to stderr
+
+
+def test_evaluate_keeps_the_course_metric_and_reports_abstention_beside_it(run, tmp_path, capsys):
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("".join(line + "\n" for line in (DATA / "birth_dev.tsv").read_text().splitlines()[:8]))
+    raw, default = tmp_path / "raw.txt", tmp_path / "default.txt"
+    assert _evaluate(run, dev, "--predictions", str(raw), "--abstain", "off", "--json") == 0
+    off = json.loads(capsys.readouterr().out)
+    assert off["abstention"] is None
+    assert _evaluate(run, dev, "--predictions", str(default), "--json") == 0
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    # the course's metric: every question answered, the same predictions and score as --abstain off
+    assert default.read_bytes() == raw.read_bytes() and len(default.read_text().splitlines()) == 8
+    assert (document["correct"], document["questions"]) == (off["correct"], 8)
+    figures = document["abstention"]
+    assert {"rule", "questions", "answered", "abstained", "answered_correct"} <= figures.keys()
+    assert figures["answered"] + figures["abstained"] == 8 and 0 <= figures["answered_correct"] <= figures["answered"]
+    assert "abstain when name familiarity <" in figures["rule"]  # the run's rule: it held no one out
+    assert (f"answered {figures['answered']}/8 (" in captured.err and f"abstained {figures['abstained']}/8" in captured.err
+            and "correct on the answered questions; the predictions answer every question" in captured.err)
+
+
+def test_evaluate_says_when_the_runs_rule_cannot_be_fitted(run, questions, tmp_path, capsys):
+    assert _evaluate(run, questions, "--predictions", str(tmp_path / "p.txt"),
+                     "--holdout-file", str(tmp_path / "missing.tsv")) == 0
+    out = capsys.readouterr().out
+    assert "correct; predictions written to" in out
+    assert f"abstention figures not measured: {tmp_path / 'missing.tsv'}" in out
 
 
 def test_ask_json_prints_one_object_per_question(run, capsys):
@@ -307,12 +336,13 @@ def test_ask_says_i_dont_know_by_default_where_the_runs_rule_abstains(capsys):
     question = "Where was Albert Einstein born?"  # not in the corpus: the model makes a place up
     assert cli.main(["ask", str(shipped), question, "--device", "cpu", "--evidence", ""]) == 0
     captured = capsys.readouterr()
-    assert captured.out.startswith(f"{question}\tI don't know\t(withheld: ")
+    (row,) = ask_rows(captured.out)
+    assert (row["question"], row["answer"]) == (question, "I don't know") and row["note"].startswith("withheld: ")
     # the shipped model holds out the last fifth of its training file: the fitted rule, named
     assert f"--abstain auto (the default for {shipped}: it records holding out" in captured.err
     assert cli.main(["ask", str(shipped), question, "--device", "cpu", "--evidence", "", "--abstain", "off"]) == 0
     raw = capsys.readouterr()
-    assert raw.out.split("\t")[1] != "I don't know" and "abstain" not in raw.err
+    assert ask_rows(raw.out)[0]["answer"] != "I don't know" and "abstain" not in raw.err
 
 
 # ---- bounds and typos, checked before any work -------------------------------------------------
@@ -360,6 +390,8 @@ def test_data_dir_redirects_data_files_but_not_an_output_path(run, tmp_path, mon
     (b"Where was Ada born?", {}, TypeError, "a question (str) or a list of them"),
     ([b"Where was Ada born?"], {}, TypeError, "<ask>:1: a question must be a str, got bytes"),
     ("Where was Ada born?", {"batch_size": 0}, ValueError, "batch_size must be a positive integer, got 0"),
+    ("Where was Ada born?", {"batch_size": True}, ValueError, "batch_size must be a positive integer, got True"),
+    ("Where was Ada\nLovelace born?", {}, ValueError, "<ask>:1: a question is one line"),
 ])
 def test_the_api_refuses_what_is_no_question_with_a_clear_error(run, questions, kwargs, error, words):
     import attnlab
@@ -423,7 +455,7 @@ def test_bad_utf8_on_stdin_is_named_as_such(run, capsys, monkeypatch):
     assert cli.main(["ask", str(run), "--device", "cpu", "--abstain", "off", "--evidence", ""]) == 2
     captured = capsys.readouterr()
     assert captured.err.strip() == "attnlab ask: error: <stdin>:2: not UTF-8 text (attnlab reads questions as UTF-8)"
-    assert len(captured.out.splitlines()) == 1  # the good line was answered
+    assert len(ask_rows(captured.out)) == 1  # the good line was answered (after the table's header)
 
 
 def test_ctrl_c_while_starting_exits_130_without_a_traceback(monkeypatch, capsys):
@@ -433,6 +465,27 @@ def test_ctrl_c_while_starting_exits_130_without_a_traceback(monkeypatch, capsys
     monkeypatch.setattr(cli, "main", interrupted)
     assert cli.entry() == 130
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_ctrl_c_while_the_program_loads_torch_exits_130_without_a_traceback():
+    """A real SIGINT to `python -m attnlab` a moment after it starts, while it imports (torch
+    takes seconds to load): the package face imports nothing heavy, and __main__ catches it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    assert "torch" not in subprocess.run([sys.executable, "-c", "import sys, attnlab; print(sorted(sys.modules))"],
+                                         env=env, capture_output=True, text=True, check=True).stdout
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab", "variants"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err
 
 
 def test_the_api_loads_the_shipped_model_from_any_directory(tmp_path, monkeypatch):

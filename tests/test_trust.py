@@ -11,6 +11,7 @@ from attnlab.trust.audit import corpus_people, invent_people
 from attnlab.model.checkpoint import load_checkpoint
 from attnlab.data.datasets import documents, read_qa, read_text
 from tests.conftest import DATA, PEOPLE
+from tests.tiny_runs import ask_rows
 
 
 def test_finetune_holds_out_the_last_fraction_of_the_training_file(tiny_data, tmp_path, capsys):
@@ -86,11 +87,11 @@ def test_ask_says_i_dont_know_below_the_threshold(recall_run, capsys):
     questions = [a.question for a in answers]
     assert cli.main(["ask", str(recall_run / "ft"), *questions, "--abstain-below", str(threshold),
                      "--evidence", "", "--device", "cpu"]) == 0
-    lines = capsys.readouterr().out.strip().split("\n")
-    assert [ln.split("\t")[0] for ln in lines] == questions  # input order
-    for line, a in zip(lines, answers):
-        shown = line.split("\t")[1]
-        assert shown == (a.answer if a.confidence >= threshold else "I don't know")
+    rows = ask_rows(capsys.readouterr().out)
+    assert [r["question"] for r in rows] == questions  # input order
+    for row, a in zip(rows, answers):
+        shown = row["answer"]
+        assert shown == (a.answer.strip() if a.confidence >= threshold else "I don't know")
 
 
 def test_ask_on_stdin_says_i_dont_know_line_by_line(recall_run, capsys, monkeypatch):
@@ -103,9 +104,8 @@ def test_ask_on_stdin_says_i_dont_know_line_by_line(recall_run, capsys, monkeypa
     assert cli.main(["ask", str(recall_run / "ft"), "--abstain-below", str(threshold),
                      "--evidence", "", "--device", "cpu"]) == 0
     captured = capsys.readouterr()
-    lines = captured.out.strip().split("\n")
-    assert [ln.split("\t")[1] for ln in lines] == [
-        a.answer if a.confidence >= threshold else "I don't know" for a in answers]
+    assert [r["answer"] for r in ask_rows(captured.out)] == [
+        a.answer.strip() if a.confidence >= threshold else "I don't know" for a in answers]
     assert f"abstain when confidence < {threshold:.3g}" in captured.err  # the rule, told once
     assert captured.err.count("abstain when") == 1
 

@@ -42,3 +42,13 @@ def memorise(model: GPT, vocab: Vocab, texts: list[str], steps: int) -> None:
         loss.backward()
         opt.step()
     model.eval()
+
+
+def ask_rows(text: str) -> list[dict[str, str]]:
+    """The rows of `attnlab ask`'s table (its first line is the header), each as column -> cell:
+    the columns start where their names start in the header."""
+    header, *rows = [line for line in text.splitlines() if line.strip()]
+    names = header.split()
+    starts = [header.index(" " + n) + 1 if i else 0 for i, n in enumerate(names)]
+    ends = starts[1:] + [None]
+    return [{n: row[a:b].strip() for n, a, b in zip(names, starts, ends)} for row in rows]

@@ -17,6 +17,7 @@ import sys
 from typing import Callable
 
 from .._version import __version__
+from ..core import logs
 from . import answering, experiments, facts, flags, probing, results, serving, training, trust
 from .flags import model_config_from, train_config_from  # noqa: F401  (the library-facing helpers)
 
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     for p in made:  # last, so that --help shows a command's own options first
         flags.data_dir(p)
         flags.cpu_settings(p)
+        flags.verbosity(p)
     return parser
 
 
@@ -103,12 +105,13 @@ def run(args: argparse.Namespace) -> int:
     PathError, ...); OSError a file that cannot be read or written (a full disk), by its name;
     SafetensorError a checkpoint that could not be written (reading one is a CheckpointError).
     A command that ran but missed its goal (results.GoalNotMet, a diverged training run) exits
-    1; with --json the
-    command's document is printed once it has succeeded (results.py)."""
+    1; with --json the command's document is printed once it has succeeded (results.py).
+    --quiet and --verbose set the package logger's level for the command (attnlab/core/logs.py)."""
     from safetensors import SafetensorError
 
     try:
-        with results.human_output_aside(args):
+        with results.human_output_aside(args), logs.level(_verbosity(args)):
+            logs.detail(f"attnlab {args.command}: {_options(args)}")
             code = args.func(args) or 0
         results.print_document(args)
         return code
@@ -121,6 +124,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _verbosity(args: argparse.Namespace) -> int:
+    """The log level of one command: --quiet, --verbose or neither (attnlab/core/logs.py)."""
+    return logs.level_for(getattr(args, "quiet", False), getattr(args, "verbose", False))
+
+
+def _options(args: argparse.Namespace) -> str:
+    """Every option as resolved (flags, config file, preset defaults), for --verbose."""
+    plain = (str, int, float, bool, list, tuple, type(None))
+    shown = {k: v for k, v in sorted(vars(args).items()) if k != "command" and isinstance(v, plain)}
+    return ", ".join(f"{k}={v!r}" for k, v in shown.items())
 
 
 def _missed_its_goal(e: BaseException) -> bool:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
-from ..core import bounds, paths
+from ..core import bounds, logs, paths
 from ..config.settings import DEFAULT_CORPUS
 from ..data.datasets import read_corpus, read_questions
 from ..core.outputs import refuse_existing, refuse_inputs
@@ -23,7 +24,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         answers, score, out = evaluate_file(args.checkpoint, args.eval_file, out=args.predictions, device=device,
                                             batch_size=args.batch_size, overrides=overrides,
                                             stored_corpus=args.corpus if args.stored else None,
-                                            overwrite=args.overwrite)
+                                            overwrite=args.overwrite, log=logs.result)
         abstention = None
         if trust.abstaining(args) and env.is_main:
             abstention = trust.abstain_in_evaluation(args, answers, out)
@@ -51,12 +52,13 @@ def _check_evaluate_files(args: argparse.Namespace) -> None:
         paths.output_dir(output_dir(args.checkpoint), "the directory of the predictions (--predictions)")
     if args.stored:
         read_corpus(paths.input_file(args.corpus, "--corpus"))
-    trust.check_abstain_files(args)
+    if trust.abstain_mode(args) != "run":  # the default rule is an extra: when it cannot be fitted, a note says so
+        trust.check_abstain_files(args)
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
     from ..api import load
-    from .asking import answer_lines, evidence_index, shown_line
+    from .asking import answer_lines, evidence_index, record, table
 
     trust.check_abstain_flags(args)
     for number, question in enumerate(args.questions, 1):
@@ -73,11 +75,14 @@ def cmd_ask(args: argparse.Namespace) -> int:
     out, as_json = results.stdout(args), results.wants_json(args)
     if args.questions:
         answers = model.ask(args.questions, source="<argument>")
-        for answer, ok in zip(answers, given(answers)):
-            print(shown_line(answer, index, ok, as_json), file=out)
+        if as_json:
+            for answer, ok in zip(answers, given(answers)):
+                print(json.dumps(record(answer, index, ok), ensure_ascii=False), file=out)
+        else:
+            print(table(answers, index, given(answers), model.config.qa_format == "recall"), file=out)
         return 0
     if sys.stdin.isatty():
-        print("one question per line (Ctrl-D to end)", file=sys.stderr)
+        logs.note("one question per line (Ctrl-D to end)", stderr=True)
     return answer_lines(model, sys.stdin, out, index, given=given, as_json=as_json)  # each line as it is read
 
 
@@ -115,7 +120,8 @@ def register(command) -> None:
                         "line, does greedy completion of the line up to the place reproduce it "
                         "(default: answers only)")
     flags.corpus(p, "corpus for --stored")
-    trust.add_abstain_flags(p)
+    # The course's metric answers every question; the run's rule's figures are reported beside it.
+    trust.add_abstain_flags(p, default="run")
 
     p = command("ask", "answer questions typed as arguments or on stdin (each line as soon as it is read), "
                 "with a confidence", cmd_ask)

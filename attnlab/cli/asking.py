@@ -1,7 +1,8 @@
-"""Answering typed questions (`attnlab ask`, attnlab/cli/answering.py): one line per answer
-with its confidence, and questions read one per line from a stream, each answered as soon as
-it is read and the answer flushed, so the command works interactively and as a process at the
-other end of a pipe."""
+"""Answering typed questions (`attnlab ask`, attnlab/cli/answering.py): a table with one row per
+answer (labelled, aligned columns: question, answer, confidence, evidence, ...), or one JSON
+object per answer, and questions read one per line from a stream, each answered as soon as it
+is read and its row flushed, so the command works interactively and as a process at the other
+end of a pipe."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ..data.datasets import DataError, read_text
 from ..answering.evaluate import MAX_NEW_CHARS, Answer
 from ..trust.evidence import CorpusIndex
 from ..data.vocab import VocabError
+from . import tables
 
 
 NO_QUESTIONS = "no questions: pass them as arguments or one per line on stdin"
@@ -26,8 +28,11 @@ def answer_lines(model: LoadedModel, lines: TextIO, out: TextIO, index: CorpusIn
     stderr as ``source:line: problem`` and the rest are still answered; exit code 2 then. No
     question at all is a ValueError (the command line's one-line error). ``given``: whether
     each answer is given (ask --abstain, attnlab/trust/abstention.py); a withheld one is "I don't know".
-    ``as_json``: each answer as one JSON line (``record``) instead of the tab-separated one."""
+    ``as_json``: each answer as one JSON line (``record``); else the table's header before the
+    first answer, then one row per answer, padded to STREAM_WIDTHS (the widths of answers not yet
+    read are unknown)."""
     answered = failed = 0
+    columns = table_columns(index, model.config.qa_format == "recall")
     for number, line in enumerate(iter(lines.readline, ""), 1):  # readline: no read-ahead
         if not line.strip():
             continue
@@ -38,7 +43,14 @@ def answer_lines(model: LoadedModel, lines: TextIO, out: TextIO, index: CorpusIn
             print(f"attnlab ask: error: {e}", file=sys.stderr, flush=True)
             failed += 1
             continue
-        print(shown_line(answer, index, given is None or given([answer])[0], as_json), file=out, flush=True)
+        ok = given is None or given([answer])[0]
+        if as_json:
+            print(json.dumps(record(answer, index, ok), ensure_ascii=False), file=out, flush=True)
+        else:
+            widths = [STREAM_WIDTHS.get(c, 0) for c in columns]
+            if not answered:
+                print(tables.row_text(columns, widths), file=out)
+            print(tables.row_text(cells(answer, index, ok, columns), widths), file=out, flush=True)
         answered += 1
     if not answered and not failed:
         raise ValueError(NO_QUESTIONS)
@@ -52,22 +64,39 @@ def _text_only(line: str, source: str, number: int) -> None:
         raise DataError(source, number, "not UTF-8 text (attnlab reads questions as UTF-8)")
 
 
-def describe(answer: Answer, index: CorpusIndex | None = None) -> str:
-    """One tab-separated line: question, answer, confidence, [evidence verdict], [recalled]."""
-    note = "" if answer.complete else f" (unfinished: no closing mark within {MAX_NEW_CHARS} characters)"
-    line = f"{answer.question}\t{answer.answer}\tconfidence {answer.confidence:.2f}{note}"
-    if index is not None:
-        line += f"\t{index.find(answer.question, answer.answer).verdict}"
-    if answer.recalled is not None:  # recall format: what the model wrote of the person first
-        line += f"\trecalled: {answer.recalled!r}"
-    return line
+# ---- the human output: labelled, aligned columns ---------------------------------------------
+# Columns are two spaces apart at least; while streaming, each is padded to this width (a longer
+# value pushes the rest of its row right; no answer is longer than MAX_NEW_CHARS).
+STREAM_WIDTHS = {"question": 40, "answer": MAX_NEW_CHARS, "confidence": 10, "evidence": 44, "recalled": 44}
 
 
-def shown_line(answer: Answer, index: CorpusIndex | None, given: bool, as_json: bool = False) -> str:
-    """The output line of one answer: tab-separated for people, or one JSON object."""
-    if as_json:
-        return json.dumps(record(answer, index, given), ensure_ascii=False)
-    return describe(answer, index) if given else withheld(answer)
+def table_columns(index: CorpusIndex | None, recall: bool) -> list[str]:
+    """The columns of ask's table: question, answer, confidence, the corpus verdict (unless
+    --evidence ''), what a recall model recalled, and a note (withheld or unfinished answers)."""
+    return (["question", "answer", "confidence"] + (["evidence"] if index is not None else [])
+            + (["recalled"] if recall else []) + ["note"])
+
+
+def cells(answer: Answer, index: CorpusIndex | None, given: bool, columns: Sequence[str]) -> list[str]:
+    """One answer's row: a withheld answer reads "I don't know", and its note says what it was."""
+    notes = [] if given else [f"withheld: {answer.answer!r}"]
+    if not answer.complete:
+        notes.append(f"unfinished: no closing mark within {MAX_NEW_CHARS} characters")
+    values = {"question": answer.question, "answer": answer.answer if given else "I don't know",
+              "confidence": f"{answer.confidence:.2f}",
+              "evidence": index.find(answer.question, answer.answer).verdict if index is not None else "",
+              "recalled": repr(answer.recalled), "note": "; ".join(notes)}
+    return [values[c] for c in columns]
+
+
+def table(answers: Sequence[Answer], index: CorpusIndex | None, given: Sequence[bool], recall: bool) -> str:
+    """The answers to questions given as arguments: a header and one row each, aligned (the
+    note column only when some answer has a note)."""
+    columns = table_columns(index, recall)
+    rows = [cells(a, index, ok, columns) for a, ok in zip(answers, given)]
+    if not any(r[-1] for r in rows):
+        rows, columns = [r[:-1] for r in rows], columns[:-1]
+    return tables.table(columns, rows)
 
 
 def record(answer: Answer, index: CorpusIndex | None, given: bool) -> dict:
@@ -77,11 +106,6 @@ def record(answer: Answer, index: CorpusIndex | None, given: bool) -> dict:
             "model_answer": answer.answer, "confidence": answer.confidence, "complete": answer.complete,
             "evidence": None if index is None else index.find(answer.question, answer.answer).verdict,
             "recalled": answer.recalled}
-
-
-def withheld(answer: Answer) -> str:
-    """The line of an answer the abstention rule withholds: "I don't know", and what it was."""
-    return f"{answer.question}\tI don't know\t(withheld: {answer.answer!r}, confidence {answer.confidence:.2f})"
 
 
 def evidence_index(corpus: str | None) -> CorpusIndex | None:

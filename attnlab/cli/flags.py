@@ -308,6 +308,15 @@ def one_line(e: BaseException | str) -> str:
     return " ".join(str(e).splitlines())
 
 
+def verbosity(parser: argparse.ArgumentParser) -> None:
+    """Every command: how much it says besides its results (attnlab/core/logs.py)."""
+    g = parser.add_argument_group("output").add_mutually_exclusive_group()
+    g.add_argument("-q", "--quiet", action="store_true",
+                   help="print only results, warnings and errors: no progress bars or notes (default: off)")
+    g.add_argument("-v", "--verbose", action="store_true",
+                   help="also print details: the options resolved, the device, each file read (default: off)")
+
+
 def cpu_settings(parser: argparse.ArgumentParser) -> None:
     section(parser, MACHINE_SECTION).add_argument("--cpu-settings", action=argparse.BooleanOptionalAction, default=True,
                         help="apply the process-wide CPU settings first: flush denormals, keep freed "

@@ -9,7 +9,7 @@ import ipaddress
 import socket
 import sys
 
-from ..core import bounds, paths
+from ..core import bounds, logs, paths
 from ..data.datasets import read_corpus, read_qa, read_questions
 from . import flags, trust
 
@@ -54,7 +54,7 @@ def build_lab(args: argparse.Namespace):
                   for e in read_qa(paths.input_file(args.train_file, "--train-file"), labelled=True)}
     trust.check_abstain_files(args)
     out = paths.output_dir(args.out_dir, "--out-dir")
-    log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    log = lambda message: logs.note(message, stderr=True)  # noqa: E731
     runs = []
     for path in args.runs:
         model = load(path, device=args.device)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from pathlib import Path
 from typing import Callable
 
-from ..core import paths
+from ..core import logs, paths
 from ..model.checkpoint import CHECKPOINT_NAME
 from ..config.settings import DEFAULT_PRESET, PRESETS, ModelConfig, TrainConfig
 from ..data.datasets import read_corpus, read_qa, read_questions
@@ -17,8 +16,9 @@ from . import flags
 from .summary import training_summary
 
 
-def _main_log(env) -> Callable[[str], None]:
-    return print if env.is_main else (lambda _msg: None)
+def _main_log(env, say: Callable[[str], None] = logs.note) -> Callable[[str], None]:
+    """``say`` on the main process; the other ranks of a torchrun say nothing."""
+    return say if env.is_main else (lambda _msg: None)
 
 
 def _configs(args: argparse.Namespace, stage: str, run_dir: Path, device: str
@@ -50,7 +50,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         _, _, result = pretrain(model_config, config, corpus=args.corpus, run_dir=run_dir, resume=args.resume,
                                 overwrite=args.overwrite, log=_main_log(env), mix_qa=args.mix_qa,
                                 held_out=tuple(args.held_out), eval_file=args.eval_file or None)
-        _main_log(env)(training_summary("pretraining", run_dir, result, time.monotonic() - start, [
+        _main_log(env, logs.result)(training_summary("pretraining", run_dir, result, time.monotonic() - start, [
             f"attnlab finetune --init {run_dir} --out-dir {run_dir}-finetuned",
             f"attnlab evaluate {run_dir}   (or: attnlab plot {run_dir})"]))
     return 0
@@ -88,7 +88,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
                                 overwrite=args.overwrite, log=_main_log(env), eval_file=args.eval_file or None)
         if args.eval_file:  # split across ranks; rank 0 writes the predictions
             _, score, _ = evaluate_file(run_dir, args.eval_file, device=device)
-        _main_log(env)(training_summary("finetuning", run_dir, result, time.monotonic() - start, [
+        _main_log(env, logs.result)(training_summary("finetuning", run_dir, result, time.monotonic() - start, [
             f'attnlab ask {run_dir} "Where was Ada Lovelace born?"',
             f"attnlab calibrate {run_dir}   (or: attnlab evaluate {run_dir} --eval-file FILE)"], dev=score))
     return 0
@@ -108,8 +108,8 @@ def run_recipe(init: str) -> str:
         recorded = json.loads(provenance.read_text(encoding="utf-8")).get("preset")
     if recorded in PRESETS:
         return recorded
-    print(f"note: {init} does not record its preset; finetuning with preset {DEFAULT_PRESET!r} "
-          "(choose with --preset)", file=sys.stderr)
+    logs.note(f"note: {init} does not record its preset; finetuning with preset {DEFAULT_PRESET!r} "
+              "(choose with --preset)", stderr=True)
     return DEFAULT_PRESET
 
 

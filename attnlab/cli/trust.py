@@ -17,11 +17,11 @@ from ..trust.calibration import (
     COVERAGES, N_BINS, accuracy_at_coverage, auroc, check_probability, expected_calibration_error, plot_coverage,
     plot_reliability, reliability_bins
 )
-from ..core import bounds, paths
+from ..core import bounds, logs, paths
 from ..config.settings import DEFAULT_TRAIN
 from ..data.datasets import read_corpus, read_questions
 from ..core.outputs import refuse_existing, write_output
-from . import flags
+from . import flags, tables
 from .results import add_json_flag, publish
 
 MAX_INVENTED = 100_000  # audit --names
@@ -123,12 +123,13 @@ def rule_from_args(args: argparse.Namespace, model, vocab, run: str, meta: dict,
     return policy.rule(model, vocab, meta)
 
 
-def _given(args, answers, log: Log) -> tuple[Rule | None, list[bool]]:
+def _given(args, answers) -> tuple[Rule | None, list[bool]]:
     from ..model.checkpoint import load_model
     from ..core.devices import resolve_device
 
     model, vocab, ckpt = load_model(args.checkpoint, device=str(resolve_device(getattr(args, "device", "auto"))))
-    rule = rule_from_args(args, model, vocab, args.checkpoint, ckpt.meta, log)
+    rule_for_run(args, args.checkpoint, ckpt.meta, logs.note)
+    rule = rule_from_args(args, model, vocab, args.checkpoint, ckpt.meta, logs.note)
     if rule is None:
         return None, [True] * len(answers)
     names = people_of(answers_as_examples(answers)) if rule.needs_familiarity else [""] * len(answers)
@@ -141,31 +142,64 @@ def answers_as_examples(answers):
     return [QAExample(a.question, None, "<question>", i + 1) for i, a in enumerate(answers)]
 
 
-def abstain_in_evaluation(args: argparse.Namespace, answers, out: Path, log: Log = print) -> dict:
-    """`evaluate`: rewrite the predictions with an empty line for each withheld answer (input
-    order kept) and report coverage and accuracy on the answered questions (also returned, for
-    --json)."""
-    from ..data.datasets import read_qa
-    from ..answering.evaluate import write_predictions
+def abstain_in_evaluation(args: argparse.Namespace, answers, out: Path, log: Log = logs.result) -> dict | None:
+    """`evaluate`: beside the course's score (every question answered), the abstention figures
+    of a rule: questions answered, abstained, and right among the answered (also returned, for
+    --json). With the run's default rule the predictions stay the course's; a rule the user
+    chose (--abstain, --abstain-below) also rewrites them with an empty line for each withheld
+    answer (input order kept). The default rule is an extra the command was not asked for: when
+    it cannot be fitted for this run (no --holdout-file, questions or characters the run cannot
+    read), a note says so and the evaluation stands (None returned)."""
+    chosen = abstain_mode(args) != "run"
+    try:
+        rule, given = _given(args, answers)
+    except (ValueError, OSError) as e:  # DataError, VocabError, PathError are ValueErrors
+        if chosen:
+            raise
+        logs.note(f"abstention figures not measured: {flags.one_line(e)} (choose a rule with --abstain or "
+                  "--abstain-below, or skip them with --abstain off)")
+        return None
+    if chosen:
+        from ..answering.evaluate import write_predictions
 
-    rule, given = _given(args, answers, log)
-    write_predictions(out, [a.answer if ok else "" for a, ok in zip(answers, given)])
-    examples = read_qa(args.eval_file)
-    n, k = len(answers), sum(given)
-    line = f"{rule.describe()}\nanswered {k}/{n} ({100 * k / n:.1f}% coverage)"
+        write_predictions(out, [a.answer if ok else "" for a, ok in zip(answers, given)])
+    figures = abstention_figures(rule, given, answers, read_qa_labels(args.eval_file))
+    log(_figures_line(figures) + (f"; predictions (withheld: empty line) in {out}" if chosen else
+                                  "; the predictions answer every question (the course's metric)"))
+    return figures
+
+
+def read_qa_labels(path) -> list[str | None]:
+    from ..data.datasets import read_qa
+
+    return [e.answer for e in read_qa(path)]
+
+
+def abstention_figures(rule: Rule, given: Sequence[bool], answers, labels: Sequence[str | None]) -> dict:
+    """How a rule's abstention fares on a question file: ``answered``, ``abstained``, and
+    ``answered_correct`` (right among the answered; None without labels)."""
+    k = sum(given)
     right = None
-    if all(e.answer is not None for e in examples):
-        right = sum(ok and a.answer == e.answer for a, e, ok in zip(answers, examples, given))
+    if all(label is not None for label in labels):
+        right = sum(ok and a.answer == label for a, label, ok in zip(answers, labels, given))
+    return {"rule": rule.describe(), "questions": len(answers), "answered": k, "abstained": len(answers) - k,
+            "answered_correct": right}
+
+
+def _figures_line(f: dict) -> str:
+    n, k, right = f["questions"], f["answered"], f["answered_correct"]
+    line = (f"abstention: {f['rule']}\n  answered {k}/{n} ({100 * k / n:.1f}% coverage), abstained "
+            f"{f['abstained']}/{n}")
+    if right is not None:
         line += f", {right}/{k} ({100 * right / k if k else 0:.1f}%) correct on the answered questions"
-    log(f"{line}; predictions (withheld: empty line) in {out}")
-    return {"rule": rule.describe(), "answered": k, "questions": n, "answered_correct": right}
+    return line
 
 
 def given_in_ask(args: argparse.Namespace, model, log: Log | None = None) -> Callable[[Sequence], list[bool]]:
     """`ask`: a function telling, for a list of answers of the loaded ``model`` (api.py),
     whether each is given (False: shown as "I don't know"). The rule is fitted once, before
     the first question, and told on stderr, so that stdout keeps one line per question."""
-    log = log or (lambda message: print(message, file=sys.stderr, flush=True))
+    log = log or (lambda message: logs.note(message, stderr=True))
     rule_for_run(args, args.checkpoint, model.checkpoint.meta, log)
     if not abstaining(args):
         return lambda answers: [True] * len(answers)
@@ -202,8 +236,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"{args.eval_file}: {sum(right)}/{len(right)} correct; confidence of the greedy answer against right/wrong")
     for line in report_lines(report):
         print(line)
-    rule_for_run(args, args.checkpoint, ckpt.meta, print)
-    rule = rule_from_args(args, model, vocab, args.checkpoint, ckpt.meta, print) or Rule(how="--abstain off")
+    rule_for_run(args, args.checkpoint, ckpt.meta, logs.note)
+    rule = rule_from_args(args, model, vocab, args.checkpoint, ckpt.meta, logs.note) or Rule(how="--abstain off")
     given = decide(model, vocab, rule, people_of(examples), conf)
     k = sum(given)
     kept_right = sum(g and r for g, r in zip(given, right))
@@ -248,6 +282,11 @@ def calibration_report(conf: Sequence[float], right: Sequence[bool]) -> dict:
             "auroc": auroc(conf, right), "accuracy_at_coverage": {c: {"right": r, "answered": n} for c, (r, n) in at.items()}}
 
 
+def _share(k: int, n: int) -> str:
+    """'k/n (p%)', or 'k/0' when there is nothing to share."""
+    return f"{k}/{n} ({k / n:.1%})" if n else f"{k}/0"
+
+
 def _fmt(value: float | None) -> str:
     return "undefined (all right or all wrong)" if value is None else f"{value:.3f}"
 
@@ -256,12 +295,14 @@ def report_lines(report: dict) -> list[str]:
     overall = report["right"] / report["total"]
     lines = [f"ECE ({N_BINS} equal-width bins): {report['ece']:.3f}",
              f"AUROC of confidence, right vs wrong: {_fmt(report['auroc'])}",
-             "coverage  answered  accuracy  x overall"]
+             "the most confident answers, by coverage:"]
+    rows = []
     for c, v in report["accuracy_at_coverage"].items():
         acc = v["right"] / v["answered"]
-        lines.append(f"{float(c):7.0%}  {v['answered']:8d}  {v['right']:4d} ({acc:6.1%})  "
-                     + (f"{acc / overall:.2f}" if overall else "-"))
-    return lines
+        rows.append([f"{float(c):.0%}", str(v["answered"]), str(v["right"]), f"{acc:.1%}",
+                     f"{acc / overall:.2f}" if overall else "-"])
+    header = ["coverage", "answered", "right", "accuracy", "x overall"]
+    return lines + tables.table(header, rows, right=range(len(header)), indent="  ").split("\n")
 
 
 # ---- audit -------------------------------------------------------------------------------------
@@ -282,9 +323,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     model, vocab, ckpt = load_model(args.checkpoint, device=args.device)
     seen = audit_answers(model, vocab, invented, dev, read_qa(args.train_file, labelled=True),
                          batch_size=args.batch_size)
-    fraction = holdout_fraction_for(args, args.checkpoint, ckpt.meta, print)
+    fraction = holdout_fraction_for(args, args.checkpoint, ckpt.meta, logs.note)
     fitted = fit_rules(model, vocab, args.holdout_file, fraction, args.keep_right)
-    rule_for_run(args, args.checkpoint, ckpt.meta, print)
+    rule_for_run(args, args.checkpoint, ckpt.meta, logs.note)
     chosen = policy_from_args(args).choose(fitted) or Rule(how="--abstain off")
     print(f"{len(invented)} invented people (seed {args.seed}; first names and surnames of {args.corpus} "
           f"people, no line of which contains the full name), e.g. {', '.join(invented[:3])}; "
@@ -309,16 +350,16 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _fitted_rule_rows(args: argparse.Namespace, fitted: dict, report_for) -> dict:
-    """The audit of each fitted rule (confidence, name, both), printed as a table."""
-    print("rule (fitted for the target: answer "
-          f"{args.keep_right:.0%} of held-out right answers)  invented abstained  dev abstained  dev right kept")
-    rows = {}
+    """The audit of each fitted rule (confidence, name, both), printed as an aligned table."""
+    print(f"rules fitted for the target: answer {args.keep_right:.0%} of the held-out people's right answers")
+    rows, table_rows = {}, []
     for key, label in [("confidence", "confidence only"), ("name", "name familiarity only"),
                        ("both", "confidence and name familiarity")]:
         r = rows[key] = report_for(fitted[key])
-        print(f"  {label:36s}  {r.invented_abstained:4d}/{r.invented} ({r.invented_abstained / r.invented:6.1%})"
-              f"  {r.dev_abstained:4d}/{r.dev} ({r.dev_abstained / r.dev:6.1%})"
-              f"  {r.dev_right_kept:4d}/{r.dev_right} ({r.dev_right_kept / max(1, r.dev_right):6.1%})")
+        table_rows.append([label, _share(r.invented_abstained, r.invented), _share(r.dev_abstained, r.dev),
+                           _share(r.dev_right_kept, r.dev_right)])
+    print(tables.table(["abstain on", "invented abstained", "dev abstained", "dev right kept"], table_rows,
+                       right=(1, 2, 3), indent="  "))
     return rows
 
 

@@ -22,6 +22,8 @@ import torch
 import torch.distributed as tdist
 from torch import Tensor, nn
 
+from . import logs
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -62,8 +64,8 @@ def setup(device: str = "auto") -> tuple[DistEnv, str]:
         device = "cpu"
     env = environment()
     if env.is_main and env.world_size > 1:
-        print(f"distributed: {env.world_size} processes ({tdist.get_backend()} backend); "
-              "rank 0 logs and writes files")
+        logs.note(f"distributed: {env.world_size} processes ({tdist.get_backend()} backend); "
+                  "rank 0 logs and writes files")
     return env, device
 
 

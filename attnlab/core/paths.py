@@ -19,6 +19,8 @@ import secrets
 from pathlib import Path
 from typing import Any, Iterator
 
+from . import logs
+
 
 class PathError(ValueError):
     """A path that cannot be used as asked: ``path: problem``, one line."""
@@ -50,6 +52,7 @@ def input_file(path: str | os.PathLike, what: str, *, required: bool = True) -> 
         raise PathError(p, f"{what} does not exist{redirect_note(p)}") from None
     except OSError as e:
         raise PathError(p, f"cannot read {what} ({e.strerror})") from None
+    logs.detail(f"{what}: {p} ({p.stat().st_size:,} bytes)")
     return p
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .._version import __version__
-from ..core import datafiles
+from ..core import datafiles, logs
 from ..model.attention import REGISTRY
 from ..model.checkpoint import CHECKPOINT_NAME, remove_stale_temp_files
 from ..config.settings import (
@@ -33,7 +33,7 @@ from ..config.settings import (
 )
 from ..answering.evaluate import Score
 from ..answering.knowledge import Stored
-from ..core.paths import file_sha256
+from ..core.paths import file_sha256, save_figure, write_atomically
 from . import comparison
 from .comparison import correctness
 from ..data.datasets import read_qa
@@ -170,7 +170,7 @@ def _read_json(path: Path) -> Any:
 
 def _write_json(path: Path, value: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value) + "\n")
+    write_atomically(path, json.dumps(value) + "\n")  # a kill -9 or a full disk leaves the earlier one whole
 
 
 # One stage of a row: its name, its run directory and its training, given whether to resume.
@@ -193,7 +193,7 @@ class Runner:
     resume: bool = False  # keep finished rows and continue interrupted stages from their checkpoints
     overwrite: bool = False  # remove the earlier experiment's files and start over
     settings: dict[str, Any] = field(default_factory=dict)
-    log: Callable[[str], None] = print
+    log: Callable[[str], None] = logs.note
 
     def start(self, row_dirs: list[Path]) -> None:
         """Before any work: without resume, reuse or overwrite, an ``out`` that already holds
@@ -358,10 +358,10 @@ class Runner:
             compared = variant_comparison(rows, reference, self.dev_file)
             table += "\n\n" + comparison_table(compared, reference)
             record["comparison"] = comparison_record(compared, reference)
-        (self.out / "results.md").write_text(results_header(settings) + "\n\n" + table + "\n")
-        (self.out / "results.json").write_text(json.dumps(record, indent=2) + "\n")
+        write_atomically(self.out / "results.md", results_header(settings) + "\n\n" + table + "\n")
+        write_atomically(self.out / "results.json", json.dumps(record, indent=2) + "\n")
         plot_dev_accuracy(rows, self.out / "dev_accuracy.png", title)
-        self.log("\n" + table)
+        logs.results_via(self.log)("\n" + table)  # the experiment's result: --quiet keeps it
         return table
 
 
@@ -469,7 +469,7 @@ def plot_dev_accuracy(rows: list[Row], path: Path, title: str) -> Path:
     plt = pyplot()
 
     fig = dev_accuracy_figure(rows, title)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -507,7 +507,7 @@ def demo(
     model_overrides: dict[str, Any] | None = None,
     resume: bool = False,
     overwrite: bool = False,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = logs.note,
 ) -> list[Row]:
     """The main job: the baseline, a model that never read the corpus, the preset's recipe
     trained from scratch (pretrain + finetune) and the shipped model, all scored on dev
@@ -529,7 +529,7 @@ def demo(
             f"{demo_command(preset.name, run.out, attention, device, shipped)}")
         raise
     run.write(rows, "model", f"dev accuracy on {Path(DEFAULT_DEV).name}, preset {preset.name}")
-    log(f"\nextracted: the answer to 'Where was NAME born?' is the dev label; stored: of the dev people "
+    logs.results_via(log)(f"\nextracted: the answer to 'Where was NAME born?' is the dev label; stored: of the dev people "
         f"whose {DEFAULT_CORPUS} line states their place, greedy completion of that line up to the place "
         "gives it. Test predictions: predictions-birth_test_inputs.txt beside each model's dev predictions.")
     return rows
@@ -593,7 +593,7 @@ def compare(
     reuse: bool = False,
     resume: bool = False,
     overwrite: bool = False,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = logs.note,
     preset: str | None = None,  # named in the chart's title
     seeds: int = 1,
     reference: str | None = None,
@@ -629,7 +629,7 @@ def compare(
               settings={**settings, "model": model, "variants": variants, "scratch": scratch, "seeds": seeds,
                         "reference": reference},
               reference=reference)
-    log(f"\nwrote {run.out / 'results.md'}, {run.out / 'results.json'} and {run.out / 'dev_accuracy.png'}; "
+    logs.results_via(log)(f"\nwrote {run.out / 'results.md'}, {run.out / 'results.json'} and {run.out / 'dev_accuracy.png'}; "
         f"runs in {run.out}/*/")
     return rows
 

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from ..config.settings import ModelConfig, TrainConfig
 from .attention.merged_qk import scaled_state
+from ..core import logs
 from ..core.devices import resolve_device
 from .gpt import GPT
 from ..data.vocab import Vocab
@@ -443,4 +444,6 @@ def load_model(path: str | os.PathLike, device: str = "cpu", **overrides: Any) -
     ckpt = load_checkpoint(path, training_state=False)
     model = ckpt.build_model(**overrides).to(resolve_device(str(device)))
     model.eval()
+    logs.detail(f"loaded {ckpt.path}: {model.num_parameters():,} parameters ({model.config.attention}, "
+                f"{model.config.n_layer} layers, {model.config.qa_format} answers) on {next(model.parameters()).device}")
     return model, ckpt.vocab, ckpt

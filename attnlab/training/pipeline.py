@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..core import distributed
+from ..core import distributed, logs
 from . import rundir
 from ..data.batching import CorruptionBatches, PackedBatches, QABatches
 from ..model.checkpoint import CHECKPOINT_NAME, Checkpoint, load_checkpoint, load_model
@@ -59,7 +59,7 @@ def pretrain(
     resume: bool = False,
     overwrite: bool = False,
     device: str | None = None,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = logs.note,
     mix_qa: str | Path | None = DEFAULT_TRAIN,
     held_out: tuple[str | Path, ...] = (DEFAULT_DEV, DEFAULT_TEST),
     eval_file: str | Path | None = None,
@@ -117,7 +117,7 @@ def _resumed(run_dir: Path, stage: str, model_given: dict[str, Any], train_confi
 
 def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: TrainConfig,
                 corpus: str | Path, mix_qa: str | Path | None, held_out, device,
-                log: Callable[[str], None] = print) -> tuple[PackedBatches, str]:
+                log: Callable[[str], None] = logs.note) -> tuple[PackedBatches, str]:
     """Packed rows of corpus lines (and QA examples) for the lm objective."""
     docs = documents(text)
     fmt, K, block = model_config.qa_format, model_config.recall_chars, model_config.block_size
@@ -186,7 +186,7 @@ def finetune(
     resume: bool = False,
     overwrite: bool = False,
     device: str | None = None,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = logs.note,
     eval_file: str | Path | None = None,
 ) -> tuple[GPT, Vocab, TrainResult]:
     """QA finetuning (SPEC 2, 5), from a pretrained checkpoint (``init``) or from scratch
@@ -314,7 +314,7 @@ def evaluate_file(
     device: str = "auto",
     batch_size: int = 256,
     overrides: dict[str, Any] | None = None,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = logs.note,
     stored_corpus: str | Path | None = None,
     overwrite: bool = True,
 ) -> tuple[list[Answer], Score | None, Path]:

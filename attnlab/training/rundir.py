@@ -23,7 +23,7 @@ import socket
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
-from ..core import distributed
+from ..core import distributed, logs
 from ..model.checkpoint import CHECKPOINT_NAME, Checkpoint, load_checkpoint
 from ..core.paths import file_sha256, write_atomically
 from ..config.settings import ModelConfig, TrainConfig, cli_fields
@@ -99,7 +99,7 @@ class RunDir:
 
 @contextlib.contextmanager
 def claim(run_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
-          log: Callable[[str], None] = print) -> Iterator[RunDir]:
+          log: Callable[[str], None] = logs.note) -> Iterator[RunDir]:
     """Hold ``run_dir`` for one run (the lock, then the checkpoint rule); on the way out, also
     on an error or Ctrl-C, the lock is removed and so are directories made here and left
     empty. A nested claim of a directory this process holds only checks the rule again."""

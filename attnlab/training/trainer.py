@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core.progress import progress_bar
-from ..core import cpu_settings
+from ..core import cpu_settings, logs
 from . import rundir
 from ..core import distributed as dist
 from ..data.batching import Batches, length_buckets
@@ -383,7 +383,7 @@ def train(
     settings: dict[str, Any] | None = None,
     trim: bool = True,
     desc: str = "train",
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = logs.note,
     evaluator: Callable[[nn.Module], dict[str, Any]] | None = None,
 ) -> TrainResult:
     """Train ``model`` in place; checkpoints and metrics.jsonl go to ``run_dir``, which the run
