@@ -1,28 +1,70 @@
-"""The Python API: ``attnlab.load(path)`` gives a trained model ready to answer.
+"""The Python API: ``attnlab.load(path)`` gives a trained model ready to answer, and every
+thing the commands do to a model is one method of it.
 
-    model = attnlab.load("runs/finetune-vanilla")      # a run directory or a checkpoint file
-    model.ask(["Where was Ada Lovelace born?"])        # [Answer(question, answer, confidence, ...)]
+    model = attnlab.load("models/cpu")                  # a run directory or a checkpoint file
+    model.ask(["Where was Ada Lovelace born?"])         # [Answer(question, answer, confidence, ...)]
+    model.evaluate("data/birth_dev.tsv")                # Evaluation: accuracy and its 95% interval
+    model.generate("Ada Lovelace. ", max_new=40)        # a continuation
+    model.trace("Where was Ada Lovelace born?")         # Trace: where the fact is carried
+    fixed = model.edit("Ada Lovelace", "Paris")         # a NEW model; ``model`` is unchanged
+    fixed.save("runs/fixed")                            # atomic; never replaces a file unasked
+    logits, cache = model.run_with_cache("Ada Lovelace. ", ["blocks.0.mlp.out"])
 
-Answers come from the same code as ``attnlab ask`` and ``attnlab evaluate``
-(``evaluate.answer_questions``), in the model's own answer format: ``direct``, or ``recall``
-(attnlab/answering/knowledge.py), where each answer also carries what the model recalled of the person.
+Each method calls the library function the command calls (``ask``/``evaluate``:
+attnlab/answering/evaluate.py; ``generate``: attnlab/model/generate.py; ``trace``:
+attnlab/facts/trace.py; ``edit``: attnlab/facts/correction.py; activations by name:
+attnlab/model/hooks.py), so Python and the command line give the same answers. Answers are in
+the model's own answer format: ``direct``, or ``recall`` (attnlab/answering/knowledge.py), where
+each answer also carries what the model recalled of the person.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Iterable
 
 import torch
+from torch import Tensor
 
-from .model.checkpoint import Checkpoint, load_model
-from .config.settings import DEFAULT_TRAIN, ModelConfig, TrainConfig
-from .data.datasets import DataError, QAExample
-from .answering.evaluate import Answer, answer_questions
-from .trust.abstention import DEFAULT_HOLDOUT, DEFAULT_KEEP_RIGHT, Rule, decide, fit_rules, people_of
-from .model.gpt import GPT
+from .answering.evaluate import Answer, Score, answer_questions, evaluate
+from .config.settings import DEFAULT_CORPUS, DEFAULT_TRAIN, ModelConfig, TrainConfig
+from .core.datafiles import resolve as found  # data/NAME and models/NAME from any directory
+from .core.paths import PathError
+from .data.datasets import DataError, QAExample, read_corpus, read_questions
 from .data.vocab import Vocab
+from .facts.correction import edit_fact, training_places
+from .facts.settings import EditSettings, TraceSettings
+from .facts.trace import KINDS, Trace, trace
+from .model.checkpoint import CHECKPOINT_NAME, Checkpoint, load_model, save_checkpoint
+from .model.generate import continue_texts
+from .model.gpt import GPT
+from .model.hooks import capturing, hook_names, needs_weights
+from .trust.abstention import DEFAULT_HOLDOUT, DEFAULT_KEEP_RIGHT, Rule, decide, fit_rules, people_of
+from .trust.policy import AbstainPolicy
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The answers to a labelled question file and their exact-match score."""
+
+    file: str
+    answers: list[Answer]
+    score: Score
+
+    @property
+    def accuracy(self) -> float:
+        """The share of questions answered exactly right (0..1)."""
+        return self.score.correct / self.score.total if self.score.total else 0.0
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The 95% Wilson score interval of the accuracy (0..1)."""
+        return self.score.interval
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.score.with_interval()}"
 
 
 @dataclass
@@ -48,7 +90,7 @@ class LoadedModel:
         return next(self.gpt.parameters()).device
 
     def ask(self, questions: Iterable[str] | str, *, batch_size: int = 256, source: str = "<ask>",
-            first_line: int = 1, abstain: Rule | None = None) -> list[Answer]:
+            first_line: int = 1, abstain: Rule | AbstainPolicy | None = None) -> list[Answer]:
         """Greedy answers, in order, each with its confidence (``Answer.confidence``: the
         probability of the answer and its closing mark) and, for a recall model, what it
         recalled. A bad question raises an error naming ``source`` and its line: VocabError
@@ -57,8 +99,9 @@ class LoadedModel:
 
         ``abstain``: a ``Rule`` (``attnlab.trust.abstention``) under which an answer may be
         withheld, as ``attnlab ask --abstain`` does: ``Rule(confidence=0.8)`` or
-        ``model.abstention_rule()``; a withheld answer comes back with ``answer`` "" and
-        ``withheld`` holding what the model would have said."""
+        ``model.abstention_rule()``, or a policy (``AbstainPolicy(mode="auto")``,
+        ``attnlab.trust.policy``) whose rule is fitted for this model first; a withheld answer
+        comes back with ``answer`` "" and ``withheld`` holding what the model would have said."""
         if isinstance(questions, str):
             questions = [questions]
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -71,6 +114,8 @@ class LoadedModel:
         examples = [QAExample(q.strip(), None, source, first_line + i) for i, q in enumerate(questions)]
         with torch.no_grad():
             answers = answer_questions(self.gpt, self.vocab, examples, batch_size=batch_size)
+        if isinstance(abstain, AbstainPolicy):
+            abstain = abstain.rule(self.gpt, self.vocab, self.checkpoint.meta)
         return answers if abstain is None else self._withhold(answers, examples, abstain, batch_size)
 
     def _withhold(self, answers: list[Answer], examples: list[QAExample], rule: Rule, batch_size: int) -> list[Answer]:
@@ -91,6 +136,93 @@ class LoadedModel:
         fraction = holdout_fraction or recorded or DEFAULT_HOLDOUT
         return fit_rules(self.gpt, self.vocab, train_file or DEFAULT_TRAIN, fraction, keep_right)[kind]
 
+    def evaluate(self, file: str | os.PathLike, *, limit: int = 0, batch_size: int = 256) -> Evaluation:
+        """Answer every question of a labelled ``question<TAB>place`` file (its first ``limit``
+        questions; 0 = all) as ``attnlab evaluate`` does, and score the answers: exact-match
+        accuracy with its 95% Wilson interval. A file without labels is a DataError."""
+        path = found(file)
+        examples = read_questions(path, labelled=True)[: limit or None]
+        with torch.no_grad():
+            answers, score = evaluate(self.gpt, self.vocab, examples, batch_size=batch_size)
+        return Evaluation(str(file), answers, score)  # type: ignore[arg-type]  # labelled: scored
+
+    def generate(self, prompt: str, max_new: int = 100, *, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, seed: int = 0, stop: str | None = None) -> str:
+        """The model's continuation of ``prompt`` (the new characters only), as ``attnlab
+        generate`` writes it: greedy by default, else sampled at ``temperature`` from the
+        ``top_k`` most likely characters and the ``top_p`` probability mass, seeded by ``seed``;
+        it ends after ``max_new`` characters, at the block's end or after the ``stop`` character."""
+        return continue_texts(self.gpt, self.vocab, [prompt], max_new=max_new, temperature=temperature,
+                              top_k=top_k, top_p=top_p, seed=seed, stop=stop)[0]
+
+    def trace(self, question: str, *, name: str | None = None, kinds: Iterable[str] = KINDS,
+              settings: TraceSettings = TraceSettings(), **changes: Any) -> Trace:
+        """The causal trace of ``question`` (``attnlab trace``): for each hidden state (kind,
+        layer, position) the probability of the model's clean answer that copying it from the
+        clean run into a run with the name's embeddings corrupted brings back (``recovered``:
+        kind -> (layers, positions)). ``kinds``: which states are restored, of "residual",
+        "mlp" and "attention"; ``changes`` set fields of ``settings`` (``noise``, ``samples``,
+        ``seed``)."""
+        settings = settings.replace(**changes)
+        return trace(self.gpt, self.vocab, question, name=name, kinds=tuple(kinds), **settings.to_dict())
+
+    def edit(self, person: str, place: str, *, corpus: str | os.PathLike = DEFAULT_CORPUS,
+             train_file: str | os.PathLike | None = DEFAULT_TRAIN, eval_file: str | os.PathLike | None = None,
+             settings: EditSettings = EditSettings(), **changes: Any) -> LoadedModel:
+        """A NEW model in which ``person`` was born in ``place``, as ``attnlab edit`` makes it
+        (this model is unchanged): a gated edit by default, ``method="rome"`` for a rank-one one
+        (``changes`` set fields of ``settings``). ``corpus`` gives the person's line and the key
+        statistics, ``train_file`` their answer format, ``eval_file`` (optional) the other
+        answers whose changes are counted. The report (efficacy, generalisation, specificity,
+        settings) is the new model's ``edit_report``; an edit that misses is an EditFailed."""
+        docs = read_corpus(found(corpus)).split("\n")
+        places = training_places(train_file and found(train_file))
+        settings = settings.replace(**changes)
+        edited, report = edit_fact(self.gpt, self.vocab, person, place, docs, settings=settings, places=places,
+                                   eval_file=eval_file and found(eval_file), corpus_name=str(corpus))
+        meta = {**self.checkpoint.meta, "edit": report}
+        checkpoint = replace(self.checkpoint, meta=meta, path=None, model_state=edited.state_dict(),
+                             edits=list(edited.edits))
+        return LoadedModel(edited, self.vocab, checkpoint)
+
+    @property
+    def edit_report(self) -> dict[str, Any] | None:
+        """The report of the edit that made this model (``edit``), else None."""
+        return self.checkpoint.meta.get("edit")
+
+    @property
+    def edits(self) -> list[dict[str, Any]]:
+        """The edits this model holds, oldest first (``attnlab edits``)."""
+        return list(getattr(self.gpt, "edits", []))
+
+    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
+        """Write the model as a checkpoint every command and ``attnlab.load`` read: ``path`` is a
+        run directory (``path/checkpoint.safetensors``) or a ``.safetensors`` file. The write is
+        atomic (a temporary file, then a rename), and an existing checkpoint is refused (a
+        PathError) unless ``overwrite``. Returns the file written."""
+        target = Path(path)
+        if target.suffix != ".safetensors":
+            target = target / CHECKPOINT_NAME
+        if os.path.lexists(target) and not overwrite:
+            raise PathError(target, "already exists; pass overwrite=True to replace it, or choose another path")
+        return save_checkpoint(target, self.gpt, self.vocab, meta=self.checkpoint.meta)
+
+    @property
+    def hook_names(self) -> list[str]:
+        """Every activation ``run_with_cache`` can read (attnlab/model/hooks.py)."""
+        return hook_names(self.gpt)
+
+    def run_with_cache(self, text: str, names: Iterable[str] | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+        """One forward pass over ``text``: the logits (1, T, vocab) and the activations named
+        ``names`` (default: every hook point, ``hook_names``), each with its batch dimension of 1,
+        e.g. ``cache["blocks.0.mlp.out"]`` (1, T, C) or ``cache["blocks.0.attn.pattern"]``
+        (1, heads, T, T)."""
+        names = self.hook_names if names is None else list(names)
+        ids = torch.tensor([self.vocab.encode(text, source="<text>")], device=self.device)
+        with torch.no_grad(), capturing(self.gpt, names) as cache:
+            logits, _ = self.gpt.run(ids, need_weights=needs_weights(names))
+        return logits, dict(cache)
+
 
 def _check_question(question: Any, source: str, line: int) -> None:
     """A question is a non-empty line of text (DataError naming ``source`` and its line)."""
@@ -105,6 +237,4 @@ def _check_question(question: Any, source: str, line: int) -> None:
 def load(path: str | os.PathLike, device: str = "auto", **overrides: Any) -> LoadedModel:
     """The model of a run directory or checkpoint file, in eval mode on ``device`` (cpu, cuda or
     auto). ``overrides`` change config fields that add no parameters (e.g. attention="argmax")."""
-    from .core.datafiles import resolve as found  # models/NAME from any directory, as on the command line
-
     return LoadedModel(*load_model(found(path), device, **overrides))

@@ -11,6 +11,8 @@ from contextlib import contextmanager
 
 from attnlab import cli
 from attnlab.config.settings import PRESETS, ModelConfig, TrainConfig, cli_fields
+from attnlab.facts.settings import EditSettings, TraceSettings
+from attnlab.trust.policy import AbstainPolicy
 
 HELP_COLUMNS = "100"  # the width --help is read at (issue 24)
 
@@ -55,7 +57,8 @@ def _fields_table(cls) -> list[str]:
     rows = ["| setting | flag | default | what it is |", "| --- | --- | --- | --- |"]
     flags = {f.name for f in cli_fields(cls)}
     for f in dataclasses.fields(cls):
-        flag = f"`--{f.name.replace('_', '-')}`" if f.name in flags else "(not a flag)"
+        name = f.metadata.get("flag") or f"--{f.name.replace('_', '-')}"  # a flag named otherwise says so
+        flag = f"`{name}`" if f.name in flags else "(not a flag)"
         rows.append(f"| `{f.name}` | {flag} | `{_cell(f.default)}` | {_cell(f.metadata.get('help', ''))} |")
     return rows
 
@@ -89,6 +92,12 @@ def configuration_markdown() -> str:
              "them in `config.json`, which `--config FILE` reads back.", "",
              "## Model settings (`ModelConfig`)", "", *_fields_table(ModelConfig), "",
              "## Training settings (`TrainConfig`)", "", *_fields_table(TrainConfig), "",
+             "## Method settings", "",
+             "The settings of `trace`, `edit` and abstention are typed objects too, saved with their",
+             "results (`trace.json`, `edit.json`, `calibration.json`) and taken by the Python API.", "",
+             "### Tracing (`attnlab.facts.settings.TraceSettings`)", "", *_fields_table(TraceSettings), "",
+             "### Editing (`attnlab.facts.settings.EditSettings`)", "", *_fields_table(EditSettings), "",
+             "### Abstention (`attnlab.trust.policy.AbstainPolicy`)", "", *_fields_table(AbstainPolicy), "",
              *_presets_section()]
     return "\n".join(lines)
 

@@ -104,3 +104,21 @@ def test_the_fitted_rule_is_the_one_ask_fits(run, capsys):
     assert cli.main(["ask", str(run), QUESTIONS[0], "--abstain", "auto"]) == 0
     assert rule.describe() in capsys.readouterr().err
     assert model.abstention_rule(kind="confidence").familiarity is None
+
+
+def test_ask_takes_an_abstention_policy(run):
+    """A policy (attnlab/trust/policy.py) is what the abstention flags say; ask fits its rule."""
+    from attnlab.trust.policy import AbstainPolicy
+
+    model = attnlab.load(run)
+    plain = model.ask(QUESTIONS)
+    strict = model.ask(QUESTIONS, abstain=AbstainPolicy(mode="below", below=1.0))
+    assert [a.withheld or a.answer for a in strict] == [a.answer for a in plain]
+    assert all(a.answer == "" for a, p in zip(strict, plain) if p.confidence < 1.0)
+    auto = model.ask(QUESTIONS, abstain=AbstainPolicy(mode="auto"))
+    assert auto == model.ask(QUESTIONS, abstain=model.abstention_rule())  # the rule ask --abstain auto fits
+    assert model.ask(QUESTIONS, abstain=AbstainPolicy()) == plain  # mode off
+    with pytest.raises(ValueError, match="below is the threshold of mode 'below'"):
+        AbstainPolicy(below=0.5)
+    with pytest.raises(ValueError, match="keep_right must be a finite number in"):
+        AbstainPolicy(mode="auto", keep_right=2.0)

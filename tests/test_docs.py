@@ -13,6 +13,8 @@ import pytest
 
 from attnlab import cli
 from attnlab.config.settings import PRESETS, ModelConfig, TrainConfig
+from attnlab.facts.settings import EditSettings, TraceSettings
+from attnlab.trust.policy import AbstainPolicy
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -98,7 +100,7 @@ def test_a_new_command_gets_its_section(monkeypatch):
 
 def test_configuration_page_lists_every_setting_and_preset():
     page = _generator().configuration_markdown()
-    for cls in (ModelConfig, TrainConfig):
+    for cls in (ModelConfig, TrainConfig, TraceSettings, EditSettings, AbstainPolicy):
         for name in cls.__dataclass_fields__:
             assert f"| `{name}` |" in page, name
     for name, preset in PRESETS.items():

@@ -373,9 +373,9 @@ def test_an_edit_that_does_not_take_exits_1_and_writes_nothing(run, tmp_path, ca
         _, edit, target = real(model, *a, **kw)
         return model, edit, target
 
-    from attnlab.cli import facts as cli_facts
+    from attnlab.facts import correction
 
-    monkeypatch.setattr(cli_facts, "edit_model", missing_its_target)
+    monkeypatch.setattr(correction, "edit_model", missing_its_target)
     out = tmp_path / "new" / "edited"
     assert cli.main(["edit", str(run / "run"), "--method", "rome", "--person", "Ana Linda", "--place", "Lima", "--layer", "0",
                      "--out-dir", str(out), "--corpus", str(run / "wiki.txt"), "--eval-file", ""]) == 1

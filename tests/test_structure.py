@@ -197,3 +197,32 @@ def test_an_upward_or_sideways_import_is_caught():
         "attnlab.training.pipeline -> attnlab.trust.calibration (sideways: layer 5 -> 5)",
     ]
 
+
+
+# ---- small functions (docs/architecture.md) ---------------------------------------------------
+MAX_FUNCTION_LINES = 60
+
+
+def long_functions(root: Path = PACKAGE, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``module:function:lines`` for every function (or method) of ``root`` longer than
+    ``limit`` lines, from its ``def`` line to its last statement (docstring included)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    found.append(f"{path.relative_to(root.parent)}:{node.name}:{lines}")
+    return found
+
+
+def test_no_function_in_attnlab_is_longer_than_60_lines():
+    assert long_functions() == []
+
+
+def test_a_long_function_is_found(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(60))
+    (package / "m.py").write_text(f"def short():\n    return 1\n\n\ndef long():\n{body}\n")
+    assert long_functions(package) == ["pkg/m.py:long:61"]

@@ -130,6 +130,8 @@ def test_the_fit_reads_only_held_out_training_labels(recall_run, capsys):
     a = json.loads((recall_run / "a" / "calibration.json").read_text())
     b = json.loads((recall_run / "b" / "calibration.json").read_text())
     assert b["right"] == 0 and a["rule"]["confidence"] == b["rule"]["confidence"]
+    policy = a["rule"]["policy"]  # the abstention settings, saved with the result
+    assert (policy["holdout_fraction"], policy["holdout_file"]) == (0.25, str(recall_run / "train.tsv"))
 
 
 def test_familiarity_is_the_least_likely_character_of_the_name(recall_run):

@@ -71,12 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
         example = f"example:\n  {EXAMPLES[name]}" if name in EXAMPLES else None
         p = sub.add_parser(name, help=help, description=help, formatter_class=flags.Formatter, epilog=example)
         p.set_defaults(func=fn)
-        flags.cpu_settings(p)
-        flags.data_dir(p)
+        made.append(p)
         return p
 
+    made: list[argparse.ArgumentParser] = []
     for register in COMMANDS:
         register(command)
+    for p in made:  # last, so that --help shows a command's own options first
+        flags.data_dir(p)
+        flags.cpu_settings(p)
     return parser
 
 

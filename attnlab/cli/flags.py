@@ -64,6 +64,23 @@ def _renamed(parser: argparse.ArgumentParser, new: str, old: tuple[str, ...], **
 
 
 # ---- shared flags ------------------------------------------------------------------------------
+# --help groups the options of every command under the same titles (issue 24, item 6): the
+# command's own options first, then "model" and "training" (flags generated from the configs),
+# then these; each shared flag below puts itself in its section.
+DATA_SECTION = "data files"
+OUTPUT_SECTION = "output"
+MACHINE_SECTION = "machine"
+
+
+def section(parser, title: str):
+    """The argument group called ``title`` of ``parser`` (made on first use); a group passed in
+    is used as it is (argparse groups do not nest)."""
+    if not isinstance(parser, argparse.ArgumentParser):
+        return parser
+    found = [g for g in parser._action_groups if g.title == title]  # argparse has no public lookup
+    return found[0] if found else parser.add_argument_group(title)
+
+
 def device_name(text: str) -> str:
     """argparse type of --device: a device this machine has (devices.check_device)."""
     try:
@@ -73,7 +90,7 @@ def device_name(text: str) -> str:
 
 
 def device(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="auto", type=device_name,
+    section(parser, MACHINE_SECTION).add_argument("--device", default="auto", type=device_name,
                         help="cpu, cuda, cuda:N or auto (CUDA when there is one)")
 
 
@@ -97,24 +114,24 @@ def resolve_preset(name: str) -> str:
 
 
 def corpus(parser: argparse.ArgumentParser, help: str = "pretraining corpus, one document per line") -> None:
-    parser.add_argument("--corpus", default=DEFAULT_CORPUS.as_written, help=help)
+    section(parser, DATA_SECTION).add_argument("--corpus", default=DEFAULT_CORPUS.as_written, help=help)
 
 
 def train_file(parser: argparse.ArgumentParser, help: str = "question<TAB>place training file") -> None:
-    parser.add_argument("--train-file", default=DEFAULT_TRAIN.as_written, help=help)
+    section(parser, DATA_SECTION).add_argument("--train-file", default=DEFAULT_TRAIN.as_written, help=help)
 
 
 def eval_file(parser: argparse.ArgumentParser, help: str, old: tuple[str, ...] = ()) -> None:
     """The labelled (or, for evaluate, possibly unlabelled) question file a command scores."""
-    _renamed(parser, "--eval-file", old, default=DEFAULT_DEV.as_written, help=help)
+    _renamed(section(parser, DATA_SECTION), "--eval-file", old, default=DEFAULT_DEV.as_written, help=help)
 
 
 def out_dir(parser: argparse.ArgumentParser, default: str | None, help: str, old: tuple[str, ...] = ()) -> None:
-    _renamed(parser, "--out-dir", old, default=default, help=help)
+    _renamed(section(parser, OUTPUT_SECTION), "--out-dir", old, default=default, help=help)
 
 
 def resume(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--resume", action="store_true",
+    section(parser, OUTPUT_SECTION).add_argument("--resume", action="store_true",
                         help="continue from the run directory's checkpoint (default: start afresh)")
 
 
@@ -123,7 +140,7 @@ def resume_or_overwrite(parser: argparse.ArgumentParser) -> None:
     (attnlab/training/rundir.py; the flags a resumed run may change are rundir.RESUMABLE)."""
     from ..training.rundir import resumable_flags
 
-    group = parser.add_mutually_exclusive_group()
+    group = section(parser, OUTPUT_SECTION).add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true",
                        help="continue the run in the output directory from its checkpoint: the model, "
                             "schedule, data and settings are the checkpoint's (--preset is not used), and "
@@ -137,7 +154,7 @@ def resume_or_overwrite(parser: argparse.ArgumentParser) -> None:
 
 def overwrite(parser: argparse.ArgumentParser, what: str) -> None:
     """Commands that write files: without --overwrite an existing output is refused (outputs.py)."""
-    parser.add_argument("--overwrite", action="store_true",
+    section(parser, OUTPUT_SECTION).add_argument("--overwrite", action="store_true",
                         help=f"replace {what} if it exists (default: off: an existing file is refused, "
                              "exit code 2, and left as it was)")
 
@@ -170,7 +187,7 @@ def attention_view(parser: argparse.ArgumentParser) -> None:
 
 def data_dir(parser: argparse.ArgumentParser) -> None:
     """Every command: where ``data/NAME`` paths are read (resolve_data_paths, datafiles.py)."""
-    parser.add_argument("--data-dir", default=None, metavar="DIR",
+    section(parser, DATA_SECTION).add_argument("--data-dir", default=None, metavar="DIR",
                         help="directory holding the data files: data/NAME options read DIR/NAME "
                              f"(or ${datafiles.DATA_DIR_ENV}) (default: ./data if present, else the "
                              "installed package's data)")
@@ -292,7 +309,7 @@ def one_line(e: BaseException | str) -> str:
 
 
 def cpu_settings(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cpu-settings", action=argparse.BooleanOptionalAction, default=True,
+    section(parser, MACHINE_SECTION).add_argument("--cpu-settings", action=argparse.BooleanOptionalAction, default=True,
                         help="apply the process-wide CPU settings first: flush denormals, keep freed "
                              "memory (attnlab/core/cpu_settings.py) (default: on)")
 
@@ -374,3 +391,18 @@ def model_config_from(args: argparse.Namespace) -> ModelConfig:
 def train_config_from(args: argparse.Namespace, stage: str) -> TrainConfig:
     return dataclasses.replace(getattr(get_preset(args.preset), stage), preset=args.preset,
                                **overrides(args, TrainConfig))
+
+
+# ---- flags generated from settings objects (attnlab/facts/settings.py) ------------------------
+def settings_flags(parser, cls: type, help: dict[str, str] | None = None) -> None:
+    """One flag per field of the settings dataclass ``cls``, with the field's default, help text
+    (or ``help[name]`` for this command) and parser: its bound, its choices, or ``parse``."""
+    for f in dataclasses.fields(cls):
+        kind = f.metadata["bound"].argtype() if "bound" in f.metadata else f.metadata.get("parse", str)
+        parser.add_argument(_flag(f.name), dest=f.name, type=kind, default=f.default,
+                            choices=f.metadata.get("choices"), help=(help or {}).get(f.name, f.metadata["help"]))
+
+
+def settings_from(args: argparse.Namespace, cls: type):
+    """The settings object of ``cls`` from the flags ``settings_flags`` added."""
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})

@@ -20,6 +20,8 @@ import math
 import sys
 from typing import Any, Iterator, TextIO
 
+from .flags import OUTPUT_SECTION, section
+
 EXIT_FAILED = 1
 
 
@@ -28,7 +30,7 @@ class GoalNotMet(Exception):
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true",
+    section(parser, OUTPUT_SECTION).add_argument("--json", action="store_true",
                         help="print one JSON document on stdout (the human output goes to stderr) "
                              "(default: off)")
 

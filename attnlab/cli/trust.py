@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Callable, Sequence
 
 from ..trust.abstention import DEFAULT_HOLDOUT, Rule, decide, fit_rules, people_of
+from ..trust.policy import AbstainPolicy
 from ..trust.calibration import (
     COVERAGES, N_BINS, accuracy_at_coverage, auroc, check_probability, expected_calibration_error, plot_coverage,
     plot_reliability, reliability_bins
@@ -107,14 +107,20 @@ def holdout_fraction_for(args: argparse.Namespace, run: str, meta: dict, log: Lo
     return fraction
 
 
-def rule_from_args(args: argparse.Namespace, model, vocab, run: str, meta: dict, log: Log) -> Rule | None:
+def policy_from_args(args: argparse.Namespace) -> AbstainPolicy:
+    """The abstention flags (checked: check_abstain_flags) as a policy; an unsettled "run"
+    default (rule_for_run) fits both thresholds, as auto does."""
     mode = abstain_mode(args)
-    if mode == "below":
-        return Rule(args.abstain_below, None, "--abstain-below")
-    if mode == "off":
-        return None
-    fraction = holdout_fraction_for(args, run, meta, log)
-    return fit_rules(model, vocab, args.holdout_file, fraction, args.keep_right)["name" if mode == "names" else "both"]
+    return AbstainPolicy(mode="auto" if mode == "run" else mode, below=args.abstain_below,
+                         keep_right=args.keep_right, holdout_file=args.holdout_file,
+                         holdout_fraction=args.holdout_fraction)
+
+
+def rule_from_args(args: argparse.Namespace, model, vocab, run: str, meta: dict, log: Log) -> Rule | None:
+    policy = policy_from_args(args)
+    if policy.mode in ("auto", "names"):
+        holdout_fraction_for(args, run, meta, log)  # says when the run does not record its held-out people
+    return policy.rule(model, vocab, meta)
 
 
 def _given(args, answers, log: Log) -> tuple[Rule | None, list[bool]]:
@@ -202,7 +208,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     k = sum(given)
     kept_right = sum(g and r for g, r in zip(given, right))
     report["rule"] = {"describe": rule.describe(), "confidence": rule.confidence, "familiarity": rule.familiarity,
-                      "answered": k, "answered_right": kept_right, "right": sum(right), "total": len(right)}
+                      "answered": k, "answered_right": kept_right, "right": sum(right), "total": len(right),
+                      "policy": policy_from_args(args).to_dict()}
     print(f"{rule.describe()}\n  on {args.eval_file}: answered {k}/{len(right)} ({100 * k / len(right):.1f}% coverage), "
           f"{kept_right}/{k} ({100 * kept_right / max(1, k):.1f}%) correct; "
           f"{kept_right}/{sum(right)} of the right answers kept")
@@ -259,12 +266,10 @@ def report_lines(report: dict) -> list[str]:
 
 # ---- audit -------------------------------------------------------------------------------------
 def cmd_audit(args: argparse.Namespace) -> int:
-    from ..trust.audit import AuditReport, invent_people, name_echo, plot_audit
+    from ..trust.audit import audit_answers, invent_people, name_echo, plot_audit
     from ..answering.knowledge import require_person
     from ..model.checkpoint import load_model
-    from ..data.datasets import QAExample, documents, read_qa
-    from ..answering.evaluate import answer_questions
-    from ..core.devices import resolve_device
+    from ..data.datasets import documents, read_qa
 
     _check_names(args.names)
     check_abstain_flags(args)
@@ -274,32 +279,37 @@ def cmd_audit(args: argparse.Namespace) -> int:
     read_questions(paths.input_file(args.holdout_file, "--holdout-file"), labelled=True)
     out = _out_dir(args, "audit", AUDIT_FILES)
     invented = invent_people(docs, args.names, args.seed)
-    model, vocab, ckpt = load_model(args.checkpoint, device=str(resolve_device(args.device)))
-    questions = [QAExample(f"Where was {n} born?", None, "<invented>", i + 1) for i, n in enumerate(invented)]
-    inv_answers = answer_questions(model, vocab, questions, batch_size=args.batch_size)
-    dev_answers = answer_questions(model, vocab, dev, batch_size=args.batch_size)
-    dev_right = [a.answer == e.answer for a, e in zip(dev_answers, dev)]
-    train_top = [p for p, _ in Counter(e.answer for e in read_qa(args.train_file, labelled=True)).most_common(10)]
-
+    model, vocab, ckpt = load_model(args.checkpoint, device=args.device)
+    seen = audit_answers(model, vocab, invented, dev, read_qa(args.train_file, labelled=True),
+                         batch_size=args.batch_size)
     fraction = holdout_fraction_for(args, args.checkpoint, ckpt.meta, print)
     fitted = fit_rules(model, vocab, args.holdout_file, fraction, args.keep_right)
     rule_for_run(args, args.checkpoint, ckpt.meta, print)
-    mode = abstain_mode(args)
-    chosen = (Rule(args.abstain_below, None, "--abstain-below") if mode == "below"
-              else fitted["both"] if mode == "auto" else fitted["name"] if mode == "names"
-              else Rule(how="--abstain off"))
-
-    def report_for(rule: Rule) -> AuditReport:
-        inv_given = decide(model, vocab, rule, invented, [a.confidence for a in inv_answers])
-        dev_given = decide(model, vocab, rule, people_of(dev), [a.confidence for a in dev_answers])
-        places = Counter(a.answer for a, ok in zip(inv_answers, inv_given) if ok)
-        return AuditReport(rule.describe(), len(invented), len(invented) - sum(inv_given), len(dev),
-                           len(dev) - sum(dev_given), sum(dev_right),
-                           sum(ok and r for ok, r in zip(dev_given, dev_right)), places, train_top)
-
+    chosen = policy_from_args(args).choose(fitted) or Rule(how="--abstain off")
     print(f"{len(invented)} invented people (seed {args.seed}; first names and surnames of {args.corpus} "
           f"people, no line of which contains the full name), e.g. {', '.join(invented[:3])}; "
-          f"{len(dev)} dev people of {args.eval_file}, {sum(dev_right)} answered correctly")
+          f"{len(dev)} dev people of {args.eval_file}, {sum(seen.dev_right)} answered correctly")
+    rows = _fitted_rule_rows(args, fitted, lambda rule: seen.report(model, vocab, rule))
+    unrestricted = seen.report(model, vocab, Rule(how="never abstain"))
+    report = seen.report(model, vocab, chosen)
+    print("\n" + "\n".join(report.lines()))
+    print("\nwith no abstention, places answered for invented people:\n" + "\n".join(unrestricted.lines()[4:]))
+    known = {require_person(e): e.answer for f in (args.train_file, args.eval_file) for e in read_qa(f, labelled=True)}
+    echo = name_echo(invented, [a.answer for a in seen.invented_answers], known)
+    print(f"guided by the name? {echo} (real people: {args.train_file} and {args.eval_file})")
+    plot_audit(report, unrestricted, out / "audit.png")
+    write_output(out / "invented.txt", "".join(
+        f"{n}\t{a.answer}\t{a.confidence:.4f}\n" for n, a in zip(invented, seen.invented_answers)), args.overwrite)
+    summary = {key: _audit_json(r) for key, r in {**rows, "chosen": report, "never": unrestricted}.items()}
+    summary["name_echo"] = {"echoed": echo.echoed, "answered": echo.answered, "chance": echo.chance}
+    write_output(out / "audit.json", json.dumps(summary, indent=2) + "\n", args.overwrite)
+    print(f"wrote {out / 'audit.png'}, {out / 'audit.json'} and {out / 'invented.txt'} (name, answer, confidence)")
+    publish(args, {**summary, "written": [str(out / f) for f in AUDIT_FILES]})
+    return 0
+
+
+def _fitted_rule_rows(args: argparse.Namespace, fitted: dict, report_for) -> dict:
+    """The audit of each fitted rule (confidence, name, both), printed as a table."""
     print("rule (fitted for the target: answer "
           f"{args.keep_right:.0%} of held-out right answers)  invented abstained  dev abstained  dev right kept")
     rows = {}
@@ -309,22 +319,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"  {label:36s}  {r.invented_abstained:4d}/{r.invented} ({r.invented_abstained / r.invented:6.1%})"
               f"  {r.dev_abstained:4d}/{r.dev} ({r.dev_abstained / r.dev:6.1%})"
               f"  {r.dev_right_kept:4d}/{r.dev_right} ({r.dev_right_kept / max(1, r.dev_right):6.1%})")
-    unrestricted = report_for(Rule(how="never abstain"))
-    report = report_for(chosen)
-    print("\n" + "\n".join(report.lines()))
-    print("\nwith no abstention, places answered for invented people:\n" + "\n".join(unrestricted.lines()[4:]))
-    known = {require_person(e): e.answer for f in (args.train_file, args.eval_file) for e in read_qa(f, labelled=True)}
-    echo = name_echo(invented, [a.answer for a in inv_answers], known)
-    print(f"guided by the name? {echo} (real people: {args.train_file} and {args.eval_file})")
-    plot_audit(report, unrestricted, out / "audit.png")
-    write_output(out / "invented.txt", "".join(
-        f"{n}\t{a.answer}\t{a.confidence:.4f}\n" for n, a in zip(invented, inv_answers)), args.overwrite)
-    summary = {key: _audit_json(r) for key, r in {**rows, "chosen": report, "never": unrestricted}.items()}
-    summary["name_echo"] = {"echoed": echo.echoed, "answered": echo.answered, "chance": echo.chance}
-    write_output(out / "audit.json", json.dumps(summary, indent=2) + "\n", args.overwrite)
-    print(f"wrote {out / 'audit.png'}, {out / 'audit.json'} and {out / 'invented.txt'} (name, answer, confidence)")
-    publish(args, {**summary, "written": [str(out / f) for f in AUDIT_FILES]})
-    return 0
+    return rows
 
 
 def _check_names(names: int) -> None:

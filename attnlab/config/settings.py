@@ -69,6 +69,31 @@ class _Serialisable:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
+class Settings(_Serialisable):
+    """A method's settings as a typed object (``EditSettings``, ``TraceSettings``:
+    attnlab/facts/settings.py; ``AbstainPolicy``: attnlab/trust/policy.py), its fields made with
+    ``_f`` as the configs' are: each checked when the object is made (a ValueError naming the
+    field), ``None`` allowed where it is the default, and a field with ``parse=int`` (a number
+    whose range depends on the model) only checked to be an integer."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is None and f.default is None:
+                continue
+            if f.metadata.get("parse") is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+                problem = None if ok else f"must be an integer, got {value!r}"
+            else:
+                problem = field_problem(f, value)
+            if problem:
+                raise ValueError(f"{f.name} {problem}")
+
+    def replace(self, **changes: Any):
+        """A copy with ``changes``, checked as when made."""
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
 @dataclass(frozen=True)
 class ModelConfig(_Serialisable):
     """The GPT's shape (SPEC section 4). Keyword defaults are the course ("spec") numbers."""
@@ -292,8 +317,10 @@ _CPU15 = Preset(
                          batch_size=16, learning_rate=3e-3, optimizer="muon", checkpoint_every=500),
     # one finetuning epoch on the same 500 people: after Muon pretraining on every training
     # person, three epochs gave 315/400 held-out people, one 313, none 310; finetuning on people
-    # whose lines pretraining left out undid it (docs/guides/knowledge.md)
-    finetune=dataclasses.replace(_CPU.finetune, epochs=1, mix_people=500),
+    # whose lines pretraining left out undid it (docs/guides/knowledge.md). Those other people
+    # still teach the read-out, with their line given and only the place scored (reading places
+    # out of unseen people's own lines improves; docs/guides/knowledge.md has the probe)
+    finetune=dataclasses.replace(_CPU.finetune, epochs=1, mix_people=500, read_out_people=1500),
     finetune_scratch=_CPU.finetune_scratch,
     expected="about 15 minutes on 2 CPU cores",
 )

@@ -165,6 +165,16 @@ def fit_relative_bias(pos_scores: torch.Tensor) -> tuple[torch.Tensor, float]:
     return pi, residual
 
 
+def _score_identities(x: torch.Tensor, p: torch.Tensor) -> tuple[float, float]:
+    """How far the scores z.z of added (z = x + p) and concatenated (z = [x, p]) embeddings are
+    from x.x + p.p + cross and from x.x + p.p: both are 0 up to rounding."""
+    z_add = x + p
+    z_cat = torch.cat([x, p], dim=1)
+    cross = x @ p.T + p @ x.T  # cross[i, j] = x_i . p_j + p_i . x_j
+    base = x @ x.T + p @ p.T
+    return (z_add @ z_add.T - (base + cross)).abs().max().item(), (z_cat @ z_cat.T - base).abs().max().item()
+
+
 def _cross_term_sizes(n: int, d: int, gen: torch.Generator) -> tuple[list[tuple[int, float, float]], bool]:
     """(width, measured rms, predicted rms) of the cross term x_i.p_j + p_i.x_j at random
     initialisation, over many draws and several widths, and whether each is within 25%."""
@@ -217,14 +227,7 @@ def topic_positions(o: ExploreOptions) -> TopicResult:
     # Random initialisation: components N(0, 1/d), so every vector has norm about 1.
     x = _randn(n, d, gen=gen) / math.sqrt(d)
     p = _randn(n, d, gen=gen) / math.sqrt(d)
-    z_add = x + p
-    z_cat = torch.cat([x, p], dim=1)
-    s_add = z_add @ z_add.T
-    s_cat = z_cat @ z_cat.T
-    cross = x @ p.T + p @ x.T  # cross[i, j] = x_i . p_j + p_i . x_j
-    base = x @ x.T + p @ p.T
-    add_identity = (s_add - (base + cross)).abs().max().item()
-    cat_identity = (s_cat - base).abs().max().item()
+    add_identity, cat_identity = _score_identities(x, p)
     cross_rows, cross_ok = _cross_term_sizes(n, d, gen)
     cross_rms = next(rms for width, rms, _ in cross_rows if width == d)
     cross_pred = next(pred for width, _, pred in cross_rows if width == d)

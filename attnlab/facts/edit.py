@@ -1,7 +1,7 @@
 """Rank-one model editing (Meng et al. 2022, ROME, section 3): change where one person was born
 by changing one MLP's output weights.
 
-ROME reads an MLP's output matrix W (here ``blocks[l].mlp[2]``, out = W k + b) as a key-value
+ROME reads an MLP's output matrix W (here ``blocks[l].mlp_proj``, out = W k + b) as a key-value
 memory: the key k is the MLP's hidden activation (its input to W) at one position, the value
 W k + b is what the MLP writes into the residual stream there. The edit:
 
@@ -35,6 +35,7 @@ place where the text spells it, then ``⁇PLACE⁇`` -- so the recalled line and
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ import torch
 from torch import Tensor
 
 from ..model.gpt import GPT
+from ..model.hooks import capturing, hook_point
 from .trace import TraceError
 from ..data.vocab import MASK_CHAR, PAD_ID, Vocab
 
@@ -65,9 +67,9 @@ def check_layer(model: GPT, layer: int) -> int:
 
 # ---- keys ------------------------------------------------------------------------------------
 def _keys_hook(model: GPT, layer: int, store: list[Tensor]):
-    """Record the input of the MLP's output matrix (the key vectors) on every forward pass."""
-    return model.blocks[layer].mlp[2].register_forward_hook(
-        lambda _m, inputs, _out: store.append(inputs[0].detach()))
+    """Record the input of the MLP's output matrix (the key vectors, hook point
+    ``blocks.L.mlp.hidden``) on every forward pass."""
+    return hook_point(model, f"blocks.{layer}.mlp.hidden").read(lambda keys: store.append(keys.detach()))
 
 
 def _right_padded(rows: list[list[int]], device) -> Tensor:
@@ -98,7 +100,7 @@ def key_second_moment(model: GPT, vocab: Vocab, texts: list[str], layer: int, *,
     if not rows:
         raise TraceError("no texts to estimate the key statistics from")
     device = model.tok_emb.weight.device
-    width = model.blocks[layer].mlp[2].in_features
+    width = model.blocks[layer].mlp_proj.in_features
     total = torch.zeros(width, width, dtype=torch.float64, device=device)
     count = 0
     model.eval()
@@ -306,7 +308,6 @@ def optimise_value(model: GPT, x: Tensor, y: Tensor, weights: Tensor, layer: int
        falls by a third to a half; other dev answers changed 12.7% -> 9.0%).
 
     Returns delta, loss before, loss after (of the delta returned), steps of phase 1."""
-    out_layer, block = model.blocks[layer].mlp[2], model.blocks[layer]
     focus = (weights[0] >= 1.0) & (y[0] != PAD_ID)
 
     def loss_of(logits: Tensor) -> Tensor:
@@ -316,27 +317,15 @@ def optimise_value(model: GPT, x: Tensor, y: Tensor, weights: Tensor, layer: int
     def greedy_right(logits: Tensor) -> bool:
         return bool(torch.equal(logits[0][focus].argmax(-1), y[0][focus]))
 
-    with torch.no_grad():
-        store: list[Tensor] = []
-        h = block.register_forward_hook(lambda _m, _i, out: store.append(out[0].detach()))
-        try:
-            logits, _ = model.run(x)
-        finally:
-            h.remove()
-        scale = float(store[0][0, positions].norm(dim=-1).mean()) or 1.0
-        before = float(loss_of(logits))
+    logits, scale, width = _clean_run(model, x, layer, positions)
+    before = float(loss_of(logits))
     u = directions.to(x.device).reshape(-1, directions.shape[-1])
-    delta = torch.zeros(u.shape[0], store[0].shape[-1], device=x.device, requires_grad=True)
+    delta = torch.zeros(u.shape[0], width, device=x.device, requires_grad=True)
 
     def edit(_m, inputs, out):
         return out + (inputs[0] @ u.T) @ delta
 
-    params = list(model.parameters())
-    grads = [p.requires_grad for p in params]
-    for p in params:
-        p.requires_grad_(False)
-    handle = out_layer.register_forward_hook(edit)
-    try:
+    with _frozen(model), model.blocks[layer].mlp_proj.register_forward_hook(edit):
         step, after, reached = _reach(model, x, delta, loss_of, greedy_right, succeeded, scale, steps=steps,
                                       lr=lr, weight_decay=weight_decay, clamp=clamp, check_every=check_every)
         if reached and tighten_steps:
@@ -344,11 +333,32 @@ def optimise_value(model: GPT, x: Tensor, y: Tensor, weights: Tensor, layer: int
                      check_every=2 * check_every)
             with torch.no_grad():
                 after = float(loss_of(model.run(x)[0]))
+    return delta.detach(), before, after, step
+
+
+@torch.no_grad()
+def _clean_run(model: GPT, x: Tensor, layer: int, positions: list[int]) -> tuple[Tensor, float, int]:
+    """The unedited model's logits on x, the mean norm of the residual stream after ``layer`` at
+    ``positions`` (1 where it is 0: the scale of delta) and the stream's width."""
+    name = f"blocks.{layer}.resid_post"
+    with capturing(model, [name]) as cache:
+        logits, _ = model.run(x)
+    stream = cache[name]
+    return logits, float(stream[0, positions].norm(dim=-1).mean()) or 1.0, stream.shape[-1]
+
+
+@contextlib.contextmanager
+def _frozen(model: GPT):
+    """No parameter of ``model`` takes a gradient inside the block (only delta is optimised)."""
+    params = list(model.parameters())
+    grads = [p.requires_grad for p in params]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
     finally:
-        handle.remove()
         for p, g in zip(params, grads):
             p.requires_grad_(g)
-    return delta.detach(), before, after, step
 
 
 def _reach(model, x, delta, loss_of, greedy_right, succeeded, scale, *, steps, lr, weight_decay, clamp,
@@ -478,7 +488,7 @@ def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, seco
     weights = torch.full(y.shape, rest_weight, device=y.device)
     weights[0, [p - 1 for p in target.focus]] = 1.0
     states = keys_of(model, x, layer)
-    weight = model.blocks[layer].mlp[2].weight.detach().clone()
+    weight = model.blocks[layer].mlp_proj.weight.detach().clone()
 
     def edit_with(groups: list[list[int]]) -> tuple[GPT, Edit]:
         """The edit with one key (and value) per group of positions."""
@@ -493,7 +503,7 @@ def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, seco
 
         def merge(delta: Tensor) -> GPT:
             with torch.no_grad():
-                edited.blocks[layer].mlp[2].weight.copy_(rank_update(weight, keys, delta, second_moment, ridge))
+                edited.blocks[layer].mlp_proj.weight.copy_(rank_update(weight, keys, delta, second_moment, ridge))
             return edited
 
         def answers_place(delta: Tensor) -> bool:

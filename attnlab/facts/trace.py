@@ -8,8 +8,9 @@ corrupted, except that one hidden state -- one (layer, position) of the residual
 MLP output or of an attention output -- is copied from the clean run. The probability of the
 clean answer that a restored state brings back says how much of the fact that state carries.
 
-Everything is done with forward hooks on the unchanged model (embedding, blocks, MLPs and
-attention modules), so it works for every attention variant.
+Everything is done through the model's named hook points (attnlab/model/hooks.py: ``embed``,
+``blocks.L.resid_post``, ``blocks.L.mlp.out``, ``blocks.L.attn.out``), forward hooks on the
+unchanged model, so it works for every attention variant.
 
 **The answer point.** The model writes its answer character by character, so "the input" and
 "the answer" are defined where the place is produced from the weights:
@@ -32,9 +33,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..model.gpt import GPT
+from ..model.hooks import capturing, hook_point
 from ..core.paths import save_figure
 from ..data.vocab import MASK_CHAR, Vocab
 from ..core.plotting import pyplot
@@ -117,34 +119,23 @@ def answer_point(model: GPT, vocab: Vocab, question: str, name: str | None = Non
 
 
 # ---- hooks -----------------------------------------------------------------------------------
-def hooked_module(model: GPT, kind: str, layer: int) -> nn.Module:
-    """The module whose output is the hidden state of ``kind`` at ``layer``: the block (its
-    output is the residual stream after the layer), its MLP, or its attention."""
-    block = model.blocks[layer]
-    return {"residual": block, "mlp": block.mlp, "attention": block.attn}[kind]
+# What one restoration copies, by kind: the hook point (attnlab/model/hooks.py) of each layer.
+POINTS = {"residual": "blocks.{}.resid_post", "mlp": "blocks.{}.mlp.out", "attention": "blocks.{}.attn.out"}
 
 
-def _first(output):
-    """Blocks and attention modules return (hidden, weights); MLPs return the hidden state."""
-    return output[0] if isinstance(output, tuple) else output
-
-
-def _with_first(output, hidden: Tensor):
-    return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+def point_name(kind: str, layer: int) -> str:
+    """The hook point holding the hidden state of ``kind`` at ``layer``: the residual stream
+    after the block, its MLP's output or its attention's output."""
+    return POINTS[kind].format(layer)
 
 
 @torch.no_grad()
 def record_states(model: GPT, ids: Tensor) -> tuple[Tensor, dict[tuple[str, int], Tensor]]:
     """One clean forward pass of ids (1, T): logits and every hidden state (kind, layer) -> (T, C)."""
-    states: dict[tuple[str, int], Tensor] = {}
-    with contextlib.ExitStack() as stack:
-        for kind in KINDS:
-            for layer in range(model.config.n_layer):
-                def keep(_m, _i, out, key=(kind, layer)):
-                    states[key] = _first(out)[0].detach().clone()
-                stack.enter_context(hooked_module(model, kind, layer).register_forward_hook(keep))
+    keys = {point_name(kind, layer): (kind, layer) for kind in KINDS for layer in range(model.config.n_layer)}
+    with capturing(model, keys) as cache:
         logits, _ = model.run(ids)
-    return logits, states
+    return logits, {key: cache[name][0].clone() for name, key in keys.items()}
 
 
 @contextlib.contextmanager
@@ -155,17 +146,14 @@ def corrupted(model: GPT, starts: list[int], noise: Tensor | None):
         yield
         return
 
-    def add(_m, _i, out):
+    def add(out):
         out = out.clone()
         for start in starts:
             out[:, start:start + noise.shape[0]] += noise.to(out.dtype)
         return out
 
-    handle = model.tok_emb.register_forward_hook(add)
-    try:
+    with hook_point(model, "embed").patch(add):
         yield
-    finally:
-        handle.remove()
 
 
 @contextlib.contextmanager
@@ -183,11 +171,11 @@ def restored(model: GPT, plan: list[list[tuple[str, int, int]]], clean: dict[tup
             r, p = torch.tensor(rows), torch.tensor(positions)
             source = clean[(kind, layer)]
 
-            def patch(_m, _i, out, r=r, p=p, source=source):
-                hidden = _first(out).clone()
+            def patch(hidden, r=r, p=p, source=source):
+                hidden = hidden.clone()
                 hidden[r, p] = source[p].to(hidden.dtype)
-                return _with_first(out, hidden)
-            stack.enter_context(hooked_module(model, kind, layer).register_forward_hook(patch))
+                return hidden
+            stack.enter_context(hook_point(model, point_name(kind, layer)).patch(patch))
         yield
 
 

@@ -71,13 +71,9 @@ def generate(
     Rows stop at ``stop_token`` (kept); decoding ends when every row has stopped.
     ``allowed_next``, given the tokens chosen so far in each row, returns a (B, V) mask of the
     tokens each row may choose next (None: any); the log-probabilities stay the model's own."""
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("every prompt needs at least one token")
+    _check_prompts(prompts, model.config.block_size)
     device = next(model.parameters()).device
     block = model.config.block_size
-    longest = max(len(p) for p in prompts)
-    if longest > block:
-        raise ValueError(f"a prompt of {longest} tokens exceeds the model's block_size {block}")
     # Each row may grow until it fills the block, whatever the other rows' lengths.
     limits = torch.tensor([min(max_new_tokens, block - len(p)) for p in prompts], device=device)
     B = len(prompts)
@@ -115,6 +111,15 @@ def generate(
                 step_idx = torch.cat([step_idx, nxt[:, None]], 1)
                 step_pos = key_pos
     return _trimmed(out, logps, limits, stop_token)
+
+
+def _check_prompts(prompts: list[list[int]], block: int) -> None:
+    """Every prompt has a token, and none is longer than the block (ValueError)."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    longest = max(len(p) for p in prompts)
+    if longest > block:
+        raise ValueError(f"a prompt of {longest} tokens exceeds the model's block_size {block}")
 
 
 def _left_padded(prompts: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:

@@ -36,6 +36,12 @@ class Block(nn.Module):
         )
         self.mlp_drop = Dropout(config.dropout)
 
+    @property
+    def mlp_proj(self) -> nn.Linear:
+        """The MLP's output matrix (out = W k + b, k: the hidden activation): what rank-one
+        editing changes. A name over ``mlp[2]``, so the state-dict keys stay the course's."""
+        return self.mlp[2]
+
     def forward(self, x: Tensor, positions: Tensor, **attn_kw) -> tuple[Tensor, Tensor | None]:
         a, weights = self.attn(self.ln1(x), positions, **attn_kw)
         x = x + a

@@ -18,6 +18,7 @@ from torch import Tensor
 from ..core.progress import progress_bar
 from ..model.attention import masks
 from ..model.gpt import GPT, evaluating
+from ..model.hooks import capturing
 from ..core.paths import save_figure
 from .heads import head_statistics
 from ..data.vocab import PAD_ID, Vocab, visible
@@ -40,9 +41,10 @@ def attention_weights(model: GPT, rows: list[list[int]]) -> tuple[list[Tensor], 
         idx[b, : len(r)] = torch.tensor(r, device=device)
         valid[b, : len(r)] = True
     allowed = masks.padded(valid, is_causal=model.config.causal)  # (B, 1, T, T)
-    with evaluating(model):
-        _, weights = model.run(idx, allowed=allowed, need_weights=True)
-    return [w.float() for w in weights], valid
+    names = [f"blocks.{layer}.attn.pattern" for layer in range(model.config.n_layer)]
+    with evaluating(model), capturing(model, names) as patterns:  # the hook points run_with_cache reads
+        model.run(idx, allowed=allowed, need_weights=True)
+    return [patterns[n].float() for n in names], valid
 
 
 def labels(vocab: Vocab, ids: list[int]) -> list[str]:

@@ -17,8 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ..answering.evaluate import Answer, answer_questions
 from ..core.paths import save_figure
 from ..core.plotting import pyplot
+from ..data.datasets import QAExample
+from .abstention import Rule, decide, people_of
 
 _NAME = re.compile(r"^[A-Z][\w'-]*( [A-Z][\w'.-]*)+$")
 
@@ -99,6 +102,42 @@ class AuditReport:
         ]
         out += [f"  {count:4d}  {place}" for place, count in self.places.most_common(10)]
         return out
+
+
+@dataclass
+class AuditAnswers:
+    """What an audit judges abstention rules by: the model's answers about invented people and
+    about real (dev) people, and the training file's 10 most frequent places."""
+
+    invented: list[str]
+    invented_answers: list[Answer]
+    dev: list[QAExample]
+    dev_answers: list[Answer]
+    train_top: list[str]
+
+    @property
+    def dev_right(self) -> list[bool]:
+        return [a.answer == e.answer for a, e in zip(self.dev_answers, self.dev)]
+
+    def report(self, model, vocab, rule: Rule) -> AuditReport:
+        """How ``rule`` abstains on both groups, and the places it lets through for invented people."""
+        inv_given = decide(model, vocab, rule, self.invented, [a.confidence for a in self.invented_answers])
+        dev_given = decide(model, vocab, rule, people_of(self.dev), [a.confidence for a in self.dev_answers])
+        places = Counter(a.answer for a, ok in zip(self.invented_answers, inv_given) if ok)
+        right = self.dev_right
+        return AuditReport(rule.describe(), len(self.invented), len(self.invented) - sum(inv_given), len(self.dev),
+                           len(self.dev) - sum(dev_given), sum(right),
+                           sum(ok and r for ok, r in zip(dev_given, right)), places, self.train_top)
+
+
+def audit_answers(model, vocab, invented: list[str], dev: list[QAExample], train: list[QAExample], *,
+                  batch_size: int = 256) -> AuditAnswers:
+    """The model's answers about the ``invented`` people and the ``dev`` people, with the 10 most
+    frequent places of the ``train`` file."""
+    questions = [QAExample(f"Where was {n} born?", None, "<invented>", i + 1) for i, n in enumerate(invented)]
+    train_top = [p for p, _ in Counter(e.answer for e in train).most_common(10)]
+    return AuditAnswers(invented, answer_questions(model, vocab, questions, batch_size=batch_size), dev,
+                        answer_questions(model, vocab, dev, batch_size=batch_size), train_top)
 
 
 def plot_audit(report: AuditReport, unrestricted: AuditReport, path: str | Path) -> Path:

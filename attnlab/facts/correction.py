@@ -1,0 +1,203 @@
+"""Correcting one fact, whole: the request checked, the edit made (gated, or rank-one), its
+efficacy, generalisation and specificity measured, and the edited model's record of its edits;
+and an edit removed again. ``attnlab edit`` and ``LoadedModel.edit`` are thin wrappers over
+``edit_fact`` and ``undo_edit``; the methods themselves are in gated_edit.py and edit.py.
+
+Nothing is written here but by ``save_edited_run``; an edit that does not reach its target is an
+``EditFailed`` (the command line's exit code 1) before anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from ..core.outputs import write_output
+from ..data.corpus import CorpusIndex, person_of, require_person
+from ..data.datasets import QAExample, read_qa
+from ..data.vocab import Vocab
+from ..answering.evaluate import answer_questions
+from ..model.checkpoint import CHECKPOINT_NAME, Checkpoint, save_checkpoint
+from ..model.codebook import codebook_of
+from ..model.gpt import GPT
+from .edit import (changed_answers, check_layer, completes_with, default_layer, edit_model, key_second_moment,
+                   place_slot, stat_texts)
+from .gated_edit import EditFailed, Negatives, check_place, gated_edit, gated_layer
+from .settings import EditSettings
+from .trace import TraceError
+
+Log = Callable[[str], None]
+
+LOCUS_WORDS = {"name": "the name's last character",
+               "answer": "the place's read-out (the character before the place is first written)",
+               "both": "the place's read-outs in the recalled line and after the answer mark (one key each)"}
+
+
+def _quiet(_line: str) -> None:
+    """The default ``log``: the library says nothing; the command line passes ``print``."""
+
+
+def training_places(path: str | os.PathLike | None) -> dict[str, str] | None:
+    """name -> place of a training file (the key statistics' answer format), or None."""
+    if not path:
+        return None
+    return {require_person(e): e.answer for e in read_qa(path, labelled=True)}
+
+
+def edit_fact(model: GPT, vocab: Vocab, person: str, place: str, docs: list[str], *,
+              settings: EditSettings = EditSettings(), places: dict[str, str] | None = None,
+              eval_file: str | os.PathLike | None = None, corpus_name: str = "the corpus",
+              log: Log = _quiet) -> tuple[GPT, dict[str, Any]]:
+    """A new model in which ``person`` was born in ``place`` (``model`` is unchanged), and the
+    edit's report: the method's numbers, efficacy, generalisation (``docs``: the corpus lines,
+    for the key statistics and the person's own line) and, with ``eval_file``, specificity (how
+    many other answers of that file changed), with the settings used. The new model's ``edits``
+    lists every edit it holds. Bad requests raise TraceError; a missed target EditFailed."""
+    check_edit_request(model, vocab, person, place, docs, settings.layer, corpus_name)
+    method = _grace if settings.method == "grace" else _rome
+    edited, report = method(model, vocab, person, place, docs, places, settings, log)
+    report.update(measure(model, edited, vocab, person, place, docs, report["old_answer"],
+                          method=settings.method, eval_file=eval_file, log=log))
+    report["settings"] = settings.to_dict()
+    record = {k: report[k] for k in ("id", "person", "old_answer", "place", "method", "layer", "parameters_added")}
+    edited.edits = list(getattr(model, "edits", [])) + [record]
+    return edited, report
+
+
+def check_edit_request(model: GPT, vocab: Vocab, person: str, place: str, docs: list[str], layer: int | None,
+                       corpus_name: str = "the corpus") -> None:
+    """Refuse, before any work, an edit that cannot be made: an unknown person, a place the
+    vocabulary cannot spell, a second edit of an edited person."""
+    if layer is not None:
+        check_layer(model, layer)
+    check_place(vocab, place)
+    vocab.encode(person, source="--person")
+    if CorpusIndex(docs).line_of(person) is None:
+        raise TraceError(f"--person {person!r}: no line of {corpus_name} is about this person, so the "
+                         f"model never saw them; an edit corrects what the model learnt of someone it saw")
+    for r in getattr(model, "edits", []):
+        if r.get("person") == person:
+            raise TraceError(f"--person {person!r} was already edited (edit {r['id']}: {r.get('old_answer')!r} -> "
+                             f"{r.get('place')!r}); undo it first (attnlab edit RUN --undo {r['id']} --out-dir NEW)")
+
+
+def next_id(model: GPT) -> int:
+    """The number the next edit of ``model`` gets."""
+    return 1 + max((r["id"] for r in getattr(model, "edits", [])), default=0)
+
+
+def _grace(model, vocab, person, place, docs, places, s: EditSettings, log: Log):
+    """The gated edit (gated_edit.py): the edited model and its report."""
+    book = codebook_of(model)
+    layer = s.layer if s.layer is not None else book.layer if book is not None else gated_layer(model)
+    log(f"layer {layer}: the residual stream after this block holds the edit's entries"
+        f"{' (--layer)' if s.layer is not None else ''}")
+    negatives = Negatives.of(model, vocab, stat_texts(model, docs, s.stat_lines, s.seed, places), layer)
+    owner = next_id(model)
+    edited, g = gated_edit(model, vocab, person, place, negatives, owner=owner, radius_fraction=s.radius)
+    t = g.target
+    log(f"edit input: {t.text!r}; the model answered {t.old_answer!r} before")
+    log(f"{len(g.positions)} entries at characters {g.positions} (values optimised in {g.steps} steps, "
+        f"hinge {g.loss_before:.3f} -> {g.loss_after:.3f}); radius {s.radius:g} x the distance to "
+        f"the nearest state of another person's text (nearest {float(g.nearest_other.min()):.2f})")
+    return edited, {"id": owner, "person": person, "place": place, "method": "grace", "layer": layer,
+                    "old_answer": t.old_answer, "edit_input": t.text, "key_positions": g.positions,
+                    "parameters_added": g.parameters_added, "radius_fraction": s.radius,
+                    "radii": g.radii.tolist(), "steps": g.steps}
+
+
+def _rome_layer(model, vocab, person: str, s: EditSettings, log: Log) -> int:
+    """The MLP a rank-one edit changes: ``s.layer``, else the default for its locus."""
+    if s.layer is not None:
+        log(f"layer {s.layer} (--layer)")
+        return s.layer
+    layer, effects = default_layer(model, vocab, f"Where was {person} born?", s.at, noise=s.noise,
+                                   samples=s.samples, seed=s.seed)
+    if effects is None:
+        log(f"layer {layer}: the layer below the top, the default for an edit at the answer "
+            f"(the top layer's MLP there moves only the next character)")
+    else:
+        log(f"layer {layer}: the strongest MLP effect at {LOCUS_WORDS[s.at]} in the trace "
+            f"of this question (recovered probability by layer: {' '.join(f'{x:.4f}' for x in effects)})")
+    return layer
+
+
+def _rome(model, vocab, person, place, docs, places, s: EditSettings, log: Log):
+    """The rank-one edit (edit.py): the edited model and its report."""
+    layer = _rome_layer(model, vocab, person, s, log)
+    moment = key_second_moment(model, vocab, stat_texts(model, docs, s.stat_lines, s.seed, places), layer)
+    edited, edit, target = edit_model(model, vocab, person, place, layer, moment, at=s.at,
+                                      tighten_steps=s.tighten_steps)
+    log(f"edit input: {target.text!r} (key at characters {edit.positions}, {LOCUS_WORDS[s.at]}); "
+        f"the model answered {target.old_answer!r} before")
+    log(f"value optimised in {edit.steps} steps: loss {edit.loss_before:.3f} -> {edit.loss_after:.3f}; "
+        f"|delta| {float(edit.delta.norm()):.3f}")
+    return edited, {"id": next_id(model), "person": person, "place": place, "method": "rome",
+                    "at": s.at, "key_positions": edit.positions, "layer": layer,
+                    "layer_chosen_by": ("--layer" if s.layer is not None
+                                        else "trace" if s.at == "name" else "below the top"),
+                    "old_answer": target.old_answer, "edit_input": target.text, "parameters_added": 0,
+                    "steps": edit.steps, "tighten_steps": s.tighten_steps,
+                    "delta_norm": float(edit.delta.norm()), "loss_before": edit.loss_before,
+                    "loss_after": edit.loss_after}
+
+
+def measure(model: GPT, edited: GPT, vocab: Vocab, person: str, place: str, docs: list[str], old_answer: str, *,
+            method: str, eval_file: str | os.PathLike | None = None, log: Log = _quiet) -> dict[str, Any]:
+    """Efficacy (an edit that misses it is an EditFailed), generalisation and, with
+    ``eval_file``, specificity."""
+    question = f"Where was {person} born?"
+    now = answer_questions(edited, vocab, [QAExample(question, place, "<edit>", 1)])[0].answer
+    if now != place:
+        raise EditFailed(f"the {method} edit did not take: {question!r} is answered {now!r}, not "
+                         f"{place!r}; nothing written")
+    log(f"efficacy: {question!r} -> {now!r} (the new place)")
+    slot = place_slot(CorpusIndex(docs).line_of(person), person, [old_answer])
+    general = None if slot is None else completes_with(edited, vocab, slot, place)
+    if slot is None:
+        log("generalisation: the person's corpus line does not spell their old answer; not measured")
+    else:
+        log(f"generalisation: {slot!r} -> {'the new place' if general else 'NOT the new place'}")
+    report = {"efficacy": True, "answer_after": now, "generalisation": general, "generalisation_prompt": slot}
+    if eval_file:
+        others = [e for e in read_qa(eval_file) if person_of(e.question) != person]
+        n = len(changed_answers(edited, vocab, others, answer_questions(model, vocab, others)))
+        log(f"specificity: {n} of {len(others)} other answers of {eval_file} changed "
+            f"({100.0 * n / max(1, len(others)):.1f}%)")
+        report.update(dev=str(eval_file), others=len(others), others_changed=n)
+    return report
+
+
+def save_edited_run(out: Path, model: GPT, vocab: Vocab, meta: dict[str, Any], report: dict | None) -> list[Path]:
+    """The edited run: its checkpoint (format 2), edits.json (every edit it holds) and, for a new
+    edit, edit.json (its report); the files written. The JSON files are new files (never
+    replaced)."""
+    written = [save_checkpoint(out / CHECKPOINT_NAME, model, vocab, meta=meta),
+               write_output(out / "edits.json", json.dumps(getattr(model, "edits", []), indent=1) + "\n", False)]
+    if report is not None:
+        written.append(write_output(out / "edit.json", json.dumps(report, indent=1) + "\n", False))
+    return written
+
+
+def undo_edit(ckpt: Checkpoint, number: int) -> tuple[GPT, dict[str, Any], dict[str, Any]]:
+    """The model of ``ckpt`` with every edit but edit ``number``, its metadata (recording the
+    undo) and the removed edit's record. Only gated edits can be undone (TraceError)."""
+    record = next((r for r in ckpt.edits if r["id"] == number), None)
+    if record is None:
+        have = ", ".join(str(r["id"]) for r in ckpt.edits) or "none"
+        raise TraceError(f"--undo {number}: {ckpt.path} has no edit {number} (its edits: {have})")
+    if record.get("method") != "grace":
+        raise TraceError(f"--undo {number}: edit {number} ({record.get('method')}) changed the model's weights "
+                         f"and cannot be undone; only gated edits (--method grace) can")
+    keep = ckpt.edit_state["owner"] != number
+    state = {k: v[keep] for k, v in ckpt.edit_state.items()}
+    rest = [r for r in ckpt.edits if r["id"] != number]
+    grace_left = any(r.get("method") == "grace" for r in rest)
+    model = dataclasses.replace(ckpt, edits=rest, edit_state=state if grace_left else {},
+                                edit_layer=ckpt.edit_layer if grace_left else None).build_model()
+    meta = {k: v for k, v in ckpt.meta.items() if k != "edit"}
+    meta["undo"] = {"source": str(ckpt.path), "removed": record}
+    return model, meta, record

@@ -1,0 +1,69 @@
+"""When to say "I don't know", as a typed settings object: the policy that the abstention flags
+of ``ask``, ``evaluate``, ``calibrate``, ``audit`` and ``serve`` describe, and that
+``LoadedModel.ask(abstain=...)`` takes. ``AbstainPolicy.rule`` turns it into the ``Rule`` that
+decides (attnlab/trust/abstention.py), fitting the rule on held-out training people where the
+policy says so; ``calibrate`` saves the policy with its result (``calibration.json``).
+
+The flags keep their own parsing (their messages, checked when the command starts, predate the
+policy); the command line builds the policy from them (``attnlab.cli.trust.policy_from_args``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..config.settings import DEFAULT_TRAIN, Settings, _f
+from ..core import bounds
+from ..core.datafiles import resolve
+from .abstention import DEFAULT_HOLDOUT, DEFAULT_KEEP_RIGHT, Rule, fit_rules
+
+MODES = ("off", "below", "auto", "names")
+
+
+@dataclass(frozen=True)
+class AbstainPolicy(Settings):
+    """When an answer is withheld. ``AbstainPolicy(mode="below", below=0.8)`` is
+    ``--abstain-below 0.8``; ``AbstainPolicy(mode="auto")`` is ``--abstain auto``."""
+
+    mode: str = _f("off", "off: answer every question; below: withhold answers whose confidence is below "
+                   "`below`; auto: withhold answers below a confidence threshold and about names the model "
+                   "does not know, both fitted on held-out training people; names: only the name check",
+                   choices=MODES, flag="--abstain")
+    below: float | None = _f(None, "mode below: the confidence threshold, in [0, 1]", bound=bounds.UNIT,
+                             flag="--abstain-below")
+    keep_right: float = _f(DEFAULT_KEEP_RIGHT, "auto and names: the share of the held-out people's right "
+                           "answers that stay answered", bound=bounds.UNIT)
+    holdout_file: str = _f(DEFAULT_TRAIN.as_written, "auto and names: the training file whose last people "
+                           "are held out")
+    holdout_fraction: float | None = _f(None, "auto and names: the held-out share of holdout_file (default: "
+                                        f"what the run recorded holding out, else {DEFAULT_HOLDOUT})",
+                                        bound=bounds.OPEN_UNIT)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if (self.mode == "below") != (self.below is not None):
+            raise ValueError("below is the threshold of mode 'below', and only of it: give both or neither")
+
+    def fraction(self, meta: dict[str, Any]) -> float:
+        """The held-out share: ``holdout_fraction``, else what the run's metadata records
+        holding out (finetune --holdout-fraction), else DEFAULT_HOLDOUT."""
+        recorded = float((meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
+        return self.holdout_fraction or recorded or DEFAULT_HOLDOUT
+
+    def rule(self, model, vocab, meta: dict[str, Any] | None = None) -> Rule | None:
+        """The rule for ``model`` (None: answer everything); auto and names fit it on the last
+        ``fraction(meta)`` of ``holdout_file``."""
+        if self.mode not in ("auto", "names"):
+            return self.choose({})
+        return self.choose(fit_rules(model, vocab, resolve(self.holdout_file), self.fraction(meta or {}),
+                                     self.keep_right))
+
+    def choose(self, fitted: dict[str, Rule]) -> Rule | None:
+        """The policy's rule given the rules ``fit_rules`` fitted (unused for off and below):
+        None for off, the threshold for below, the fitted "both" for auto, "name" for names."""
+        if self.mode == "off":
+            return None
+        if self.mode == "below":
+            return Rule(self.below, None, "--abstain-below")
+        return fitted["name" if self.mode == "names" else "both"]
