@@ -37,6 +37,7 @@ from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
 from attnlab.answering.evaluate import evaluate, wilson_interval  # noqa: E402
 from attnlab.answering.knowledge import (CorpusIndex, answer_by_recall, measure_stored,  # noqa: E402
                                         read_out_given_lines, require_person)
+from attnlab.experiments.comparison import TEST_METHOD, compare_models  # noqa: E402
 
 DEV = "data/birth_dev.tsv"
 CORPUS = "data/wiki.txt"
@@ -72,14 +73,21 @@ def run_pipeline(preset: str, out: Path, resume: bool, eval_every: int = 0) -> f
 
 
 def score_run(run: Path, eval_file: str = DEV) -> dict:
+    return answer_run(run, eval_file)[0]
+
+
+def answer_run(run: Path, eval_file: str = DEV) -> tuple[dict, list[bool]]:
+    """The run's scores and, per question of ``eval_file``, whether it answered right (for the
+    paired tests of --ablation)."""
     model, vocab, _ = load_model(run)
     examples = read_qa(eval_file, labelled=True)
     start = time.perf_counter()
-    _, result = evaluate(model, vocab, examples)
+    answers, result = evaluate(model, vocab, examples)
     seconds = time.perf_counter() - start
     stored = measure_stored(model, vocab, CorpusIndex(documents(read_text(CORPUS))), examples)
-    return {"dev_correct": result.correct, "dev_total": result.total, "stored": stored.stored,
-            "stored_total": stored.total, "eval_seconds": round(seconds, 1)}
+    return ({"dev_correct": result.correct, "dev_total": result.total, "stored": stored.stored,
+             "stored_total": stored.total, "eval_seconds": round(seconds, 1)},
+            [a.answer == e.answer for a, e in zip(answers, examples)])
 
 
 def _pct(k: int, n: int) -> str:
@@ -203,21 +211,30 @@ def plot_curves(specs: list[str], path: str, recorded: list[str] = ()) -> None:
 
 def ablation(specs: list[str], eval_file: str, out: str | None, write: bool) -> None:
     """The probes' table: each run's final checkpoint scored on ``eval_file`` (held-out training
-    people when choosing a recipe) with today's read-out, beside its settings and its curve."""
-    rows, scores = [], {}
+    people when choosing a recipe) with today's read-out, beside its settings and its curve, and
+    compared with the first probe (the reference) on the same questions by the paired test."""
+    rows, scores, right = [], {}, {}
     for spec in specs:
         run, _, label = spec.partition(":")
-        score = score_run(Path(run), eval_file)
+        score, right[run] = answer_run(Path(run), eval_file)
         scores[run] = score
         curve = [f"{r['dev_correct']}" for r in _metrics(Path(run)) if "dev_correct" in r]
         cpu_min = max((r.get("train_cpu_s", 0.0) for r in _metrics(Path(run))), default=0.0) / 60
         rows.append([label or run, _pct(score["dev_correct"], score["dev_total"]),
                      _pct(score["stored"], score["stored_total"]), " / ".join(curve), f"{cpu_min:.1f}"])
+    reference = next(iter(right))
+    for row, (run, (_, test)) in zip(rows, compare_models({r: [a] for r, a in right.items()}, reference).items()):
+        scores[run]["paired_test"] = None if test is None else test.to_dict()
+        row += ["reference"] if test is None else [f"{test.combined.wins}/{test.combined.losses}, "
+                                                   f"p={test.combined.p:.2g}, {test.verdict}"]
     text = table(["probe", f"extracted ({Path(eval_file).name})", "stored", "extracted while training "
-                  "(at each --eval-every)", "training CPU-min (1 thread)"], rows)
+                  "(at each --eval-every)", "training CPU-min (1 thread)",
+                  f"vs {rows[0][0]}: right only here / only there, p"], rows)
     text += ("\n\n- extracted and stored of the final checkpoint, scored now (copy read-out); the curve is "
              "what training logged (with the read-out of the code that trained it)"
-             "\n- 95% intervals: Wilson score intervals")
+             "\n- 95% intervals: Wilson score intervals"
+             f"\n- p: {TEST_METHOD}, against the first probe on the same questions, two-sided; the verdict "
+             "at p < 0.05 (docs/guides/comparisons.md)")
     if out:
         Path(out).write_text(json.dumps(scores, indent=2) + "\n")
     report("knowledge_ablation", text, write=write, title="Knowledge recipes: the ablation probes "
@@ -301,7 +318,8 @@ def main() -> None:
     parser.add_argument("--recorded", nargs="*", default=[], metavar="LABEL=MIN,DEV;...",
                         help="--curves: also draw curves measured earlier (dev as a count of 500)")
     parser.add_argument("--ablation", nargs="*", default=None, metavar="RUN[:LABEL]",
-                        help="instead of training: score these probe runs' checkpoints on --eval-file")
+                        help="instead of training: score these probe runs' checkpoints on --eval-file, "
+                             "each compared with the first by the paired test")
     parser.add_argument("--errors", nargs="*", default=None, metavar="RUN[:LABEL]",
                         help="instead of training: count where these runs' answers on --eval-file go wrong")
     parser.add_argument("--open-book", nargs="*", default=None, metavar="RUN[:LABEL]",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..data.corpus import CorpusIndex, person_of, recall_prompt, recall_string, require_person  # noqa: F401
+from ..data.corpus import CorpusIndex, person_of, place_in_line, recall_prompt, recall_string, require_person  # noqa: F401
 from ..data.datasets import QAExample
 from ..model.generate import generate
 from ..model.gpt import GPT
@@ -191,7 +191,7 @@ def stored_probes(index: CorpusIndex, examples: list[QAExample], block_size: int
         line = index.line_of(name) if name else None
         if not line or not ex.answer:
             continue
-        at = line.find(ex.answer, len(name) + 1)  # after the line's opening "NAME."
+        at = place_in_line(line, name, ex.answer)
         if at > 0 and at + len(ex.answer) <= block_size:
             probes.append((line[:at], ex.answer))
     return probes

@@ -72,6 +72,12 @@ def recall_prompt(name: str) -> str:
     return f"{name}."
 
 
+def place_in_line(line: str, name: str, place: str) -> int:
+    """Where ``place`` is first written in ``line`` after the line's opening ``NAME.`` (-1 if it
+    is not): the span a read-out copies the place from."""
+    return line.find(place, len(recall_prompt(name))) if place else -1
+
+
 def recall_string(line: str, recall_chars: int, place: str | None = None) -> str:
     """A training string: the line cut at ``recall_chars``, ``⁇``, and ``place⁇`` if given."""
     text = line[:recall_chars] + MASK_CHAR
