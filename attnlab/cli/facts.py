@@ -243,6 +243,7 @@ def _grace(model, vocab, args, docs, places):
     """The gated edit (attnlab/gated_editing.py): the edited model and its report."""
     from ..model.codebook import codebook_of
     from ..facts.gated_edit import Negatives, gated_edit, gated_layer
+    from ..answering.knowledge import CorpusIndex
 
     book = codebook_of(model)
     layer = args.layer if args.layer is not None else book.layer if book is not None else gated_layer(model)
@@ -251,14 +252,18 @@ def _grace(model, vocab, args, docs, places):
     negatives = Negatives.of(model, vocab, stat_texts(model, docs, args.stat_lines, args.seed, places), layer)
     owner = _next_id(model)
     edited, g = gated_edit(model, vocab, args.person, args.place, negatives, owner=owner,
-                           radius_fraction=args.radius)
+                           line=CorpusIndex(docs).line_of(args.person), radius_fraction=args.radius)
     t = g.target
     print(f"edit input: {t.text!r}; the model answered {t.old_answer!r} before")
-    print(f"{len(g.positions)} entries at characters {g.positions} (values optimised in {g.steps} steps, "
+    print("corpus line: " + ("states no place the model read" if g.line_prompt is None else
+                             f"{g.line_prompt!r} + the new place"))
+    print(f"{len(g.positions) + len(g.line_positions)} entries at characters {g.positions} of the edit input and "
+          f"{g.line_positions} of the corpus line (values optimised in {g.steps} steps, "
           f"hinge {g.loss_before:.3f} -> {g.loss_after:.3f}); radius {args.radius:g} x the distance to "
           f"the nearest state of another person's text (nearest {float(g.nearest_other.min()):.2f})")
     return edited, {"id": owner, "person": args.person, "place": args.place, "method": "grace", "layer": layer,
                     "old_answer": t.old_answer, "edit_input": t.text, "key_positions": g.positions,
+                    "line_prompt": g.line_prompt, "line_key_positions": g.line_positions,
                     "parameters_added": g.parameters_added, "radius_fraction": args.radius,
                     "radii": g.radii.tolist(), "steps": g.steps}
 
