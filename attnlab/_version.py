@@ -1,3 +1,3 @@
 """The package version, in its own module so that no library module imports the package face."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

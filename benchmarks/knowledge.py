@@ -6,6 +6,8 @@ shipped model's provenance, optionally ship the result, and draw learning curves
     .venv/bin/python benchmarks/knowledge.py --preset cpu --out runs/knowledge-cpu --ship models/cpu
     .venv/bin/python benchmarks/knowledge.py --curves runs/knowledge-cpu:cpu runs/knowledge-quick:course \\
         --plot docs/learning_curves.png
+    .venv/bin/python benchmarks/knowledge.py --errors runs/knowledge-cpu15/finetune:cpu15
+    .venv/bin/python benchmarks/knowledge.py --open-book RUN:LABEL ... --eval-file runs/p/holdout.tsv
 
 Training runs through the same entry point as the `attnlab` program (process CPU settings
 applied first), one stage after another, so the wall time is the pipeline's. Run it alone on
@@ -33,7 +35,8 @@ from attnlab.core import cpu_settings  # noqa: E402
 from attnlab.model.checkpoint import load_model  # noqa: E402
 from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
 from attnlab.answering.evaluate import evaluate, wilson_interval  # noqa: E402
-from attnlab.answering.knowledge import CorpusIndex, measure_stored  # noqa: E402
+from attnlab.answering.knowledge import (CorpusIndex, answer_by_recall, measure_stored,  # noqa: E402
+                                        read_out_given_lines, require_person)
 
 DEV = "data/birth_dev.tsv"
 CORPUS = "data/wiki.txt"
@@ -221,6 +224,64 @@ def ablation(specs: list[str], eval_file: str, out: str | None, write: bool) -> 
            "(benchmarks/knowledge.py --ablation)")
 
 
+def error_kinds(run: Path, eval_file: str) -> dict[str, int]:
+    """Where a recall model's answers go wrong, by the person's corpus line: the gold place not
+    in it, written beyond the recalled characters, recalled exactly up to the place but read out
+    wrong, or recalled wrong."""
+    model, vocab, _ = load_model(run)
+    examples = read_qa(eval_file, labelled=True)
+    index = CorpusIndex(documents(read_text(CORPUS)))
+    names = [require_person(e) for e in examples]
+    answers = answer_by_recall(model, vocab, names, model.config.recall_chars)
+    kinds = dict.fromkeys(ERROR_KINDS, 0)
+    for ex, name, got in zip(examples, names, answers):
+        kinds[_error_kind(ex.answer, got, index.line_of(name) or "", len(name) + 1, model.config.recall_chars)] += 1
+    return kinds
+
+
+ERROR_KINDS = ("right", "place not in the person's line", "place beyond the recalled characters",
+               "recalled exactly up to the place, read out wrong", "recalled wrong")
+
+
+def _error_kind(gold: str, got, line: str, after_name: int, recall_chars: int) -> str:
+    at = line.find(gold, after_name)
+    if got.answer == gold:
+        return ERROR_KINDS[0]
+    if at < 0:
+        return ERROR_KINDS[1]
+    end = at + len(gold)
+    if end > recall_chars:
+        return ERROR_KINDS[2]
+    return ERROR_KINDS[3] if got.recalled[:end] == line[:end] else ERROR_KINDS[4]
+
+
+def errors_table(specs: list[str], eval_file: str, write: bool) -> None:
+    runs = [(spec.partition(":")[0], spec.partition(":")[2] or spec.partition(":")[0]) for spec in specs]
+    counts = [error_kinds(Path(run), eval_file) for run, _ in runs]
+    rows = [[kind] + [str(c[kind]) for c in counts] for kind in ERROR_KINDS]
+    text = table(["answers of " + Path(eval_file).name] + [label for _, label in runs], rows)
+    text += "\n\n- copy read-out; the line is the person's own corpus line (data/wiki.txt)"
+    report("knowledge_errors", text, write=write, title="Where recall answers go wrong "
+           "(benchmarks/knowledge.py --errors)")
+
+
+def open_book_table(specs: list[str], eval_file: str, write: bool) -> None:
+    """Read-out alone: each person's own line given in place of the recall (on people a model
+    never trained on, the read-out skill without memory)."""
+    examples = read_qa(eval_file, labelled=True)
+    index = CorpusIndex(documents(read_text(CORPUS)))
+    rows = []
+    for spec in specs:
+        run, _, label = spec.partition(":")
+        model, vocab, _ = load_model(Path(run))
+        got = read_out_given_lines(model, vocab, index, examples)
+        rows.append([label or run, _pct(sum(a.answer == e.answer for a, e in zip(got, examples)), len(examples))])
+    text = table(["model", f"place read out of the person's own line ({Path(eval_file).name})"], rows)
+    text += "\n\n- copy read-out; 95% intervals: Wilson score intervals"
+    report("knowledge_open_book", text, write=write, title="Reading the place out of a given line "
+           "(benchmarks/knowledge.py --open-book)")
+
+
 def _metrics(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
@@ -241,9 +302,20 @@ def main() -> None:
                         help="--curves: also draw curves measured earlier (dev as a count of 500)")
     parser.add_argument("--ablation", nargs="*", default=None, metavar="RUN[:LABEL]",
                         help="instead of training: score these probe runs' checkpoints on --eval-file")
-    parser.add_argument("--eval-file", default=DEV, help="labelled file for --ablation (default: dev)")
+    parser.add_argument("--errors", nargs="*", default=None, metavar="RUN[:LABEL]",
+                        help="instead of training: count where these runs' answers on --eval-file go wrong")
+    parser.add_argument("--open-book", nargs="*", default=None, metavar="RUN[:LABEL]",
+                        help="instead of training: score reading the place out of each person's own line")
+    parser.add_argument("--eval-file", default=DEV,
+                        help="labelled file for --ablation, --errors and --open-book (default: dev)")
     parser.add_argument("--json", default=None, metavar="FILE", help="--ablation: also write the scores as JSON")
     args = parser.parse_args()
+    if args.errors is not None:
+        errors_table(args.errors, args.eval_file, args.write)
+        return
+    if args.open_book is not None:
+        open_book_table(args.open_book, args.eval_file, args.write)
+        return
     if args.ablation is not None:
         ablation(args.ablation, args.eval_file, args.json, args.write)
         return

@@ -325,10 +325,7 @@ def test_a_changed_dtype_is_caught(tmp_path, group, message):
 
 
 def test_checkpoints_without_a_checksum_still_load(tmp_path):
-    shipped = REPO / "models" / "cpu" / CHECKPOINT_NAME
-    with safe_open(str(shipped), framework="pt") as f:
-        assert "sha256" not in json.loads(f.metadata()["attnlab"])  # written before the checksums
-    assert load_checkpoint(shipped).model_config.n_layer == 4
+    # written as checkpoints were before the checksums (the models/cpu shipped until 2026-11-25)
     path = _resumable(tmp_path)
     with safe_open(str(path), framework="pt") as f:
         header = json.loads(f.metadata()["attnlab"])

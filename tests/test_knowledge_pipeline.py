@@ -134,3 +134,12 @@ def test_demo_scores_every_row_extracted_and_stored_with_intervals(tmp_path, mon
     stored = rows[1].stored
     assert f"| {stored} [95% CI " in table  # the stored count carries its interval too
     assert (out / "finetune" / "predictions-birth_test_inputs.txt").read_text().count("\n") == 437
+
+
+def test_the_demo_names_the_shipped_models_recipe_from_its_provenance(tmp_path):
+    from attnlab.experiments.runner import _shipped_recipe
+
+    (tmp_path / "provenance.json").write_text('{"preset": "cpu60"}')
+    assert _shipped_recipe(tmp_path) == "trained with the cpu60 preset"
+    (tmp_path / "provenance.json").write_text("not json")
+    assert _shipped_recipe(tmp_path) == "its recipe is not recorded"

@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import io
-import shutil
-from pathlib import Path
+import json
 from contextlib import redirect_stdout
 
 import pytest
 
 from attnlab import cli
-from attnlab.model.checkpoint import load_checkpoint
+from attnlab.model.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from attnlab.cli import flags
 from attnlab.cli.training import run_recipe
 from attnlab.config.settings import DEFAULT_PRESET, PRESETS, get_preset
@@ -67,8 +66,12 @@ def test_finetune_from_a_run_continues_with_its_recipe(tmp_path, capsys):
 
 
 def test_a_shipped_model_without_a_record_uses_its_provenance(tmp_path, capsys):
+    # a model trained before runs recorded their preset (as models/cpu was until 2026-11-25)
+    ckpt = load_checkpoint(train_tiny(tmp_path / "run"))
+    meta = {**ckpt.meta, "train_config": {k: v for k, v in ckpt.meta["train_config"].items() if k != "preset"}}
     shipped = tmp_path / "shipped"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "models" / "cpu", shipped)
+    save_checkpoint(shipped / CHECKPOINT_NAME, ckpt.build_model(), ckpt.vocab, meta)
+    (shipped / "provenance.json").write_text(json.dumps({"preset": "cpu"}))
     assert run_recipe(str(shipped)) == "cpu"  # provenance.json says so
     (shipped / "provenance.json").unlink()
     assert run_recipe(str(shipped)) == DEFAULT_PRESET

@@ -27,3 +27,14 @@ def finetuning_people(examples: list[QAExample], fraction: float) -> list[QAExam
     if not 0 < fraction < 1:
         raise ValueError(f"holdout_fraction must lie in [0, 1), got {fraction}")
     return examples[: len(examples) - math.ceil(fraction * len(examples))]
+
+
+def mixed_and_other_people(examples: list[QAExample], fraction: float, mix_people: int
+                           ) -> tuple[list[QAExample], list[QAExample]]:
+    """A --mix-people recipe's split of the training file, the one place both its stages read:
+    the first ``mix_people`` people (every one when 0), whose lines pretraining keeps with
+    their place and whom finetuning trains on, and the others (whose lines pretraining leaves
+    out). The held-out tail (``fraction``) is in neither."""
+    people = finetuning_people(examples, fraction)
+    n = mix_people or len(people)
+    return people[:n], people[n:]

@@ -545,11 +545,21 @@ def _demo_rows(run: Runner, preset, model_config: ModelConfig, shipped: str | Pa
     rows.append(run.recipe(f"{attention}, {preset.name} recipe, trained now", "recipe", model_config,
                            preset.pretrain, preset.finetune, run.out, shown=run.out / "finetune"))
     if shipped and Path(shipped).exists():
-        log(f"== 4/4 the shipped model {shipped} (trained with the cpu preset; see its provenance.json)")
+        log(f"== 4/4 the shipped model {shipped} ({_shipped_recipe(shipped)}; see its provenance.json)")
         rows.append(run.shipped(shipped))
     else:
         log(f"== 4/4 no shipped model at {shipped!r}: skipped")
     return rows
+
+
+def _shipped_recipe(shipped: str | Path) -> str:
+    """How a shipped model was trained, as its provenance.json names it."""
+    provenance = Path(shipped) / "provenance.json"
+    try:
+        preset = json.loads(provenance.read_text(encoding="utf-8")).get("preset")
+    except (OSError, ValueError):
+        preset = None
+    return f"trained with the {preset} preset" if preset else "its recipe is not recorded"
 
 
 def demo_command(preset: str, out: Path, attention: str, device: str, shipped: str | Path | None) -> str:

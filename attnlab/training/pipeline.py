@@ -19,7 +19,7 @@ from ..model.checkpoint import CHECKPOINT_NAME, Checkpoint, load_checkpoint, loa
 from ..config.settings import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, ModelConfig, TrainConfig
 from ..data.datasets import NameDataset, SpanCorruptionDataset, documents, read_qa, read_text
 from ..answering.knowledge import CorpusIndex, Stored, measure_stored, require_person
-from ..data.splits import finetuning_people
+from ..data.splits import finetuning_people, mixed_and_other_people
 from ..answering.evaluate import Answer, Score, evaluate, most_frequent_place, score, write_predictions
 from ..model.gpt import GPT
 from ..core.outputs import refuse_existing, refuse_inputs
@@ -126,7 +126,8 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
     if config.mix_ratio > 0:
         if mix_qa is None:
             raise ValueError("--mix-ratio needs --mix-qa FILE (questions of training-file people)")
-        mix = finetuning_people(read_qa(mix_qa, labelled=True), config.holdout_fraction)
+        mix, unused = mixed_and_other_people(read_qa(mix_qa, labelled=True), config.holdout_fraction,
+                                             config.mix_people)
         mix, dropped = refuse_held_out_people(mix, {str(p): read_qa(p) for p in held_out if Path(p).is_file()},
                                               drop=config.mix_overlap == "drop")
         if dropped:
@@ -134,7 +135,6 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
                 + "; ".join(f"{e.source}:{e.line} {e.question!r}" for e in dropped))
         index = CorpusIndex(docs)
         if config.mix_people:
-            mix, unused = mix[:config.mix_people], mix[config.mix_people:]
             left_out = {index.line_number(require_person(e)) for e in unused}
             sequences = [s for n, s in enumerate(sequences, 1) if n not in left_out]
             log(f"--mix-people {config.mix_people}: {len(left_out):,} lines of other training-file people left out")
@@ -276,12 +276,12 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
                        device) -> tuple[PackedBatches, int]:
     """Recall-format finetuning examples: each training person's corpus line cut at
     recall_chars, then the place (attnlab/answering/knowledge.py), packed into rows."""
-    people = finetuning_people(read_qa(train_file, labelled=True), train_config.holdout_fraction)
     # A --mix-people recipe finetunes on the people it pretrained with: the lines of the others
     # were never read, and recalling them from scratch undoes what pretraining stored. Those
     # others can still teach the read-out, with their line given and only the place scored.
-    examples = people[:train_config.mix_people or None]
-    readers = people[len(examples):][:train_config.read_out_people] if train_config.mix_people else []
+    examples, others = mixed_and_other_people(read_qa(train_file, labelled=True), train_config.holdout_fraction,
+                                              train_config.mix_people)
+    readers = others[:train_config.read_out_people]
     index = CorpusIndex(documents(read_text(corpus)))
     sequences = qa_sequences(examples, vocab, config.block_size, "recall", config.recall_chars, index)
     sequences += qa_sequences(readers, vocab, config.block_size, "recall", config.recall_chars, index,

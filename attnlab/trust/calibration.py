@@ -163,16 +163,8 @@ def plot_reliability(bins: list[Bin], path: str | Path, title: str) -> Path:
     for b in bins:
         if b.count:
             ax.text(b.low + width / 2, b.accuracy + 0.01, str(b.count), ha="center", va="bottom", fontsize=7)
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1.08)
-    ax.set_xlabel("confidence")
-    ax.set_ylabel("accuracy (number of answers above each bar)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path, dpi=100)
-    plt.close(fig)
-    return path
+    return _finish(plt, fig, ax, path, title, limits=(1, 1.08), legend="upper left",
+                   labels=("confidence", "accuracy (number of answers above each bar)"))
 
 
 def plot_coverage(confidence: Sequence[float], correct: Sequence[bool], path: str | Path, title: str,
@@ -193,12 +185,19 @@ def plot_coverage(confidence: Sequence[float], correct: Sequence[bool], path: st
                     xytext=(4, 4), fontsize=8)
     if rule_point is not None:
         ax.plot([rule_point[0]], [rule_point[1]], "*", ms=12, color="#c44e52", label="fitted abstention rule")
-    ax.set_xlim(0, 1.02)
-    ax.set_ylim(0, 1.05)
-    ax.set_xlabel("coverage (share of questions answered)")
-    ax.set_ylabel("accuracy on answered questions")
+    return _finish(plt, fig, ax, path, title, limits=(1.02, 1.05), legend="lower left",
+                   labels=("coverage (share of questions answered)", "accuracy on answered questions"))
+
+
+def _finish(plt, fig, ax, path: Path, title: str, *, limits: tuple[float, float], legend: str,
+            labels: tuple[str, str]) -> Path:
+    """The axes, title and legend both plots share, then the figure written atomically."""
+    ax.set_xlim(0, limits[0])
+    ax.set_ylim(0, limits[1])
+    ax.set_xlabel(labels[0])
+    ax.set_ylabel(labels[1])
     ax.set_title(title, fontsize=9)
-    ax.legend(loc="lower left", fontsize=8)
+    ax.legend(loc=legend, fontsize=8)
     fig.tight_layout()
     save_figure(fig, path, dpi=100)
     plt.close(fig)
