@@ -181,20 +181,27 @@ def single_summary(results: list[dict]) -> str:
     ])
 
 
-def sequential_edits(editor, model, vocab, dev, before, edits, every: int) -> tuple[list[dict], float, int]:
+def sequential_edits(editor, model, vocab, dev, before, edits, every: int,
+                     max_minutes: float = 0) -> tuple[list[dict], float, int]:
     """Apply the edits one after another; the curve of (edits made, earlier edits holding, other
-    answers changed), the wall time of the edits alone, and how many were refused."""
+    answers changed), the wall time of the edits alone, and how many were refused. With
+    ``max_minutes``, no edit is started after that many minutes, and the curve ends there."""
     edited_people = {i for i, _ in edits}
     others = [j for j in range(len(dev)) if j not in edited_people]
     right = {k for k, j in enumerate(others) if before[j].answer == dev[j].answer}
     current, curve, seconds, refused = model, [], 0.0, 0
+    t0 = time.perf_counter()
     for owner, (i, place) in enumerate(tqdm(edits, desc="sequential edits"), 1):
+        if max_minutes and time.perf_counter() - t0 > 60 * max_minutes:
+            edits = edits[:owner - 1]
+            break
         start = time.perf_counter()
         new, _, _ = editor(current, person_of(dev[i].question), place, owner)
         seconds += time.perf_counter() - start
         refused += new is None
         current = current if new is None else new
-        if owner % every == 0 or owner == len(edits):
+        last = owner == len(edits) or (max_minutes and time.perf_counter() - t0 > 60 * max_minutes)
+        if owner % every == 0 or last:
             made = edits[:owner]
             now = answer_questions(current, vocab, [dev[j] for j, _ in made])
             holding = sum(a.answer == p for a, (_, p) in zip(now, made))
@@ -291,7 +298,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="grace: do not give the editor the person's corpus line (the edit input alone, as before)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--max-minutes", type=float, default=0,
-                    help="single edits: start no new edit after this many minutes and report those done (0 = no limit)")
+                    help="start no new edit after this many minutes and report those done (0 = no limit)")
     ap.add_argument("--plot", action="store_true", help="only draw runs/editing/sequential-*.json into the PNG")
     ap.add_argument("--compare", action="store_true",
                     help="only write the methods side by side (runs/editing/*.json) to docs/benchmarks.md")
@@ -329,7 +336,8 @@ def main(argv: list[str] | None = None) -> None:
                 if args.method == "grace" and not args.no_line else "")
              + f"; statistics gathered once in {setup:.1f} s (shared machine)")
     if args.sequential:
-        curve, seconds, refused = sequential_edits(editor, model, vocab, dev, before, edits, args.curve_every)
+        curve, seconds, refused = sequential_edits(editor, model, vocab, dev, before, edits, args.curve_every,
+                                                   args.max_minutes)
         if not args.no_write:
             write_atomically(CURVES / f"sequential-{args.method}.json", json.dumps(
                 {"method": args.method, "where": where, "curve": curve, "seconds": seconds}, indent=1) + "\n")
