@@ -47,6 +47,8 @@ from tqdm.auto import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA, REPO, report, table  # noqa: E402
 
+from attnlab.core.paths import save_figure, write_atomically  # noqa: E402
+from attnlab.core.plotting import pyplot  # noqa: E402
 from attnlab.model.checkpoint import load_model  # noqa: E402
 from attnlab.data.datasets import read_qa, read_text  # noqa: E402
 from attnlab.facts.edit import (answer_layer, changed_answers, completes_with, edit_model,  # noqa: E402
@@ -82,8 +84,8 @@ class Editor:
     """One method, ready to edit any model derived from ``model`` (the statistics it needs are
     gathered once, from the original model)."""
 
-    def __init__(self, method: str, model, vocab, texts: list[str], args):
-        self.method, self.vocab, self.args = method, vocab, args
+    def __init__(self, method: str, model, vocab, texts: list[str], args, index: CorpusIndex):
+        self.method, self.vocab, self.args, self.index = method, vocab, args, index
         if method == "grace":
             self.layer = args.layer if args.layer is not None else gated_layer(model)
             self.negatives = Negatives.of(model, vocab, texts[:args.radius_lines], self.layer)
@@ -94,18 +96,20 @@ class Editor:
             self.layer = None
 
     def __call__(self, model, name: str, place: str, owner: int):
-        """The edited model (None when the editor refuses: a failed gated edit writes nothing)
-        and the parameters it added."""
+        """The edited model (None when the editor refuses: a failed gated edit writes nothing),
+        the parameters it added and, for grace, the corpus-line prompt it keyed (None: none; as
+        `attnlab edit`, it is given the person's corpus line, never the gold place)."""
         if self.method == "grace":
+            line = None if self.args.no_line else self.index.line_of(name)
             try:
                 edited, g = gated_edit(model, self.vocab, name, place, self.negatives, owner=owner,
-                                       radius_fraction=self.args.radius)
+                                       line=line, radius_fraction=self.args.radius)
             except EditFailed:
-                return None, 0
-            return edited, g.parameters_added
+                return None, 0, None
+            return edited, g.parameters_added, g.line_prompt
         if self.method == "rome":
-            return edit_model(model, self.vocab, name, place, self.layer, self.moment)[0], 0
-        return finetune_model(model, self.vocab, name, place)[0], 0
+            return edit_model(model, self.vocab, name, place, self.layer, self.moment)[0], 0, None
+        return finetune_model(model, self.vocab, name, place)[0], 0, None
 
 
 def plan(args, dev, before, places) -> list[tuple[int, str]]:
@@ -124,7 +128,7 @@ def single_edits(editor, model, vocab, dev, before, edits, index, max_minutes: f
         ex, old = dev[i], before[i]
         name = person_of(ex.question)
         start = time.perf_counter()
-        edited, added = editor(model, name, place, owner)
+        edited, added, keyed = editor(model, name, place, owner)
         seconds = time.perf_counter() - start
         if edited is None:  # refused: the model stays as it was
             edited = model
@@ -137,11 +141,13 @@ def single_edits(editor, model, vocab, dev, before, edits, index, max_minutes: f
         r = dict(efficacy=now.answer == place, line=(place in now.recalled) if spelt else None,
                  general=None if slot is None else completes_with(edited, vocab, slot, place),
                  changed=len(changed), others=len(others), right=len(right), lost=len(right & set(changed)),
-                 added=added, seconds=seconds, knew=old.answer == ex.answer)
+                 added=added, seconds=seconds, knew=old.answer == ex.answer,
+                 keyed=None if slot is None else keyed == slot)
         results.append(r)
         rows.append([name, old.answer, place, "yes" if r["efficacy"] else "no",
                      "-" if r["line"] is None else "yes" if r["line"] else "no",
-                     "-" if r["general"] is None else "yes" if r["general"] else "no",
+                     "-" if r["general"] is None else ("yes" if r["general"] else "no")
+                     + (" (keyed)" if r["keyed"] else ""),
                      f"{r['changed']}/{r['others']}", f"{r['lost']}/{r['right']}", added, f"{seconds:.1f}"])
     return results, rows
 
@@ -157,6 +163,12 @@ def single_summary(results: list[dict]) -> str:
          count(sum(yes("line")), len(yes("line"))), ">= 80% (a and b)"],
         ["generalisation (b): the corpus line's prefix completes with the new place",
          count(sum(yes("general")), len(yes("general"))), ">= 80% (a and b)"],
+        ["(b) where the editor keyed exactly this prompt (its corpus-line entries; found from the model's "
+         "old answer or recall, not the gold place)", count(sum(r["general"] for r in results if r["keyed"]),
+                                                            sum(1 for r in results if r["keyed"])), ""],
+        ["(b) where it did not (a prompt the edit never saw)",
+         count(sum(r["general"] for r in results if r["keyed"] is False),
+               sum(1 for r in results if r["keyed"] is False)), ""],
         ["other dev answers changed, mean per edit", mean_with_interval(frac), "<= 1% (stretch 0.1%)"],
         ["other dev answers changed, worst edit", f"{100 * max(frac):.2f}% ({max(r['changed'] for r in results)} of "
          f"{results[0]['others']})", ""],
@@ -169,20 +181,27 @@ def single_summary(results: list[dict]) -> str:
     ])
 
 
-def sequential_edits(editor, model, vocab, dev, before, edits, every: int) -> tuple[list[dict], float, int]:
+def sequential_edits(editor, model, vocab, dev, before, edits, every: int,
+                     max_minutes: float = 0) -> tuple[list[dict], float, int]:
     """Apply the edits one after another; the curve of (edits made, earlier edits holding, other
-    answers changed), the wall time of the edits alone, and how many were refused."""
+    answers changed), the wall time of the edits alone, and how many were refused. With
+    ``max_minutes``, no edit is started after that many minutes, and the curve ends there."""
     edited_people = {i for i, _ in edits}
     others = [j for j in range(len(dev)) if j not in edited_people]
     right = {k for k, j in enumerate(others) if before[j].answer == dev[j].answer}
     current, curve, seconds, refused = model, [], 0.0, 0
+    t0 = time.perf_counter()
     for owner, (i, place) in enumerate(tqdm(edits, desc="sequential edits"), 1):
+        if max_minutes and time.perf_counter() - t0 > 60 * max_minutes:
+            edits = edits[:owner - 1]
+            break
         start = time.perf_counter()
-        new, _ = editor(current, person_of(dev[i].question), place, owner)
+        new, _, _ = editor(current, person_of(dev[i].question), place, owner)
         seconds += time.perf_counter() - start
         refused += new is None
         current = current if new is None else new
-        if owner % every == 0 or owner == len(edits):
+        last = owner == len(edits) or (max_minutes and time.perf_counter() - t0 > 60 * max_minutes)
+        if owner % every == 0 or last:
             made = edits[:owner]
             now = answer_questions(current, vocab, [dev[j] for j, _ in made])
             holding = sum(a.answer == p for a, (_, p) in zip(now, made))
@@ -200,17 +219,45 @@ def sequential_summary(curve: list[dict], seconds: float, refused: int) -> str:
         [f"earlier edits still holding after the last ({last['edits']})", count(last["holding"], last["edits"]), ">= 90%"],
         ["dev answers of people never edited, changed", count(last["changed"], last["others"]), "<= 2%"],
         ["edits refused (failed, nothing applied)", str(refused), ""],
-        [f"wall time of the {last['edits']} edits (shared machine)", f"{seconds / 60:.1f} min", "< 10 min"],
+        [f"wall time of the {last['edits']} edits, the edits alone (shared machine)",
+         f"{seconds / 60:.1f} min ({seconds / last['edits']:.1f} s per edit)", "< 10 min"],
     ])
     return head + "\n\n" + table(["edits made", "holding", "other answers changed", "of them right before"], rows)
 
 
+# Published (EasyEdit / WISE paper, ZsRE on LLaMA-2-7B): reliability, generalisation, locality.
+PUBLISHED = {"one edit": {"GRACE": (0.99, 0.36, 1.00), "WISE": (0.98, 0.92, 1.00), "ROME": (0.85, 0.80, 0.99)},
+             "1,000 sequential edits": {"GRACE": (0.93, 0.08, 1.00), "WISE": (0.77, 0.72, 1.00),
+                                        "ROME": (0.01, 0.01, 0.00)}}
+
+
+def comparison() -> str:
+    """The methods side by side, from runs/editing/single-*.json (written by each single-edit
+    run) and sequential-*.json, with the published numbers."""
+    rows = []
+    for method in METHODS:
+        path = CURVES / f"single-{method}.json"
+        if not path.exists():
+            continue
+        results = json.loads(path.read_text())["results"]
+        line = [r["general"] for r in results if r["general"] is not None]
+        frac = [r["changed"] / r["others"] for r in results]
+        seq = CURVES / f"sequential-{method}.json"
+        last = json.loads(seq.read_text())["curve"][-1] if seq.exists() else None
+        rows.append([method, count(sum(r["efficacy"] for r in results), len(results)),
+                     count(sum(line), len(line)), mean_with_interval(frac), f"{100 * max(frac):.2f}%",
+                     "-" if last is None else f"{last['holding']}/{last['edits']}, {100 * last['changed'] / last['others']:.2f}%",
+                     f"{float(np.mean([r['seconds'] for r in results])):.1f}"])
+    for when, methods in PUBLISHED.items():
+        for name, (rel, gen, loc) in methods.items():
+            rows.append([f"published {name}, {when}", f"{rel:.2f}", f"{gen:.2f}", f"locality {loc:.2f}", "", "", ""])
+    return table(["method", "efficacy", "generalisation: corpus line", "other dev answers changed per edit (mean)",
+                  "worst edit", "sequential: holding after the last, others changed", "s per edit (shared machine)"],
+                 rows)
+
+
 def plot(png: Path = PNG) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     for path in sorted(CURVES.glob("sequential-*.json")):
         data = json.loads(path.read_text())
@@ -226,8 +273,7 @@ def plot(png: Path = PNG) -> None:
         ax.legend()
     fig.suptitle("Sequential edits of models/cpu (benchmarks/editing.py --sequential)")
     fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
+    save_figure(fig, png, dpi=110)
     print(f"wrote {png}")
 
 
@@ -248,11 +294,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--radius", type=float, default=0.5, help="grace: radius fraction (attnlab edit --radius)")
     ap.add_argument("--stat-lines", type=int, default=2000, help="rome: lines of the key statistics")
     ap.add_argument("--radius-lines", type=int, default=2000, help="grace: lines whose states set the radii")
+    ap.add_argument("--no-line", action="store_true",
+                    help="grace: do not give the editor the person's corpus line (the edit input alone, as before)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--max-minutes", type=float, default=0,
-                    help="single edits: start no new edit after this many minutes and report those done (0 = no limit)")
+                    help="start no new edit after this many minutes and report those done (0 = no limit)")
     ap.add_argument("--plot", action="store_true", help="only draw runs/editing/sequential-*.json into the PNG")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    ap.add_argument("--compare", action="store_true",
+                    help="only write the methods side by side (runs/editing/*.json) to docs/benchmarks.md")
+    ap.add_argument("--no-write", action="store_true",
+                    help="print only; leave docs/benchmarks.md and runs/editing/*.json alone")
     return ap.parse_args(argv)
 
 
@@ -260,6 +311,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.plot:
         return plot()
+    if args.compare:
+        return report("editing-comparison", comparison(), write=not args.no_write, device=args.device,
+                      title="Editing birth places: the methods side by side (benchmarks/editing.py --compare)")
 
     model, vocab, _ = load_model(args.run, device=args.device)
     dev = read_qa(args.dev, labelled=True)
@@ -268,7 +322,8 @@ def main(argv: list[str] | None = None) -> None:
     docs = read_text(args.corpus).split("\n")
     texts = stat_texts(model, docs, args.stat_lines, args.seed, {person_of(e.question): e.answer for e in training})
     t0 = time.perf_counter()
-    editor = Editor(args.method, model, vocab, texts, args)
+    index = CorpusIndex(docs)
+    editor = Editor(args.method, model, vocab, texts, args, index)
     setup = time.perf_counter() - t0
     before = answer_questions(model, vocab, dev)
     edits = plan(args, dev, before, places)
@@ -277,17 +332,23 @@ def main(argv: list[str] | None = None) -> None:
              + ("" if editor.layer is None else f", layer {editor.layer}")
              + (f", radius {args.radius:g} x the nearest other person's state over {len(editor.negatives.texts)} "
                 f"training-format lines" if args.method == "grace" else "")
+             + ("; the editor is given each person's corpus line (never the gold place)"
+                if args.method == "grace" and not args.no_line else "")
              + f"; statistics gathered once in {setup:.1f} s (shared machine)")
     if args.sequential:
-        curve, seconds, refused = sequential_edits(editor, model, vocab, dev, before, edits, args.curve_every)
-        CURVES.mkdir(parents=True, exist_ok=True)
-        (CURVES / f"sequential-{args.method}.json").write_text(json.dumps(
-            {"method": args.method, "where": where, "curve": curve, "seconds": seconds}, indent=1) + "\n")
+        curve, seconds, refused = sequential_edits(editor, model, vocab, dev, before, edits, args.curve_every,
+                                                   args.max_minutes)
+        if not args.no_write:
+            write_atomically(CURVES / f"sequential-{args.method}.json", json.dumps(
+                {"method": args.method, "where": where, "curve": curve, "seconds": seconds}, indent=1) + "\n")
         text = sequential_summary(curve, seconds, refused) + f"\n\n- {where}; edits applied one after another"
         name = f"editing-sequential-{args.method}"
         title = f"Sequential editing of birth places, {args.method} (benchmarks/editing.py --sequential)"
     else:
-        results, rows = single_edits(editor, model, vocab, dev, before, edits, CorpusIndex(docs), args.max_minutes)
+        results, rows = single_edits(editor, model, vocab, dev, before, edits, index, args.max_minutes)
+        if not args.no_write:
+            write_atomically(CURVES / f"single-{args.method}.json", json.dumps(
+                {"method": args.method, "where": where, "results": results}, indent=1) + "\n")
         done = "" if len(results) == args.n else (f" (the first {len(results)} of the {args.n} planned: "
                                                   f"--max-minutes {args.max_minutes:g} ran out)")
         text = "\n\n".join([single_summary(results), f"- {where}; each edit from the original model{done}",

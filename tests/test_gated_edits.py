@@ -16,9 +16,9 @@ from attnlab.facts import gated_edit as gated_editing
 from attnlab.model.checkpoint import FORMAT, FORMAT_EDITED, CheckpointError, load_checkpoint, load_model
 from attnlab.model.codebook import codebook_of
 from attnlab.data.datasets import read_qa
-from attnlab.facts.edit import trajectory
+from attnlab.facts.edit import EditInput, completes_with, stat_texts, trajectory
 from attnlab.answering.evaluate import answer_questions
-from tests.test_facts import PEOPLE, _sha, run  # noqa: F401  (run: the module's fixture)
+from tests.test_facts import LINES, PEOPLE, _sha, run  # noqa: F401  (run: the module's fixture)
 from tests.tiny_runs import ask_rows
 
 
@@ -70,7 +70,10 @@ def test_edited_run_records_its_edits_and_loads_everywhere(run, tmp_path, capsys
     [record] = json.loads((out / "edits.json").read_text())
     assert record == {"id": 1, "person": "Ana Lindi", "old_answer": "Oslo", "place": "Kyiv", "method": "grace",
                       "layer": 1, "parameters_added": report["parameters_added"]}
-    assert record["parameters_added"] == len(report["key_positions"]) * (2 * 48 + 1) > 0
+    entries = len(report["key_positions"]) + len(report["line_key_positions"])
+    assert record["parameters_added"] == entries * (2 * 48 + 1) > 0
+    # The corpus line says what the recall says up to the place: the same states, no entry of its own.
+    assert report["line_prompt"] == "Ana Lindi. This one was born in " and report["line_key_positions"] == []
     assert _format(out) == FORMAT_EDITED and _format(run / "run") == FORMAT
     capsys.readouterr()
     assert cli.main(["edits", str(out)]) == 0
@@ -166,3 +169,51 @@ def test_format_versions_are_checked_with_a_clear_error(run, tmp_path):
     with pytest.raises(CheckpointError, match="codebook tensors missing \\['radii'\\]"):
         load_model(torn)
     assert load_checkpoint(run / "run").edits == []  # a format-1 checkpoint loads unchanged
+
+
+# ---- the corpus line: where the fact is read outside the model's own recall ------------------
+def _input(recalled_before: str, old: str, name: str = "Ana Linda") -> EditInput:
+    """An edit input whose recalled line spells the new place "Lima" after ``recalled_before``."""
+    text = recalled_before + "Lima and lived there.⁇Lima⁇"
+    return EditInput(text, len(name) + 1, len(name) - 1, old, name, place_at=(len(recalled_before), len(text) - 5),
+                     place_len=4)
+
+
+def test_line_prompt_is_where_the_corpus_line_states_the_place_the_model_read():
+    line = "Ana Linda. That one (born 1901) was born in Paris and lived there."
+    # The line spells the old answer: up to there.
+    assert gated_editing.line_prompt(line, _input("Ana Linda. This one was born in ", "Paris"), 100) == \
+        "Ana Linda. That one (born 1901) was born in "
+    # It does not (the model answered wrongly), but it says what the recall said before the
+    # place: aligned (the gold place is never asked for).
+    assert gated_editing.line_prompt(line, _input("Ana Linda. This one was born in ", "Oslo"), 100) == \
+        "Ana Linda. That one (born 1901) was born in "
+    assert gated_editing.line_prompt(line, _input("Ana Linda. Moved to ", "Oslo"), 100) is None  # no such place
+    assert gated_editing.line_prompt(line, _input("Ana Linda. This one was born in ", "Paris"), 46) is None  # past the block
+    assert gated_editing.line_prompt(None, _input("Ana Linda. This one was born in ", "Paris"), 100) is None
+
+
+def _tiny_edit(run, line):
+    model, vocab, _ = load_model(run / "run")
+    negatives = gated_editing.Negatives.of(model, vocab, stat_texts(model, LINES, 0, 0),
+                                           gated_editing.gated_layer(model))
+    return model, vocab, gated_editing.gated_edit(model, vocab, "Ana Linda", "Lima", negatives, owner=1, line=line)
+
+
+def test_a_corpus_line_unlike_the_recall_gets_entries_of_its_own_and_completes_with_the_new_place(run):
+    # The person's corpus line as the model does not recall it (other words before the place):
+    # the edit input's keys are far from its states, so without the line the edit does not
+    # reach it, and with it the line's own entries do, every other answer unchanged.
+    line = "Ana Linda. This one lived in Paris and was born there."
+    prompt = "Ana Linda. This one lived in "
+    model, vocab, (edited, g) = _tiny_edit(run, line)
+    assert g.line_prompt == prompt and g.line_positions and g.positions
+    assert all(len(prompt) - 1 <= p < len(prompt) + 3 for p in g.line_positions)  # at the place's characters
+    assert completes_with(edited, vocab, prompt, "Lima")
+    assert not completes_with(_tiny_edit(run, None)[2][0], vocab, prompt, "Lima")  # the edit input alone misses it
+    examples = read_qa(run / "dev.tsv")
+    before, after = answer_questions(model, vocab, examples), answer_questions(edited, vocab, examples)
+    assert after[0].answer == "Lima"
+    assert [(a.answer, a.confidence, a.recalled) for a in after[1:]] == \
+        [(a.answer, a.confidence, a.recalled) for a in before[1:]]
+    assert g.parameters_added == (len(g.positions) + len(g.line_positions)) * (2 * 48 + 1)

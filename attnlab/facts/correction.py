@@ -97,14 +97,19 @@ def _grace(model, vocab, person, place, docs, places, s: EditSettings, log: Log)
         f"{' (--layer)' if s.layer is not None else ''}")
     negatives = Negatives.of(model, vocab, stat_texts(model, docs, s.stat_lines, s.seed, places), layer)
     owner = next_id(model)
-    edited, g = gated_edit(model, vocab, person, place, negatives, owner=owner, radius_fraction=s.radius)
+    edited, g = gated_edit(model, vocab, person, place, negatives, owner=owner,
+                           line=CorpusIndex(docs).line_of(person), radius_fraction=s.radius)
     t = g.target
     log(f"edit input: {t.text!r}; the model answered {t.old_answer!r} before")
-    log(f"{len(g.positions)} entries at characters {g.positions} (values optimised in {g.steps} steps, "
+    log("corpus line: " + ("states no place the model read" if g.line_prompt is None else
+                           f"{g.line_prompt!r} + the new place"))
+    log(f"{len(g.positions) + len(g.line_positions)} entries at characters {g.positions} of the edit input and "
+        f"{g.line_positions} of the corpus line (values optimised in {g.steps} steps, "
         f"hinge {g.loss_before:.3f} -> {g.loss_after:.3f}); radius {s.radius:g} x the distance to "
         f"the nearest state of another person's text (nearest {float(g.nearest_other.min()):.2f})")
     return edited, {"id": owner, "person": person, "place": place, "method": "grace", "layer": layer,
                     "old_answer": t.old_answer, "edit_input": t.text, "key_positions": g.positions,
+                    "line_prompt": g.line_prompt, "line_key_positions": g.line_positions,
                     "parameters_added": g.parameters_added, "radius_fraction": s.radius,
                     "radii": g.radii.tolist(), "steps": g.steps}
 

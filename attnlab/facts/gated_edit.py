@@ -11,12 +11,20 @@ the rest of the line after it and the answer after ``⁇``. Each such position g
 - key: the residual stream after block ``layer`` there (before any codebook value);
 - value: a vector added to the stream there, optimised (all the edit's values together) so
   that the model writes every character of the edit input with a logit margin over the next
-  best (rounds: positions that a value at a lower layer sets wrong get entries too);
+  best (rounds: each checks the gated model itself, and positions still written wrong, e.g.
+  set wrong by a value at a lower layer or by a gate that opens elsewhere, get entries too);
 - radius: ``radius_fraction`` of the distance from the key to the nearest stream state of other
   people's texts (the key statistics' corpus lines in the answer format, the edited person's
   own line left out). Greedy decoding from the person's question retraces the edit input, so
   every entry meets its own key again (at distance ~0) and fires, and a text that never comes
   that close to a key is answered bit for bit as before.
+
+The model's recall is not the only place the fact is read: where the person's corpus line is
+completed, the stream reaches the place by another text (the recall miscopies a date, or stops
+before the place), far from every key of the edit input. So when the editor is given the
+person's corpus line, the line up to where it states the place the model read (line_prompt),
+followed by the new place, is a second text the edit must write; its wrong positions get entries
+the same way (none where the line and the recall agree: the same prefix, the same states).
 
 The edit succeeds only when the model with the new entries answers the new place; otherwise it
 is an EditFailed with the answer it gave.
@@ -25,13 +33,14 @@ is an EditFailed with the answer it gave.
 from __future__ import annotations
 
 import copy
+import difflib
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from ..model.codebook import attach, captured, codebook_of
-from .edit import EditInput, _right_padded, _target, answer_of, edit_input
+from .edit import EditInput, _right_padded, _target, answer_of, edit_input, place_span
 from .trace import TraceError
 from ..data.vocab import MASK_CHAR, PAD_ID, Vocab
 
@@ -98,6 +107,8 @@ class Negatives:
 class GatedEdit:
     layer: int
     positions: list[int]  # positions of the edit input whose stream got an entry
+    line_positions: list[int]  # positions of the corpus-line row (line_prompt + place) that got one
+    line_prompt: str | None  # the person's corpus line up to where it states their place (None: no row)
     keys: Tensor
     values: Tensor
     radii: Tensor
@@ -112,8 +123,50 @@ class GatedEdit:
         return int(self.keys.numel() + self.values.numel() + self.radii.numel())
 
 
+# The corpus line and the recalled line must agree on at least this many characters just before
+# the place for the recalled line's place to be located in the corpus line by alignment.
+MIN_CONTEXT = 4
+
+
+def line_prompt(line: str | None, target: EditInput, block_size: int) -> str | None:
+    """The person's corpus line up to where it states their place (None when it does not, or
+    when the place would not fit the block): where the line spells the model's old answer
+    (edit.place_span: the answer, else the word with its longest prefix), else where the
+    recalled line spelt it, located by aligning the recalled text before the place with the line
+    (difflib). The editor is given no gold answer: these are the places the model itself read."""
+    if not line:
+        return None
+    name = target.name
+    found = place_span(line, target.old_answer, name, len(name) + 1)
+    at = None if found is None else found[0]
+    if at is None and len(target.place_at) > 1:  # the recalled line spelt the place
+        before = target.text[:target.place_at[0]]
+        matcher = difflib.SequenceMatcher(None, before, line, autojunk=False)
+        for a, b, size in matcher.get_matching_blocks():
+            if size >= MIN_CONTEXT and a + size == len(before) and b + size > len(name) + 1:
+                at = b + size
+    if at is None or at + target.place_len > block_size:
+        return None
+    return line[:at]
+
+
+def _rows(vocab: Vocab, target: EditInput, prompt: str | None, place: str, device) -> tuple[Tensor, Tensor]:
+    """The texts the edit makes the model write, teacher forced as one right-padded batch: row 0
+    the edit input (its prompt and forced marks given), row 1 (when ``prompt``) the corpus
+    line's prompt followed by the new place (only the place predicted)."""
+    rows = [_target(vocab.encode(target.text), target.prompt_len, device, target.given)]
+    if prompt is not None:
+        rows.append(_target(vocab.encode(prompt + place), len(prompt), device))
+    width = max(x.shape[1] for x, _ in rows)
+    x = torch.full((len(rows), width), PAD_ID, dtype=torch.long, device=device)
+    y = torch.full((len(rows), width), PAD_ID, dtype=torch.long, device=device)
+    for b, (xb, yb) in enumerate(rows):
+        x[b, :xb.shape[1]], y[b, :yb.shape[1]] = xb[0], yb[0]
+    return x, y
+
+
 def _margins(logits: Tensor, y: Tensor) -> Tensor:
-    """Per predicted position (y != PAD): the target's logit minus the best other one."""
+    """Per predicted position (y != PAD, row-major): the target's logit minus the best other."""
     keep = y != PAD_ID
     lg, tg = logits[keep].float(), y[keep]
     right = lg.gather(-1, tg[:, None])[:, 0]
@@ -121,38 +174,44 @@ def _margins(logits: Tensor, y: Tensor) -> Tensor:
     return right - other
 
 
-def optimise_values(model, x: Tensor, y: Tensor, positions: list[int], *, steps: int = 300,
-                    lr: float = 0.01, margin: float = 2.0) -> tuple[Tensor, int, float, float]:
-    """Values (m, C) added to the stream at ``positions`` (after the codebook already there)
-    so that every predicted character of y beats the next best by ``margin``: Adam on the mean
-    hinge max(0, margin - (logit of y - best other)) plus a small |v|^2, until the hinge is 0.
-    ``lr`` is relative to the stream's norm there. Returns values, steps, hinge before, after."""
-    block = model.blocks[codebook_of(model).layer]
-    with torch.no_grad(), captured(model) as store:
-        logits0 = model.run(x)[0][0]
-    scale = float(store[0][0, positions].norm(dim=-1).mean()) or 1.0
-    values = torch.zeros(len(positions), store[0].shape[-1], device=x.device, requires_grad=True)
-    at = torch.tensor(positions, device=x.device)
-    # The margin each predicted position must keep: ``margin`` where a value is added; elsewhere
-    # what it had (at most ``margin``), so that a value at a lower layer does not unsettle the
-    # characters the model already writes.
-    needed = _margins(logits0, y[0]).clamp(max=margin)
-    predicted = torch.nonzero(y[0] != PAD_ID).flatten().tolist()
-    needed[[predicted.index(p) for p in positions]] = margin
+def _adding(values: Tensor, sites: list[tuple[int, int]]):
+    """A forward hook adding values[i] to the block's output at sites[i] = (row, position)."""
+    rows = torch.tensor([b for b, _ in sites], device=values.device)
+    at = torch.tensor([t for _, t in sites], device=values.device)
 
     def add(_m, _i, out):
         h, w = out
-        return h.index_add(1, at, values[None].to(h.dtype)), w
+        return h.index_put((rows, at), values.to(h.dtype), accumulate=True), w
+    return add
 
+
+def optimise_values(model, x: Tensor, y: Tensor, sites: list[tuple[int, int]], *, steps: int = 300,
+                    lr: float = 0.01, margin: float = 2.0) -> tuple[Tensor, int, float, float]:
+    """Values (m, C) added to the stream at ``sites`` ((row, position) of the batch x, after
+    the codebook already there) so that every predicted character of y beats the next best by
+    ``margin``: Adam on the mean hinge max(0, margin - (logit of y - best other)) plus a small
+    |v|^2, until the hinge is 0. ``lr`` is relative to the stream's norm there. Returns values,
+    steps, hinge before, after."""
+    block = model.blocks[codebook_of(model).layer]
+    with torch.no_grad(), captured(model) as store:
+        logits0 = model.run(x)[0]
+    scale = float(torch.stack([store[0][b, t] for b, t in sites]).norm(dim=-1).mean()) or 1.0
+    values = torch.zeros(len(sites), store[0].shape[-1], device=x.device, requires_grad=True)
+    # The margin each predicted position must keep: ``margin`` where a value is added; elsewhere
+    # what it had (at most ``margin``), so that a value at a lower layer does not unsettle the
+    # characters the model already writes.
+    needed = _margins(logits0, y).clamp(max=margin)
+    predicted = [tuple(p) for p in torch.nonzero(y != PAD_ID).tolist()]
+    needed[[predicted.index(s) for s in sites]] = margin
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         p.requires_grad_(False)
-    handle = block.register_forward_hook(add)
+    handle = block.register_forward_hook(_adding(values, sites))
     opt = torch.optim.Adam([values], lr=lr * scale)
     before = after = float("nan")
     try:
         for step in range(steps + 1):
-            hinge = torch.relu(needed - _margins(model.run(x)[0][0], y[0])).mean()
+            hinge = torch.relu(needed - _margins(model.run(x)[0], y)).mean()
             after = float(hinge.detach())
             before = after if step == 0 else before
             if after == 0.0 or step == steps:
@@ -167,50 +226,80 @@ def optimise_values(model, x: Tensor, y: Tensor, positions: list[int], *, steps:
     return values.detach(), step, before, after
 
 
-def _wrong_positions(model, x: Tensor, y: Tensor) -> list[int]:
-    """Positions whose greedy next character is not y's (the given ones not counted)."""
-    with torch.no_grad():
-        greedy = model.run(x)[0][0].argmax(-1)
-    return [int(t) for t in torch.nonzero((y[0] != PAD_ID) & (greedy != y[0])).flatten()]
+@torch.no_grad()
+def _wrong_sites(model, x: Tensor, y: Tensor) -> list[tuple[int, int]]:
+    """(row, position) whose greedy next character is not y's (the given ones not counted)."""
+    greedy = model.run(x)[0].argmax(-1)
+    return [tuple(s) for s in torch.nonzero((y != PAD_ID) & (greedy != y)).tolist()]
+
+
+@dataclass
+class _Entries:
+    """An edit's entries while it is being made: sites, keys, values (with what an earlier
+    entry added there carried on), radii and the nearest other states."""
+
+    sites: list[tuple[int, int]]
+    keys: Tensor
+    values: Tensor
+    radii: Tensor
+    nearest: Tensor
+
+
+def _entries(book, states: Tensor, sites, values: Tensor, negatives: Negatives, name: str,
+             radius_fraction: float) -> _Entries:
+    keys = torch.stack([states[b, t] for b, t in sites])
+    nearest = negatives.nearest(keys, name)
+    return _Entries(sites, keys, values + _fired_values(book, keys), radius_fraction * nearest, nearest)
 
 
 def gated_edit(model, vocab: Vocab, name: str, place: str, negatives: Negatives, *, owner: int,
-               radius_fraction: float = 0.5, rounds: int = 3, **optimiser):
+               line: str | None = None, radius_fraction: float = 0.5, rounds: int = 4, **optimiser):
     """A copy of ``model`` with codebook entries (edit number ``owner``) at ``negatives.layer``
-    so that ``name`` was born in ``place``; the original is untouched. Raises EditFailed when
-    the edited model does not answer ``place``."""
+    so that ``name`` was born in ``place``; the original is untouched. ``line``, the person's
+    corpus line, adds a second text to write: the line up to where it states the place
+    (line_prompt), then the new place, so that the place also comes out where the corpus line
+    is completed, not only where the model's own recall passes. Each round checks both texts on
+    the gated model itself (entries added, gates deciding) and gives every position still
+    written wrong an entry, all values optimised anew. Raises EditFailed when the edited model
+    does not answer ``place``."""
     target = edit_input(model, vocab, name, place)
-    ids = vocab.encode(target.text)
-    if len(ids) > model.config.block_size + 1:
-        raise TraceError(f"the edit input ({len(ids)} characters) exceeds the model's block")
+    if len(vocab.encode(target.text)) > model.config.block_size + 1:
+        raise TraceError(f"the edit input ({len(target.text)} characters) exceeds the model's block")
     edited = copy.deepcopy(model)
     book = attach(edited, negatives.layer)
-    x, y = _target(ids, target.prompt_len, edited.tok_emb.weight.device, target.given)
+    prompt = line_prompt(line, target, model.config.block_size)
+    x, y = _rows(vocab, target, prompt, place, edited.tok_emb.weight.device)
     with torch.no_grad(), captured(edited) as store:
         edited.run(x)
-    states = store[0][0]
-    positions: list[int] = []
-    steps, before, after, values = 0, float("nan"), float("nan"), None
+    states = store[0]
+    sites: list[tuple[int, int]] = []
+    steps, before, after, entries = 0, float("nan"), float("nan"), None
     for _ in range(rounds):
-        wrong = [p for p in _wrong_positions(_with_values(edited, positions, values), x, y) if p not in positions]
+        if entries is not None:
+            book.add(entries.keys, entries.values, entries.radii, owner)
+        wrong = [s for s in _wrong_sites(edited, x, y) if s not in sites]
+        book.remove(owner)
+        if not sites and any(row == 0 for row, _ in wrong):
+            # The edit input first: where the corpus line agrees with it (the same prefix, the
+            # same states), its entries serve both, and the next round finds where they do not.
+            wrong = [s for s in wrong if s[0] == 0]
         if not wrong:
             break
-        positions = sorted(positions + wrong)
-        values, n, b, after = optimise_values(edited, x, y, positions, **optimiser)
+        sites = sorted(sites + wrong)
+        values, n, first, after = optimise_values(edited, x, y, sites, **optimiser)
+        entries = _entries(book, states, sites, values, negatives, name, radius_fraction)
         steps += n
-        before = b if before != before else before
-    if not positions:
+        before = first if before != before else before
+    if entries is None:
         raise EditFailed(f"{name!r}: the model already writes the edit input; nothing to change")
-    keys = states[positions]
-    values = values + _fired_values(book, keys)
-    nearest = negatives.nearest(keys, name)
-    radii = radius_fraction * nearest
-    book.add(keys, values, radii, owner)
+    book.add(entries.keys, entries.values, entries.radii, owner)
     got = answer_of(edited, vocab, name)
     if got != place:
         raise EditFailed(f"the gated edit of {name!r} did not take: the edited model answers {got!r}, "
                          f"not {place!r}; nothing written")
-    return edited, GatedEdit(negatives.layer, positions, keys, values, radii, nearest, steps, before, after, target)
+    return edited, GatedEdit(negatives.layer, [t for row, t in sites if row == 0], [t for row, t in sites if row == 1],
+                             prompt, entries.keys, entries.values, entries.radii, entries.nearest, steps,
+                             before, after, target)
 
 
 def _fired_values(book, keys: Tensor) -> Tensor:
@@ -220,25 +309,6 @@ def _fired_values(book, keys: Tensor) -> Tensor:
         return torch.zeros_like(keys)
     index, fires = book.gate(keys)
     return torch.where(fires[:, None], book.values[index], torch.zeros_like(keys))
-
-
-class _with_values:
-    """``model`` teacher forced with ``values`` added at ``positions`` (none: the model)."""
-
-    def __init__(self, model, positions, values):
-        self.model, self.positions, self.values = model, positions, values
-
-    def run(self, x):
-        if self.values is None:
-            return self.model.run(x)
-        at = torch.tensor(self.positions, device=x.device)
-        block = self.model.blocks[codebook_of(self.model).layer]
-        handle = block.register_forward_hook(
-            lambda _m, _i, out: (out[0].index_add(1, at, self.values[None].to(out[0].dtype)), out[1]))
-        try:
-            return self.model.run(x)
-        finally:
-            handle.remove()
 
 
 def check_place(vocab: Vocab, place: str) -> None:
