@@ -480,8 +480,14 @@ def test_ctrl_c_while_the_program_loads_torch_exits_130_without_a_traceback():
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     assert "torch" not in subprocess.run([sys.executable, "-c", "import sys, attnlab; print(sorted(sys.modules))"],
                                          env=env, capture_output=True, text=True, check=True).stdout
+    def as_from_a_terminal():
+        # a process started in the background may inherit SIGINT ignored or blocked (Python then
+        # keeps it ignored): the child gets what a program started from a terminal has
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
     proc = subprocess.Popen([sys.executable, "-m", "attnlab", "variants"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=as_from_a_terminal)
     # Ctrl-C again every 0.2 s until it stops (a single early signal can land where the
     # interpreter or an extension's import does not turn it into KeyboardInterrupt)
     deadline = time.monotonic() + 120
