@@ -335,18 +335,18 @@ _CPU5 = Preset(
     expected="about 5 minutes on 2 CPU cores",
 )
 
-# "cpu60": the shipped model's recipe (models/cpu), what fits an hour of 2 cores. Reading the
-# place out of a recalled line, not storing it, is what cpu15 lacks (docs/guides/knowledge.md:
-# 53 of its 83 wrong dev answers came after a recall exact up to the place), so the hour goes to
-# every training person's line with their place (1,600 read-out examples instead of 500), 160
-# recalled characters, and the last fifth of the training file held out for checking the recipe
-# and fitting abstention (`calibrate`, `--abstain auto`) on people whose labels it never saw.
+# "cpu60": the shipped model's recipe (models/cpu), what fits an hour of 2 cores: cpu15's, with
+# the hour spent on reading, which is what cpu15 lacks (docs/guides/knowledge.md has the error
+# breakdown): every training person's line with their place (read-out examples for all of
+# them), 160 recalled characters, and the last fifth of the training file held out for checking
+# the recipe and fitting abstention (`calibrate`, `--abstain auto`) on people whose labels it
+# never saw.
 _CPU60 = Preset(
     name="cpu60",
     description="the shipped model's recipe: cpu15 with every training person mixed in, 160 characters, 20% held out",
     model={**_CPU.model, "block_size": 192, "recall_chars": 160},
-    pretrain=TrainConfig(objective="lm", mix_ratio=1600 / 2937, mix_overlap="drop", epochs=80, batch_size=16,
-                         learning_rate=3e-3, optimizer="muon", holdout_fraction=0.2, checkpoint_every=500),
+    pretrain=dataclasses.replace(_CPU15.pretrain, mix_ratio=1600 / 2937, mix_people=0, epochs=80,
+                                 holdout_fraction=0.2),
     finetune=dataclasses.replace(_CPU.finetune, epochs=1, holdout_fraction=0.2),
     finetune_scratch=_CPU.finetune_scratch,
     expected="about 55 minutes on 2 CPU cores",
