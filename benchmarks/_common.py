@@ -100,6 +100,15 @@ def matmul_peak(device: torch.device, n: int = 2048, seconds: float = 2.0,
 # -------------------------------------------------------------------------------- output
 
 
+def count_with_interval(k: int, n: int) -> str:
+    """``k/n (p%, 95% CI low-high%)`` with the Wilson score interval: how every benchmark
+    quotes a count out of n questions."""
+    from attnlab.answering.evaluate import wilson_interval
+
+    low, high = wilson_interval(k, n)
+    return f"{k}/{n} ({100 * k / max(1, n):.1f}%, 95% CI {100 * low:.1f}-{100 * high:.1f}%)"
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A GitHub-markdown table (also readable as plain text in a terminal)."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import resource
 import shlex
 import subprocess
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import REPO, report, table
+from _common import REPO, count_with_interval, report, table
 
 sys.path.insert(0, str(REPO))
 
@@ -34,12 +35,13 @@ from attnlab import cli
 from attnlab.core import cpu_settings  # noqa: E402
 from attnlab.model.checkpoint import load_model  # noqa: E402
 from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
-from attnlab.answering.evaluate import evaluate, wilson_interval  # noqa: E402
+from attnlab.answering.evaluate import evaluate  # noqa: E402
 from attnlab.answering.knowledge import (CorpusIndex, answer_by_recall, measure_stored,  # noqa: E402
                                         read_out_given_lines, require_person)
 from attnlab.experiments.comparison import TEST_METHOD, compare_models  # noqa: E402
 
 DEV = "data/birth_dev.tsv"
+TRAIN = "data/birth_places_train.tsv"
 CORPUS = "data/wiki.txt"
 
 
@@ -90,11 +92,6 @@ def answer_run(run: Path, eval_file: str = DEV) -> tuple[dict, list[bool]]:
             [a.answer == e.answer for a, e in zip(answers, examples)])
 
 
-def _pct(k: int, n: int) -> str:
-    low, high = wilson_interval(k, n)
-    return f"{k}/{n} ({100 * k / n:.1f}%, 95% CI {100 * low:.1f}-{100 * high:.1f}%)"
-
-
 def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
@@ -115,14 +112,14 @@ def train_and_report(args) -> None:
            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
            "threads": torch.get_num_threads(), **scores}
     (out / "result.json").write_text(json.dumps(row, indent=2) + "\n")
-    rows = [[f"{args.preset} (this run, {out})", _pct(scores["dev_correct"], scores["dev_total"]),
-             _pct(scores["stored"], scores["stored_total"]), f"{total / 60:.1f} min",
+    rows = [[f"{args.preset} (this run, {out})", count_with_interval(scores["dev_correct"], scores["dev_total"]),
+             count_with_interval(scores["stored"], scores["stored_total"]), f"{total / 60:.1f} min",
              f"{cpu_seconds / 60:.1f} min", f"{row['peak_rss_mb']:.0f} MB"]]
     shipped = Path(args.ship or "models/cpu") / "provenance.json"
     if shipped.is_file():
         p = json.loads(shipped.read_text())
-        rows.append([f"shipped model ({shipped.parent})", _pct(p["dev_correct"], p["dev_total"]),
-                     _pct(p["stored"], p["stored_total"]), f"{p['wall_s'] / 60:.1f} min", "-", "-"])
+        rows.append([f"shipped model ({shipped.parent})", count_with_interval(p["dev_correct"], p["dev_total"]),
+                     count_with_interval(p["stored"], p["stored_total"]), f"{p['wall_s'] / 60:.1f} min", "-", "-"])
     text = table(["model", "dev extracted (exact match)", "dev stored (line completion)",
                   "training wall time (pretrain + finetune)", "CPU time", "peak memory"], rows)
     commands = "; ".join(shlex.join(["attnlab", *a]) for a in stage_commands(args.preset, out, args.eval_every))  # "" stays ''
@@ -220,8 +217,8 @@ def ablation(specs: list[str], eval_file: str, out: str | None, write: bool) -> 
         scores[run] = score
         curve = [f"{r['dev_correct']}" for r in _metrics(Path(run)) if "dev_correct" in r]
         cpu_min = max((r.get("train_cpu_s", 0.0) for r in _metrics(Path(run))), default=0.0) / 60
-        rows.append([label or run, _pct(score["dev_correct"], score["dev_total"]),
-                     _pct(score["stored"], score["stored_total"]), " / ".join(curve), f"{cpu_min:.1f}"])
+        rows.append([label or run, count_with_interval(score["dev_correct"], score["dev_total"]),
+                     count_with_interval(score["stored"], score["stored_total"]), " / ".join(curve), f"{cpu_min:.1f}"])
     reference = next(iter(right))
     for row, (run, (_, test)) in zip(rows, compare_models({r: [a] for r, a in right.items()}, reference).items()):
         scores[run]["paired_test"] = None if test is None else test.to_dict()
@@ -244,20 +241,27 @@ def ablation(specs: list[str], eval_file: str, out: str | None, write: bool) -> 
 def error_kinds(run: Path, eval_file: str) -> dict[str, int]:
     """Where a recall model's answers go wrong, by the person's corpus line: the gold place not
     in it, written beyond the recalled characters, recalled exactly up to the place but read out
-    wrong, or recalled wrong."""
+    wrong (split by READ_OUT_KINDS), or recalled wrong."""
     model, vocab, _ = load_model(run)
     examples = read_qa(eval_file, labelled=True)
     index = CorpusIndex(documents(read_text(CORPUS)))
     names = [require_person(e) for e in examples]
     answers = answer_by_recall(model, vocab, names, model.config.recall_chars)
-    kinds = dict.fromkeys(ERROR_KINDS, 0)
+    kinds = dict.fromkeys(ERROR_KINDS + READ_OUT_KINDS, 0)
     for ex, name, got in zip(examples, names, answers):
-        kinds[_error_kind(ex.answer, got, index.line_of(name) or "", len(name) + 1, model.config.recall_chars)] += 1
+        line = index.line_of(name) or ""
+        kind = _error_kind(ex.answer, got, line, len(name) + 1, model.config.recall_chars)
+        kinds[kind] += 1
+        if kind == ERROR_KINDS[3]:
+            kinds[read_out_kind(ex.answer, got.answer, line, line.find(ex.answer, len(name) + 1))] += 1
     return kinds
 
 
 ERROR_KINDS = ("right", "place not in the person's line", "place beyond the recalled characters",
                "recalled exactly up to the place, read out wrong", "recalled wrong")
+# the read-out errors, split by how the answer sits beside the label in the line
+READ_OUT_KINDS = ("the B of 'A, B', labelled A", "the A of 'A, B', labelled B", "another span")
+_PLACE = r"[A-Z][\w.'-]*(?: [A-Z][\w.'-]*)*"
 
 
 def _error_kind(gold: str, got, line: str, after_name: int, recall_chars: int) -> str:
@@ -272,12 +276,46 @@ def _error_kind(gold: str, got, line: str, after_name: int, recall_chars: int) -
     return ERROR_KINDS[3] if got.recalled[:end] == line[:end] else ERROR_KINDS[4]
 
 
+def read_out_kind(gold: str, answer: str, line: str, at: int) -> str:
+    """Which place of a comma pair such as "Chicago, Illinois" the label and the answer are
+    (``at``: where the label stands in the line), or another span altogether."""
+    after = re.match(f", ({_PLACE})", line[at + len(gold):])
+    before = re.search(f"({_PLACE}), $", line[:at])
+    if answer and after and after.group(1).startswith(answer):
+        return READ_OUT_KINDS[0]
+    if answer and before and before.group(1).endswith(answer):
+        return READ_OUT_KINDS[1]
+    return READ_OUT_KINDS[2]
+
+
+def label_convention(train_file: str, index: CorpusIndex) -> tuple[int, int]:
+    """Training people whose line states their place as one of a comma pair "A, B": how many
+    labels name A, and how many name B."""
+    first = second = 0
+    for ex in read_qa(train_file, labelled=True):
+        name = require_person(ex)
+        line = index.line_of(name) or ""
+        at = line.find(ex.answer, len(name) + 1)
+        if at < 0:
+            continue
+        is_first = re.match(f", {_PLACE}", line[at + len(ex.answer):]) is not None
+        is_second = re.search(f"{_PLACE}, $", line[:at]) is not None
+        first += is_first and not is_second
+        second += is_second and not is_first
+    return first, second
+
+
 def errors_table(specs: list[str], eval_file: str, write: bool) -> None:
     runs = [(spec.partition(":")[0], spec.partition(":")[2] or spec.partition(":")[0]) for spec in specs]
     counts = [error_kinds(Path(run), eval_file) for run, _ in runs]
     rows = [[kind] + [str(c[kind]) for c in counts] for kind in ERROR_KINDS]
+    at = ERROR_KINDS.index(ERROR_KINDS[3]) + 1
+    rows[at:at] = [["- of which " + kind] + [str(c[kind]) for c in counts] for kind in READ_OUT_KINDS]
+    first, second = label_convention(TRAIN, CorpusIndex(documents(read_text(CORPUS))))
     text = table(["answers of " + Path(eval_file).name] + [label for _, label in runs], rows)
-    text += "\n\n- copy read-out; the line is the person's own corpus line (data/wiki.txt)"
+    text += ("\n\n- copy read-out; the line is the person's own corpus line (data/wiki.txt)"
+             f"\n- the labels' convention: of the {first + second} training people whose line states their "
+             f"place as one of a comma pair 'A, B', {first} are labelled A and {second} B")
     report("knowledge_errors", text, write=write, title="Where recall answers go wrong "
            "(benchmarks/knowledge.py --errors)")
 
@@ -292,7 +330,7 @@ def open_book_table(specs: list[str], eval_file: str, write: bool) -> None:
         run, _, label = spec.partition(":")
         model, vocab, _ = load_model(Path(run))
         got = read_out_given_lines(model, vocab, index, examples)
-        rows.append([label or run, _pct(sum(a.answer == e.answer for a, e in zip(got, examples)), len(examples))])
+        rows.append([label or run, count_with_interval(sum(a.answer == e.answer for a, e in zip(got, examples)), len(examples))])
     text = table(["model", f"place read out of the person's own line ({Path(eval_file).name})"], rows)
     text += "\n\n- copy read-out; 95% intervals: Wilson score intervals"
     report("knowledge_open_book", text, write=write, title="Reading the place out of a given line "
