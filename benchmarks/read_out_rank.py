@@ -26,7 +26,7 @@ from attnlab.answering.knowledge import answer_by_recall  # noqa: E402
 from attnlab.data.corpus import recall_prompt, require_person  # noqa: E402
 from attnlab.data.datasets import read_qa  # noqa: E402
 from attnlab.data.vocab import MASK_ID, PAD_ID  # noqa: E402
-from attnlab.experiments.comparison import TEST_METHOD, mcnemar, verdict  # noqa: E402
+from attnlab.experiments.comparison import mcnemar, verdict  # noqa: E402
 from attnlab.model.checkpoint import load_model  # noqa: E402
 
 MAX_WORDS, MAX_CHARS, BATCH = 4, 32, 256
@@ -95,7 +95,7 @@ def main() -> None:
     rows[1].append(f"{test.wins} fixed / {test.losses} broken, p={test.p:.2g}, {verdict(test)}")
     rows[0].append("reference")
     text = table(["read-out of " + args.run, f"right ({Path(args.eval_file).name})", "paired test"], rows)
-    text += f"\n\n- paired test: {TEST_METHOD}; 95% intervals: Wilson score intervals"
+    text += "\n\n- paired test: the exact McNemar test (two-sided) on the same people; 95% intervals: Wilson score intervals"
     report("knowledge_read_out_rank", text, write=args.write,
            title="Ranking every span vs the greedy copy read-out (benchmarks/read_out_rank.py)")
 
