@@ -12,7 +12,8 @@ from attnlab.data.corpus import CorpusIndex
 from attnlab.model.attention.masks import segments as segment_mask
 from attnlab.model.gpt import GPT, lm_loss
 from attnlab.model.positions import segment_positions
-from attnlab.data.objectives import Sequence, corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people
+from attnlab.data.objectives import (Sequence, corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people,
+                                    swapped_place_read_outs)
 from attnlab.data.vocab import MASK_CHAR, PAD_ID, Vocab
 
 DOCS = ["Ada Brook. Ada Brook was born in Paris.", "Bo Li. Bo Li was born in Lima, a city.",
@@ -84,6 +85,25 @@ def test_recall_qa_sequences_are_the_persons_line_then_the_place():
     assert seq.unscored == 0
     with pytest.raises(DataError, match=r"train.tsv:7: no corpus line opens with 'Zed Q.'"):
         qa_sequences([_qa("Zed Q", "Lima", line=7)], vocab, 64, "recall", 20, index)
+
+
+def test_swapped_read_outs_put_another_training_place_where_the_place_stands():
+    vocab = _vocab()
+    index = CorpusIndex(DOCS)
+    people = [_qa("Ada Brook", "Paris"), _qa("Bo Li", "Lima"), _qa("Di Fo", "Rome"), _qa("Cy Ng", "Bergen")]
+    seqs = swapped_place_read_outs(people, index, vocab, 64, 60, 3, seed=0)
+    assert len(seqs) == 9  # Cy Ng's line does not state Bergen: nothing made from it
+    for seq, person in zip(seqs, [p for p in people[:3] for _ in range(3)]):
+        text = vocab.decode(seq.ids)
+        line, new = text[:seq.unscored], text[seq.unscored + 1:-1]
+        old = person.answer
+        assert new != old and new in {"Paris", "Lima", "Rome", "Bergen"}  # the file's own places
+        original = index.line_of(person.question[len("Where was "):-len(" born?")])
+        assert line == original.replace(old, new, 1)[:60]  # the place's first mention swapped
+        assert text[seq.unscored] == MASK_CHAR  # only the place after the line is scored
+    assert seqs == swapped_place_read_outs(people, index, vocab, 64, 60, 3, seed=0)  # seeded
+    # a place that would stand past the recalled characters gives no example
+    assert swapped_place_read_outs(people[:1], index, vocab, 64, 25, 5, seed=0) == []
 
 
 def test_mixing_adds_qa_examples_in_proportion_to_the_corpus():

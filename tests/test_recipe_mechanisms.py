@@ -156,6 +156,30 @@ def test_read_out_people_add_place_only_examples_of_the_other_trainees(tiny_data
     assert "".join(vocab.decode([t for t in row.tolist() if t]) for row in alone.x).count(" was born in ") == 3
 
 
+def test_read_out_swaps_add_swapped_place_examples_of_the_finetuning_people_only(tiny_data):
+    from attnlab.data.datasets import read_text
+    from attnlab.training.pipeline import _recall_qa_batches
+    from tests.conftest import PEOPLE
+
+    vocab = Vocab.from_text(read_text(tiny_data["corpus"]))
+    model = ModelConfig(vocab_size=len(vocab), block_size=80, n_layer=1, n_head=1, n_embd=8,
+                        qa_format="recall", recall_chars=60)
+    config = TrainConfig(mix_people=3, holdout_fraction=0.25, batch_size=4)
+    plain, _ = _recall_qa_batches(tiny_data["train"], tiny_data["corpus"], vocab, model, config, "cpu")
+    swapped, _ = _recall_qa_batches(tiny_data["train"], tiny_data["corpus"], vocab, model,
+                                    dataclasses.replace(config, read_out_swaps=2), "cpu")
+    text = lambda b: "".join(vocab.decode([t for t in row.tolist() if t]) for row in b.x)  # noqa: E731
+    assert text(plain).count(" was born in ") == 3
+    assert text(swapped).count(" was born in ") == 3 + 3 * 2  # two swapped copies of each of the 3
+    places = {place for _, place in PEOPLE[:3]}
+    for name, place in PEOPLE[:3]:
+        copies = [chunk for chunk in text(swapped).split(f"{name}. {name} was born in ")[1:]]
+        assert sum(not chunk.startswith(place + " ") for chunk in copies) == 2  # the place swapped
+        assert all(chunk.split(" ")[0] in places for chunk in copies)  # for a finetuning person's
+    for name, _ in PEOPLE[3:]:  # nobody outside the finetuning people is seen
+        assert f"{name}." not in text(swapped)
+
+
 def test_open_book_read_out_reads_the_place_from_the_gold_line(tiny_config, tiny_data):
     from attnlab.answering.knowledge import read_out_given_lines
     from attnlab.data.corpus import CorpusIndex

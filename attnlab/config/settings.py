@@ -209,6 +209,11 @@ class TrainConfig(_Serialisable):
                               "their corpus line is given and only the place is scored, so the model learns "
                               "to read places out of lines without learning lines it never pretrained on "
                               "(0 = none)", stages=("finetune",), bound=b.NON_NEGATIVE_INT)
+    read_out_swaps: int = _f(0, "recall-format finetuning: also teach the read-out on this many copies of each "
+                             "finetuning person's line with their place replaced by another training place "
+                             "(only the place scored), so the model reads the place the line states rather "
+                             "than the one it remembers (0 = none)", stages=("finetune",),
+                             bound=b.NON_NEGATIVE_INT)
     holdout_fraction: float = _f(0.0, "hold the last fraction of the training file out of finetuning (and of "
                                  "pretraining's QA mix), so that `calibrate` and `--abstain auto` fit on "
                                  "people whose labels the model never saw (0 = train on all)",

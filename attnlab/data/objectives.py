@@ -10,13 +10,14 @@ Rows are then almost free of padding, which is most of the work saved on a CPU.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from .datasets import DataError, QAExample
-from .corpus import CorpusIndex, recall_string, require_person
+from .corpus import CorpusIndex, place_in_line, recall_string, require_person
 from .vocab import MASK_CHAR, PAD_ID, Vocab
 
 OBJECTIVES = ("span", "lm")
@@ -64,6 +65,32 @@ def qa_sequences(examples: list[QAExample], vocab: Vocab, block_size: int, qa_fo
             raise DataError(ex.source, ex.line, f"the example is {len(text)} characters, longer than "
                             f"block_size + 1 = {block_size + 1}")
         out.append(Sequence(vocab.encode(text, source=ex.source, line=ex.line), unscored))
+    return out
+
+
+def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab: Vocab, block_size: int,
+                            recall_chars: int, per_person: int, seed: int) -> list[Sequence]:
+    """Read-out examples made from training people's own lines: each line with its place
+    replaced by another of the training file's places (``per_person`` draws), cut at
+    ``recall_chars``, then that place, and only the place scored. The model learns to read
+    whichever place stands where the birthplace stands, not the place it remembers; no label
+    outside the given examples is used. A line whose place is not within the recalled
+    characters (or whose example would not fit the block) gives none."""
+    rng = random.Random(seed)
+    places = sorted({e.answer for e in examples})
+    out = []
+    for ex in examples:
+        name = require_person(ex)
+        line = index.line_of(name) or ""
+        at = place_in_line(line, name, ex.answer)
+        if at < 0 or len(places) < 2:
+            continue
+        for _ in range(per_person):
+            new = rng.choice([p for p in places if p != ex.answer])
+            swapped = line[:at] + new + line[at + len(ex.answer):]
+            text = recall_string(swapped, recall_chars, new)
+            if at + len(new) <= recall_chars and len(text) <= block_size + 1:
+                out.append(Sequence(vocab.encode(text, source=ex.source, line=ex.line), len(swapped[:recall_chars])))
     return out
 
 

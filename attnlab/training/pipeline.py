@@ -23,7 +23,8 @@ from ..data.splits import finetuning_people, mixed_and_other_people
 from ..answering.evaluate import Answer, Score, evaluate, most_frequent_place, score, write_predictions
 from ..model.gpt import GPT
 from ..core.outputs import refuse_existing, refuse_inputs
-from ..data.objectives import corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people
+from ..data.objectives import (corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people,
+                               swapped_place_read_outs)
 from .shaping import shaping_loss_fn
 from ..model.shipped import output_dir
 from ..core.devices import resolve_device
@@ -286,6 +287,8 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
     sequences = qa_sequences(examples, vocab, config.block_size, "recall", config.recall_chars, index)
     sequences += qa_sequences(readers, vocab, config.block_size, "recall", config.recall_chars, index,
                               read_out_only=True)
+    sequences += swapped_place_read_outs(examples + readers, index, vocab, config.block_size, config.recall_chars,
+                                         train_config.read_out_swaps, train_config.seed)
     rows = pack(sequences, config.block_size)
     return PackedBatches(rows, train_config.batch_size, device, train_config.seed), len(examples) + len(readers)
 
