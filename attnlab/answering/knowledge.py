@@ -32,7 +32,7 @@ from ..model.generate import generate
 from ..model.gpt import GPT
 from ..data.vocab import MASK_ID, Vocab
 
-QA_FORMATS = ("direct", "recall")
+from ..data.formats import QA_FORMATS  # noqa: E402,F401 (defined once, with the formats)
 
 
 @dataclass(frozen=True)
