@@ -6,13 +6,14 @@ abstention.py and audit.py."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
 from ..trust.abstention import DEFAULT_HOLDOUT, Rule, decide, fit_rules, people_of
-from ..trust.policy import AbstainPolicy
+from ..trust.policy import MODES, AbstainPolicy
 from ..trust.calibration import (
     COVERAGES, N_BINS, accuracy_at_coverage, auroc, check_probability, expected_calibration_error, plot_coverage,
     plot_reliability, reliability_bins
@@ -34,24 +35,31 @@ RUN_DEFAULT = "the run's: auto when it records held-out people (finetune --holdo
 
 
 def add_abstain_flags(parser: argparse.ArgumentParser, default: str = "off") -> None:
-    """``default``: off, or "run" (``rule_for_run``: the rule that works for the run at hand)."""
+    """One flag per field of ``AbstainPolicy`` (its flag, help text and default), so the flags
+    and the policy ``calibrate`` saves are one definition. ``--abstain`` takes the modes but
+    ``below``, which ``--abstain-below P`` chooses; its default is the command's, ``default``:
+    off, auto, or "run" (``rule_for_run``: the rule that works for the run at hand). The numbers
+    are read as plain numbers and checked when the command starts (``check_abstain_flags``)."""
     g = parser.add_argument_group("abstention (\"I don't know\")")
-    g.add_argument("--abstain-below", type=float, default=None, metavar="P",
-                   help="withhold every answer whose confidence is below P, a number in [0, 1] (default: off)")
     parser.set_defaults(abstain_default=default)
     shown = RUN_DEFAULT if default == "run" else default
-    g.add_argument("--abstain", choices=["off", "auto", "names"], default=None,
-                   help=f"(default: {shown}) auto: withhold answers below a confidence threshold and about names the model "
-                        "does not know, both fitted on training-file people held out from finetuning "
-                        "for the target --keep-right (never on dev or test labels); names: only the name "
-                        "check (for a run with no held-out people, whose confidence fit is optimistic)")
-    g.add_argument("--keep-right", type=float, default=0.9,
-                   help="--abstain auto's target: the share of the held-out people's right answers "
-                        "that stay answered")
-    g.add_argument("--holdout-file", default=DEFAULT_TRAIN.as_written, help="training file whose last people are held out")
-    g.add_argument("--holdout-fraction", type=float, default=None,
-                   help="the held-out share of --holdout-file (default: what the run's finetune "
-                        f"--holdout-fraction recorded, else {DEFAULT_HOLDOUT})")
+    for f in dataclasses.fields(AbstainPolicy):
+        kind = f.metadata["bound"].kind if "bound" in f.metadata else str
+        options = dict(dest=_dest(f), type=kind, default=f.default, metavar=f.metadata.get("metavar"),
+                       help=f.metadata["help"])
+        if f.name == "mode":
+            options.update(choices=[m for m in MODES if m != "below"], default=None,
+                           help=f"(default: {shown}) {f.metadata['help']}")
+        g.add_argument(_flag(f), **options)
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _dest(f: dataclasses.Field) -> str:
+    """The attribute of the parsed arguments that holds field ``f``."""
+    return _flag(f)[2:].replace("-", "_")
 
 
 def check_abstain_flags(args: argparse.Namespace) -> None:
@@ -111,9 +119,8 @@ def policy_from_args(args: argparse.Namespace) -> AbstainPolicy:
     """The abstention flags (checked: check_abstain_flags) as a policy; an unsettled "run"
     default (rule_for_run) fits both thresholds, as auto does."""
     mode = abstain_mode(args)
-    return AbstainPolicy(mode="auto" if mode == "run" else mode, below=args.abstain_below,
-                         keep_right=args.keep_right, holdout_file=args.holdout_file,
-                         holdout_fraction=args.holdout_fraction)
+    values = {f.name: getattr(args, _dest(f)) for f in dataclasses.fields(AbstainPolicy)}
+    return AbstainPolicy(**{**values, "mode": "auto" if mode == "run" else mode})
 
 
 def rule_from_args(args: argparse.Namespace, model, vocab, run: str, meta: dict, log: Log) -> Rule | None:
