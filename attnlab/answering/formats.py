@@ -18,9 +18,9 @@ from ..data.formats import QA_FORMATS, DirectText, RecallText
 from ..data.vocab import MASK_CHAR, MASK_ID, Vocab
 from ..model.generate import generate
 from ..model.gpt import GPT
-from .knowledge import answer_by_recall, recall_prompt, require_person
+from .knowledge import MAX_ANSWER_CHARS, answer_by_recall, recall_prompt, require_person
 
-MAX_NEW_CHARS = 32
+MAX_NEW_CHARS = MAX_ANSWER_CHARS  # the answer budget of both formats: one number
 
 
 @dataclass(frozen=True)
