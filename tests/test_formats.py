@@ -14,7 +14,7 @@ from attnlab.config.settings import ModelConfig
 from attnlab.data.corpus import CorpusIndex
 from attnlab.data.datasets import DataError, QAExample
 from attnlab.data.formats import QA_FORMATS, TEXT_FORMATS, text_format
-from attnlab.data.vocab import MASK_CHAR, Vocab
+from attnlab.data.vocab import MASK_CHAR, PAD_ID, Vocab
 from attnlab.model.gpt import GPT
 from tests.tiny_runs import memorise
 
@@ -84,3 +84,23 @@ def test_answering_asks_the_format_object(qa_format):
     assert (answers[0].recalled == LINES[0]) == fmt.recalls  # only a recall answer carries a line
     one = fmt.answer_one(model, vocab, examples[0].question, "Ada Brook")
     assert (one.answer, one.recalled) == (answers[0].answer, answers[0].recalled)
+
+
+def test_an_edit_of_a_recall_that_filled_its_budget_gives_the_closing_mark_after_the_edited_line(monkeypatch):
+    """The recall budget closed the line (not the model): in the edit input that mark is given,
+    at the end of the line with the new place in it (longer or shorter than the old)."""
+    from attnlab.answering.formats import RecallFormat
+    from attnlab.facts.edit import _target, edit_input
+
+    recalled = "Bo Li. Bo Li was born in Lima and"
+    vocab = Vocab.from_text(recalled + "Barcelona Rio" + "Where?")
+    model = GPT(ModelConfig(vocab_size=len(vocab), block_size=64, n_layer=1, n_head=1, n_embd=8, dropout=0.0,
+                            qa_format="recall", recall_chars=len(recalled)))
+    monkeypatch.setattr(RecallFormat, "answer_one", lambda self, m, v, q, name: Answer(q, "Lima", 0.5, True, recalled))
+    for place in ("Barcelona", "Rio"):
+        target = edit_input(model, vocab, "Bo Li", place)
+        line = ("Bo Li. Bo Li was born in " + place + " and")[:len(recalled)]
+        assert target.text == line + MASK_CHAR + place + MASK_CHAR
+        assert target.given == (len(line),) and target.text[len(line)] == MASK_CHAR
+        _, y = _target(vocab.encode(target.text), target.prompt_len, "cpu", target.given)
+        assert int(y[0, len(line) - 1]) == PAD_ID  # the given mark is not scored

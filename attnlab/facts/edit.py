@@ -237,8 +237,9 @@ def edit_input(model: GPT, vocab: Vocab, name: str, place: str) -> EditInput:
         text = (text[:at] + place + text[end:])[:model.config.recall_chars]
         spots.append(at)
     spots.append(len(text) + 1)
+    given = (len(text),) if read.given else ()  # a closing mark the answerer set closes the edited text
     return EditInput(text + MASK_CHAR + place + MASK_CHAR, read.prompt_len, read.name_start + len(name) - 1,
-                     got.answer, name, read.given, tuple(spots), len(place))
+                     got.answer, name, given, tuple(spots), len(place))
 
 
 # ---- the edit --------------------------------------------------------------------------------
