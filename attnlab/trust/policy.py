@@ -35,14 +35,14 @@ class AbstainPolicy(Settings):
                    "only the name check (for a run with no held-out people, whose confidence fit is optimistic)",
                    choices=MODES, flag="--abstain")
     below: float | None = _f(None, "withhold every answer whose confidence is below P, a number in [0, 1] "
-                             "(mode below; default: off)", bound=bounds.UNIT, flag="--abstain-below", metavar="P")
+                             "(default: off; mode below)", bound=bounds.UNIT, flag="--abstain-below", metavar="P")
     keep_right: float = _f(DEFAULT_KEEP_RIGHT, "auto and names: the share of the held-out people's right "
                            "answers that stay answered", bound=bounds.UNIT)
     holdout_file: str = _f(DEFAULT_TRAIN.as_written, "auto and names: the training file whose last people "
                            "are held out")
-    holdout_fraction: float | None = _f(None, "auto and names: the held-out share of holdout_file "
-                                        "(--holdout-file; default: what the run's finetune --holdout-fraction "
-                                        f"recorded, else {DEFAULT_HOLDOUT})", bound=bounds.OPEN_UNIT)
+    holdout_fraction: float | None = _f(None, "auto and names: the held-out share of holdout_file, --holdout-file "
+                                        "(default: what the run's finetune --holdout-fraction recorded, else "
+                                        f"{DEFAULT_HOLDOUT})", bound=bounds.OPEN_UNIT)
 
     def __post_init__(self) -> None:
         super().__post_init__()
