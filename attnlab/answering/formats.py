@@ -1,5 +1,5 @@
 """How a model answers in each answer format (``ModelConfig.qa_format``), one object per
-format: ``answer_format(model.config)`` and ask it, instead of comparing the format's name.
+format: ask ``answer_format(model.config.qa_format)`` instead of comparing the format's name.
 
 Each object is its format's training strings (``attnlab/data/formats.py``) plus answering:
 ``answer`` a batch of questions greedily, ``answer_one`` question about a named person, and
@@ -53,10 +53,6 @@ def extract_answer(completion: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-def _one(question: str, source: str = "<question>") -> list[QAExample]:
-    return [QAExample(question, None, source, 1)]
-
-
 class DirectFormat(DirectText):
     """The model reads ``question⁇`` and writes ``place⁇`` (SPEC 2 and 6)."""
 
@@ -81,7 +77,8 @@ class DirectFormat(DirectText):
         return answers  # type: ignore[return-value]
 
     def answer_one(self, model: GPT, vocab: Vocab, question: str, name: str) -> Answer:
-        return self.answer(model, vocab, _one(question), batch_size=256, max_new=MAX_NEW_CHARS)[0]
+        asked = [QAExample(question, None, "<question>", 1)]
+        return self.answer(model, vocab, asked, batch_size=256, max_new=MAX_NEW_CHARS)[0]
 
     def reading(self, question: str, name: str | None, answer: Answer, recall_chars: int) -> Reading:
         """The question and its mark, all given."""
