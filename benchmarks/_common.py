@@ -118,6 +118,19 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines + [fmt(r) for r in cells[1:]])
 
 
+# ----------------------------------------------------------------------------- measures
+
+
+def open_book_right(model, vocab, index, examples) -> list[bool]:
+    """Open-book read-out, scored: per labelled example, whether the place the model reads out
+    of the person's own corpus line (``read_out_given_lines``) is the gold one. The one scorer
+    of benchmarks/knowledge.py --open-book and benchmarks/read_out.py."""
+    from attnlab.answering.knowledge import read_out_given_lines
+
+    answers = read_out_given_lines(model, vocab, index, examples)
+    return [a.answer == e.answer for a, e in zip(answers, examples)]
+
+
 def command_line() -> str:
     """How this script was invoked, relative to the repository root where possible."""
     script = Path(sys.argv[0]).resolve()

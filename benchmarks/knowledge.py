@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import REPO, count_with_interval, report, table
+from _common import REPO, count_with_interval, open_book_right, report, table
 
 sys.path.insert(0, str(REPO))
 
@@ -37,7 +37,7 @@ from attnlab.model.checkpoint import load_model  # noqa: E402
 from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
 from attnlab.answering.evaluate import evaluate  # noqa: E402
 from attnlab.answering.knowledge import (CorpusIndex, answer_by_recall, measure_stored,  # noqa: E402
-                                        read_out_given_lines, require_person)
+                                        require_person)
 from attnlab.experiments.comparison import TEST_METHOD, compare_models  # noqa: E402
 
 DEV = "data/birth_dev.tsv"
@@ -329,8 +329,7 @@ def open_book_table(specs: list[str], eval_file: str, write: bool) -> None:
     for spec in specs:
         run, _, label = spec.partition(":")
         model, vocab, _ = load_model(Path(run))
-        got = read_out_given_lines(model, vocab, index, examples)
-        rows.append([label or run, count_with_interval(sum(a.answer == e.answer for a, e in zip(got, examples)), len(examples))])
+        rows.append([label or run, count_with_interval(sum(open_book_right(model, vocab, index, examples)), len(examples))])
     text = table(["model", f"place read out of the person's own line ({Path(eval_file).name})"], rows)
     text += "\n\n- copy read-out; 95% intervals: Wilson score intervals"
     report("knowledge_open_book", text, write=write, title="Reading the place out of a given line "

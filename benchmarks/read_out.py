@@ -27,12 +27,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from _common import REPO, report, table
+from _common import REPO, open_book_right, report, table
 
 sys.path.insert(0, str(REPO))
 
 from attnlab.answering.evaluate import evaluate, wilson_interval  # noqa: E402
-from attnlab.answering.knowledge import measure_stored, read_out_given_lines  # noqa: E402
+from attnlab.answering.knowledge import measure_stored  # noqa: E402
 from attnlab.core.paths import write_atomically  # noqa: E402
 from attnlab.data.corpus import CorpusIndex, place_in_line, recall_prompt, require_person  # noqa: E402
 from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
@@ -69,8 +69,7 @@ def measure(run: str, dev: list, sets: dict[str, list], index: CorpusIndex) -> d
            "recalled_place": int(recalled.sum()), "right_when_recalled": int((right & recalled).sum()),
            "right": {"closed dev": right}, "look": {}}
     for name, examples in sets.items():
-        answers = read_out_given_lines(model, vocab, index, examples)
-        out["right"][f"open {name}"] = np.array([a.answer == e.answer for a, e in zip(answers, examples)])
+        out["right"][f"open {name}"] = np.array(open_book_right(model, vocab, index, examples))
         look = read_out_attention(model, vocab, index, examples)
         out["look"][name] = {"mass": look.mass.tolist(), "uniform_place": look.uniform_place,
                              "counted": look.counted, "asked": look.asked}

@@ -239,9 +239,9 @@ def _setup(name: str | None, world: dict[str, str], monkeypatch, holder: LiveHol
 
         _another_writer(monkeypatch, pipeline, "write_predictions", "pred.txt")
     elif name == "race_calibration":
-        from attnlab.cli import trust
+        from attnlab.trust import calibrate
 
-        _another_writer(monkeypatch, trust, "write_output", "calibration.json")
+        _another_writer(monkeypatch, calibrate, "write_output", "calibration.json")
     elif name == "heatmap":
         (tmp / "maps").mkdir()
         (tmp / "maps" / "layer0.png").write_bytes(b"an earlier heatmap")

@@ -193,3 +193,15 @@ def test_score_variance_at_the_models_init():
     var_qk = C * 0.02**2
     assert scaled == pytest.approx(var_qk**2, rel=0.25)
     assert raw == pytest.approx(var_qk**2 * (C // h), rel=0.25)
+
+
+def test_survey_loops_counts_every_continuation_and_keeps_the_first_looping_ones(monkeypatch):
+    from attnlab.model import generate as generating
+    from attnlab.probing.loops import survey_loops
+
+    made = {"ab": "cdcdcdcdcdcdcdcd", "ba": "efgh", "aa": "abababababababab", "bb": "hhhhhhhhhhhhhhhh"}
+    monkeypatch.setattr(generating, "continue_texts", lambda model, vocab, prompts, **kw: [made[p] for p in prompts])
+    survey = survey_loops(None, VOCAB, list(made), max_new=16, show=2, min_repeats=3, min_length=12)
+    assert (survey.report.total, survey.report.looping) == (4, 3)
+    assert [(p, t) for p, t, _ in survey.examples] == [("ab", made["ab"]), ("aa", made["aa"])]
+    assert [loop.period for _, _, loop in survey.examples] == [2, 2]

@@ -58,3 +58,27 @@ def test_label_convention_counts_which_place_of_a_comma_pair_the_labels_name(kno
                      "Where was Cy Dee born?\tOslo\nWhere was Di Eng born?\tRome\n")
     index = knowledge.CorpusIndex(knowledge.documents(corpus))
     assert knowledge.label_convention(str(train), index) == (2, 1)  # Di Eng's "Rome." is no pair
+
+
+def test_one_open_book_scorer_for_both_benchmarks(knowledge):
+    """benchmarks/knowledge.py --open-book and benchmarks/read_out.py score the read-out alike."""
+    import torch
+
+    from attnlab.answering.knowledge import CorpusIndex, recall_string
+    from attnlab.config.settings import ModelConfig
+    from attnlab.data.datasets import QAExample
+    from attnlab.data.vocab import Vocab
+    from attnlab.model.gpt import GPT
+    from tests.tiny_runs import memorise
+
+    read_out = importlib.import_module("read_out")
+    assert knowledge.open_book_right is read_out.open_book_right
+    lines = ["Ada Brook. Ada Brook was born in Paris.", "Bela Kron. Bela Kron was born in Lima."]
+    vocab = Vocab.from_text("\n".join(lines))
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=len(vocab), block_size=80, n_layer=2, n_head=2, n_embd=48, dropout=0.0,
+                            qa_format="recall", recall_chars=60))
+    memorise(model, vocab, [recall_string(l, 60, p) for l, p in zip(lines, ["Paris", "Lima"])], steps=300)
+    asked = [QAExample("Where was Ada Brook born?", "Paris", "dev.tsv", 1),
+             QAExample("Where was Bela Kron born?", "Rome", "dev.tsv", 2)]  # the line says Lima
+    assert knowledge.open_book_right(model, vocab, CorpusIndex(lines), asked) == [True, False]

@@ -139,3 +139,21 @@ def test_maps_have_a_colour_bar_and_long_texts_stay_legible():
             assert len(xlabels) <= maps.MAX_LABELS and xlabels[:2] == ["a 0", "d 3"]
             assert all(t.get_rotation() == 90 for t in panels[0].get_xticklabels())
         plt.close(fig)
+
+
+def test_draw_attention_draws_every_layer_and_keeps_earlier_maps(tmp_path):
+    from attnlab.core.paths import PathError
+
+    model = tiny()
+    drawn = maps.draw_attention(model, VOCAB, "abc d?ef", tmp_path)
+    assert drawn.characters == 8 and drawn.paths == [tmp_path / f"layer{l}.png" for l in range(2)]
+    assert all(p.stat().st_size > 5_000 for p in drawn.paths)
+    weights, _ = attention_weights(model, [VOCAB.encode("abc d?ef")])
+    entropy, _ = maps.head_statistics(weights)
+    np.testing.assert_allclose(drawn.entropy, entropy[0].numpy(), atol=1e-6)
+    before = drawn.paths[1].read_bytes()
+    with pytest.raises(PathError, match="layer0.png.*already exists"):
+        maps.draw_attention(model, VOCAB, "fed cba", tmp_path)  # refused, nothing replaced
+    assert drawn.paths[1].read_bytes() == before
+    maps.draw_attention(model, VOCAB, "fed cba", tmp_path, overwrite=True)
+    assert drawn.paths[1].read_bytes() != before

@@ -231,3 +231,37 @@ def test_abstain_names_withholds_only_unfamiliar_names(recall_run, capsys):
     text = capsys.readouterr().out
     assert "abstain when name familiarity <" in text and "confidence <" not in text
     assert len(out.read_text(encoding="utf-8").split("\n")) == 13  # 12 lines, order and count kept
+
+
+ABSTAINING = ["ask", "evaluate", "calibrate", "audit", "serve"]
+
+
+@pytest.mark.parametrize("command", ABSTAINING)
+def test_the_abstention_flags_are_the_policys_fields(command):
+    """One definition (issue 24): every field of AbstainPolicy is a flag with its help and default."""
+    import argparse
+    import dataclasses
+
+    from attnlab.trust.policy import AbstainPolicy
+
+    parser = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    shown = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
+    for f in dataclasses.fields(AbstainPolicy):
+        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+        assert f.metadata["help"] in shown[flag].help, flag
+        assert shown[flag].default == (None if f.name == "mode" else f.default), flag  # mode: the command's
+    assert shown["--abstain"].choices == ["off", "auto", "names"]  # below: --abstain-below P
+
+
+@pytest.mark.parametrize("argv, policy", [
+    (["--abstain-below", "0.3"], dict(mode="below", below=0.3)),
+    (["--abstain", "names", "--keep-right", "0.8", "--holdout-file", "t.tsv", "--holdout-fraction", "0.2"],
+     dict(mode="names", keep_right=0.8, holdout_file="t.tsv", holdout_fraction=0.2)),
+    ([], dict(mode="auto")),  # calibrate's default, the run's rule, fits both thresholds as auto does
+])
+def test_the_flags_read_back_into_the_policy_calibrate_saves(argv, policy):
+    from attnlab.cli.trust import policy_from_args
+    from attnlab.trust.policy import AbstainPolicy
+
+    args = cli.build_parser().parse_args(["calibrate", "RUN", *argv])
+    assert policy_from_args(args) == AbstainPolicy(**policy)

@@ -12,25 +12,10 @@ from pathlib import Path
 
 import torch
 
-from ..core.progress import progress_bar
-from ..data.datasets import DataError, QAExample
-from ..model.generate import generate
-from .knowledge import answer_by_recall, require_person
+from ..data.datasets import QAExample
+from ..data.vocab import Vocab
 from ..model.gpt import GPT
-from ..core.paths import write_atomically
-from ..data.vocab import MASK_CHAR, MASK_ID, Vocab
-
-MAX_NEW_CHARS = 32
-
-
-@dataclass(frozen=True)
-class Answer:
-    question: str
-    answer: str
-    confidence: float  # probability of the whole greedy completion up to the closing MASK
-    complete: bool  # the model closed its answer with MASK within the budget
-    recalled: str | None = None  # recall format: what the model wrote of the person first
-    withheld: str | None = None  # an abstaining ask: the answer it withheld (answer is then "")
+from .formats import MAX_NEW_CHARS, Answer, answer_format, extract_answer  # noqa: F401 (their home was here)
 
 
 @dataclass(frozen=True)
@@ -66,12 +51,6 @@ def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def extract_answer(completion: str) -> str:
-    """The text between the first and second MASK of a completion (SPEC 6)."""
-    parts = completion.split(MASK_CHAR)
-    return parts[1] if len(parts) > 1 else ""
-
-
 def answer_questions(
     model: GPT,
     vocab: Vocab,
@@ -83,36 +62,10 @@ def answer_questions(
     progress: bool = False,
 ) -> list[Answer]:
     """Greedy answers for every question, in input order, in the model's answer format
-    (``qa_format``). Questions are batched by length so little padding is decoded; a row stops
-    at its closing MASK."""
-    if model.config.qa_format == "recall":
-        return _answers_by_recall(model, vocab, examples, batch_size, max_new)
-    prompts = [vocab.encode(e.question + MASK_CHAR, source=e.source, line=e.line) for e in examples]
-    for e, prompt in zip(examples, prompts):
-        if len(prompt) > model.config.block_size:  # a question the model cannot even read
-            raise DataError(e.source, e.line, f"the question and its mark are {len(prompt)} characters, "
-                            f"more than the model's block_size {model.config.block_size}")
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    answers: list[Answer | None] = [None] * len(prompts)
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    for chunk in progress_bar(batches, desc="answering", disable=not progress, leave=False):
-        gen = generate(model, [prompts[i] for i in chunk], max_new, stop_token=MASK_ID, use_cache=use_cache)
-        for i, toks, lps in zip(chunk, gen.tokens, gen.logprobs):
-            complete = bool(toks) and toks[-1] == MASK_ID
-            text = extract_answer(examples[i].question + MASK_CHAR + vocab.decode(toks))
-            answers[i] = Answer(examples[i].question, text, math.exp(sum(lps)), complete)
-    return answers  # type: ignore[return-value]
-
-
-def _answers_by_recall(model: GPT, vocab: Vocab, examples: list[QAExample], batch_size: int,
-                       max_new: int) -> list[Answer]:
-    names = [require_person(e) for e in examples]
-    for name, e in zip(names, examples):
-        vocab.encode(name, source=e.source, line=e.line)  # a clear error for an unknown character
-    recalled = answer_by_recall(model, vocab, names, model.config.recall_chars,
-                                batch_size=batch_size, max_answer_chars=max_new)
-    return [Answer(e.question, r.answer, r.confidence, r.complete, r.recalled)
-            for e, r in zip(examples, recalled)]
+    (``qa_format``, attnlab/answering/formats.py). Questions are batched by length so little
+    padding is decoded; a row stops at its closing MASK."""
+    return answer_format(model.config.qa_format).answer(model, vocab, examples, batch_size=batch_size,
+                                                        max_new=max_new, use_cache=use_cache, progress=progress)
 
 
 def score(predictions: list[str], examples: list[QAExample]) -> Score | None:

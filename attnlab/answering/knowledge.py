@@ -32,7 +32,7 @@ from ..model.generate import generate
 from ..model.gpt import GPT
 from ..data.vocab import MASK_ID, Vocab
 
-QA_FORMATS = ("direct", "recall")
+from ..data.formats import QA_FORMATS  # noqa: E402,F401 (defined once, with the formats)
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,12 @@ class RecallAnswer:
 
 
 READ_OUTS = ("copy", "free")
+MAX_ANSWER_CHARS = 32  # the longest place read out, by every answerer (evaluate.MAX_NEW_CHARS too)
 
 
 @torch.no_grad()
 def answer_by_recall(model: GPT, vocab: Vocab, names: list[str], recall_chars: int, *,
-                     batch_size: int = 256, max_answer_chars: int = 32,
+                     batch_size: int = 256, max_answer_chars: int = MAX_ANSWER_CHARS,
                      read_out: str = "copy") -> list[RecallAnswer]:
     """Recall each person's line from ``NAME.`` (greedy), then read the place (greedy).
 
@@ -124,7 +125,7 @@ def read_out_given_lines(model: GPT, vocab: Vocab, index: CorpusIndex, examples:
     for start in range(0, len(texts), batch_size):
         part = slice(start, start + batch_size)
         out += _read_places(model, vocab, texts[part], prompt_lens[part], [[] for _ in texts[part]],
-                            32, read_out)
+                            MAX_ANSWER_CHARS, read_out)
     return out
 
 

@@ -9,6 +9,7 @@ import sys
 from ..core import bounds, logs, paths
 from ..config.settings import DEFAULT_CORPUS
 from ..data.datasets import read_corpus, read_questions
+from ..data.formats import text_format
 from ..core.outputs import refuse_existing, refuse_inputs
 from . import flags, results, trust
 
@@ -79,7 +80,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
             for answer, ok in zip(answers, given(answers)):
                 print(json.dumps(record(answer, index, ok), ensure_ascii=False), file=out)
         else:
-            print(table(answers, index, given(answers), model.config.qa_format == "recall"), file=out)
+            print(table(answers, index, given(answers), text_format(model.config.qa_format).recalls), file=out)
         return 0
     if sys.stdin.isatty():
         logs.note("one question per line (Ctrl-D to end)", stderr=True)

@@ -12,6 +12,7 @@ from typing import Callable, Sequence, TextIO
 
 from ..api import LoadedModel
 from ..data.datasets import DataError, read_text
+from ..data.formats import text_format
 from ..answering.evaluate import MAX_NEW_CHARS, Answer
 from ..trust.evidence import CorpusIndex
 from ..data.vocab import VocabError
@@ -32,7 +33,7 @@ def answer_lines(model: LoadedModel, lines: TextIO, out: TextIO, index: CorpusIn
     first answer, then one row per answer, padded to STREAM_WIDTHS (the widths of answers not yet
     read are unknown)."""
     answered = failed = 0
-    columns = table_columns(index, model.config.qa_format == "recall")
+    columns = table_columns(index, text_format(model.config.qa_format).recalls)
     for number, line in enumerate(iter(lines.readline, ""), 1):  # readline: no read-ahead
         if not line.strip():
             continue

@@ -27,48 +27,49 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from ..model.checkpoint import load_model
     from ..core.devices import resolve_device
     from ..model.generate import continue_texts
-    from ..probing.loops import LoopReport, find_loop
+    from ..probing.loops import find_loop
 
     if args.loops:
         paths.input_file(args.loops, "--loops")
     elif args.prompts:
         _no_empty(args.prompts, "prompt")
     model, vocab, _ = load_model(args.checkpoint, device=str(resolve_device(args.device)))
-    loop_options = dict(min_repeats=args.min_repeats, min_length=args.min_length)
-
     if args.loops:
-        prompts = _prompts_from_file(args.loops, args.prompt_chars, args.limit)
-        print(f"greedy continuations of {len(prompts)} prompts (first {args.prompt_chars} characters "
-              f"of each line of {args.loops}), up to {args.max_new} new characters each "
-              f"(clipped to block_size {model.config.block_size})")
-        texts = continue_texts(model, vocab, prompts, max_new=args.max_new, temperature=0.0,
-                               batch_size=args.batch_size, progress=True, source=args.loops)
-        report = LoopReport()
-        examples = []
-        for p, c in zip(prompts, texts):
-            loop = find_loop(c, **loop_options)
-            report.add(loop)
-            if loop is not None and len(examples) < args.show:
-                examples.append(f"  {visible(p)!s} | {visible(c)}\n    {loop.describe(c)}")
-        print(report.summary())
-        if examples:
-            print("examples:\n" + "\n".join(examples))
-        return 0
-
+        return _survey_loops(args, model, vocab)
     prompts = args.prompts or [ln.rstrip("\n") for ln in sys.stdin if ln.strip()]  # (blank lines skipped)
     if not prompts:
         raise ValueError("no prompts: pass them as arguments or one per line on stdin")
-    mode = "greedy" if args.temperature == 0 else (
-        f"sampling at temperature {args.temperature}, top-k {args.top_k or 'off'}, "
-        f"top-p {args.top_p}, seed {args.seed}")
-    print(f"continuing {len(prompts)} prompt(s) by up to {args.max_new} characters ({mode})")
+    print(f"continuing {len(prompts)} prompt(s) by up to {args.max_new} characters ({_decoding(args)})")
     texts = continue_texts(model, vocab, prompts, max_new=args.max_new, temperature=args.temperature,
                            top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                            batch_size=args.batch_size, stop=args.stop, progress=len(prompts) > args.batch_size)
     for i, (p, c) in enumerate(zip(prompts, texts), 1):
-        loop = find_loop(c, **loop_options)
+        loop = find_loop(c, min_repeats=args.min_repeats, min_length=args.min_length)
         print(f"[{i}] {visible(p)} | {visible(c)}")
         print(f"    {loop.describe(c) if loop else 'no loop'}")
+    return 0
+
+
+def _decoding(args: argparse.Namespace) -> str:
+    if args.temperature == 0:
+        return "greedy"
+    return f"sampling at temperature {args.temperature}, top-k {args.top_k or 'off'}, top-p {args.top_p}, seed {args.seed}"
+
+
+def _survey_loops(args: argparse.Namespace, model, vocab) -> int:
+    """generate --loops: how often greedy continuations of a file's lines loop."""
+    from ..probing.loops import survey_loops
+
+    prompts = _prompts_from_file(args.loops, args.prompt_chars, args.limit)
+    print(f"greedy continuations of {len(prompts)} prompts (first {args.prompt_chars} characters "
+          f"of each line of {args.loops}), up to {args.max_new} new characters each "
+          f"(clipped to block_size {model.config.block_size})")
+    survey = survey_loops(model, vocab, prompts, max_new=args.max_new, batch_size=args.batch_size, show=args.show,
+                          source=args.loops, min_repeats=args.min_repeats, min_length=args.min_length)
+    print(survey.report.summary())
+    if survey.examples:
+        print("examples:\n" + "\n".join(f"  {visible(p)!s} | {visible(c)}\n    {loop.describe(c)}"
+                                         for p, c, loop in survey.examples))
     return 0
 
 
@@ -87,19 +88,11 @@ def one_character(text: str) -> str:
 
 
 def cmd_attention(args: argparse.Namespace) -> int:
-    from ..probing.attention_maps import attention_weights, labels, plot_layer, statistics_over, statistics_table
+    from ..probing.attention_maps import draw_attention, statistics_table
     from ..model.checkpoint import load_model
     from ..core.devices import resolve_device
-    from ..probing.heads import head_statistics
 
-    if args.text is None and not args.over:
-        raise ValueError("give a TEXT to draw, --over FILE to average statistics, or both")
-    if args.text is not None:
-        _no_empty([args.text], "TEXT to draw")
-        args.out_dir = str(paths.output_dir(args.out_dir or output_dir(args.checkpoint) / "attention", "--out-dir"))
-        refuse_existing([Path(args.out_dir) / "layer0.png"], args.overwrite)  # (the layer count needs the model)
-    if args.over:
-        paths.input_file(args.over, "--over")
+    _check_attention_inputs(args)
     overrides = {"attention": args.attention} if args.attention else {}
     model, vocab, _ = load_model(args.checkpoint, device=str(resolve_device(args.device)), **overrides)
     suffix = MASK_CHAR if args.sentinel else ""
@@ -108,26 +101,37 @@ def cmd_attention(args: argparse.Namespace) -> int:
           f"{config.n_head} heads)")
     if args.text is not None:
         text = args.text + suffix
-        ids = vocab.encode(text, source="<argument>")
-        weights, _ = attention_weights(model, [ids])
-        out = Path(args.out_dir)
-        refuse_existing([out / f"layer{l}.png" for l in range(config.n_layer)], args.overwrite)
-        chars = labels(vocab, ids)
-        for l, w in enumerate(weights):
-            path = out / f"layer{l}.png"
-            plot_layer(w[0].cpu().numpy(), chars, path, title=f"layer {l}: {text!r}")
-        ent, dist = head_statistics(weights)
-        print(f"\n{text!r} ({len(ids)} characters):")
-        print(statistics_table(ent[0].cpu().numpy(), dist[0].cpu().numpy()))
-        print(f"\nheatmaps written to {out}/layer0.png .. layer{len(weights) - 1}.png")
+        drawn = draw_attention(model, vocab, text, args.out_dir, overwrite=args.overwrite)
+        print(f"\n{text!r} ({drawn.characters} characters):")
+        print(statistics_table(drawn.entropy, drawn.distance))
+        print(f"\nheatmaps written to {args.out_dir}/layer0.png .. layer{len(drawn.paths) - 1}.png")
     if args.over:
-        texts = [t + suffix for t in read_texts(args.over)][: args.limit or None]
-        if not texts:
-            raise ValueError(f"{args.over}: no texts")
-        ent, dist, n = statistics_over(model, vocab, texts, source=str(args.over))
-        print(f"\nper-head statistics averaged over {n} texts of {args.over}:")
-        print(statistics_table(ent, dist))
+        _statistics_over(args, model, vocab, suffix)
     return 0
+
+
+def _check_attention_inputs(args: argparse.Namespace) -> None:
+    """Before the model is loaded: something to do, the text, --out-dir and --over."""
+    if args.text is None and not args.over:
+        raise ValueError("give a TEXT to draw, --over FILE to average statistics, or both")
+    if args.text is not None:
+        _no_empty([args.text], "TEXT to draw")
+        args.out_dir = str(paths.output_dir(args.out_dir or output_dir(args.checkpoint) / "attention", "--out-dir"))
+        refuse_existing([Path(args.out_dir) / "layer0.png"], args.overwrite)  # (the layer count needs the model)
+    if args.over:
+        paths.input_file(args.over, "--over")
+
+
+def _statistics_over(args: argparse.Namespace, model, vocab, suffix: str) -> None:
+    """attention --over FILE: the per-head statistics averaged over its texts."""
+    from ..probing.attention_maps import statistics_over, statistics_table
+
+    texts = [t + suffix for t in read_texts(args.over)][: args.limit or None]
+    if not texts:
+        raise ValueError(f"{args.over}: no texts")
+    ent, dist, n = statistics_over(model, vocab, texts, source=str(args.over))
+    print(f"\nper-head statistics averaged over {n} texts of {args.over}:")
+    print(statistics_table(ent, dist))
 
 
 def register(command) -> None:

@@ -1,26 +1,22 @@
 """Trust commands: `calibrate` and `audit`, and the abstention flags that `evaluate` and `ask`
 take (``add_abstain_flags``, ``check_abstain_flags``, ``abstain_in_evaluation``,
-``given_in_ask``; answering.py calls them). The measures live in the library: calibration.py,
-abstention.py and audit.py."""
+``given_in_ask``; answering.py calls them). The work lives in the library: trust/calibrate.py
+(``calibrate``), trust/audit.py (``audit``), calibration.py and abstention.py."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+import dataclasses
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..trust.abstention import DEFAULT_HOLDOUT, Rule, decide, fit_rules, people_of
-from ..trust.policy import AbstainPolicy
-from ..trust.calibration import (
-    COVERAGES, N_BINS, accuracy_at_coverage, auroc, check_probability, expected_calibration_error, plot_coverage,
-    plot_reliability, reliability_bins
-)
+from ..trust.abstention import DEFAULT_HOLDOUT, Rule, decide, people_of
+from ..trust.calibrate import auroc_text
+from ..trust.calibration import N_BINS, check_probability
+from ..trust.policy import MODES, AbstainPolicy
 from ..core import bounds, logs, paths
-from ..config.settings import DEFAULT_TRAIN
 from ..data.datasets import read_corpus, read_questions
-from ..core.outputs import refuse_existing, write_output
+from ..core.outputs import refuse_existing
 from . import flags, tables
 from .results import add_json_flag, publish
 
@@ -34,24 +30,31 @@ RUN_DEFAULT = "the run's: auto when it records held-out people (finetune --holdo
 
 
 def add_abstain_flags(parser: argparse.ArgumentParser, default: str = "off") -> None:
-    """``default``: off, or "run" (``rule_for_run``: the rule that works for the run at hand)."""
+    """One flag per field of ``AbstainPolicy`` (its flag, help text and default), so the flags
+    and the policy ``calibrate`` saves are one definition. ``--abstain`` takes the modes but
+    ``below``, which ``--abstain-below P`` chooses; its default is the command's, ``default``:
+    off, auto, or "run" (``rule_for_run``: the rule that works for the run at hand). The numbers
+    are read as plain numbers and checked when the command starts (``check_abstain_flags``)."""
     g = parser.add_argument_group("abstention (\"I don't know\")")
-    g.add_argument("--abstain-below", type=float, default=None, metavar="P",
-                   help="withhold every answer whose confidence is below P, a number in [0, 1] (default: off)")
     parser.set_defaults(abstain_default=default)
     shown = RUN_DEFAULT if default == "run" else default
-    g.add_argument("--abstain", choices=["off", "auto", "names"], default=None,
-                   help=f"(default: {shown}) auto: withhold answers below a confidence threshold and about names the model "
-                        "does not know, both fitted on training-file people held out from finetuning "
-                        "for the target --keep-right (never on dev or test labels); names: only the name "
-                        "check (for a run with no held-out people, whose confidence fit is optimistic)")
-    g.add_argument("--keep-right", type=float, default=0.9,
-                   help="--abstain auto's target: the share of the held-out people's right answers "
-                        "that stay answered")
-    g.add_argument("--holdout-file", default=DEFAULT_TRAIN.as_written, help="training file whose last people are held out")
-    g.add_argument("--holdout-fraction", type=float, default=None,
-                   help="the held-out share of --holdout-file (default: what the run's finetune "
-                        f"--holdout-fraction recorded, else {DEFAULT_HOLDOUT})")
+    for f in dataclasses.fields(AbstainPolicy):
+        kind = f.metadata["bound"].kind if "bound" in f.metadata else str
+        options = dict(dest=_dest(f), type=kind, default=f.default, metavar=f.metadata.get("metavar"),
+                       help=f.metadata["help"])
+        if f.name == "mode":
+            options.update(choices=[m for m in MODES if m != "below"], default=None,
+                           help=f"(default: {shown}) {f.metadata['help']}")
+        g.add_argument(_flag(f), **options)
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _dest(f: dataclasses.Field) -> str:
+    """The attribute of the parsed arguments that holds field ``f``."""
+    return _flag(f)[2:].replace("-", "_")
 
 
 def check_abstain_flags(args: argparse.Namespace) -> None:
@@ -111,9 +114,8 @@ def policy_from_args(args: argparse.Namespace) -> AbstainPolicy:
     """The abstention flags (checked: check_abstain_flags) as a policy; an unsettled "run"
     default (rule_for_run) fits both thresholds, as auto does."""
     mode = abstain_mode(args)
-    return AbstainPolicy(mode="auto" if mode == "run" else mode, below=args.abstain_below,
-                         keep_right=args.keep_right, holdout_file=args.holdout_file,
-                         holdout_fraction=args.holdout_fraction)
+    values = {f.name: getattr(args, _dest(f)) for f in dataclasses.fields(AbstainPolicy)}
+    return AbstainPolicy(**{**values, "mode": "auto" if mode == "run" else mode})
 
 
 def rule_from_args(args: argparse.Namespace, model, vocab, run: str, meta: dict, log: Log) -> Rule | None:
@@ -216,54 +218,41 @@ def given_in_ask(args: argparse.Namespace, model, log: Log | None = None) -> Cal
 # ---- calibrate ---------------------------------------------------------------------------------
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..model.checkpoint import load_model
-    from ..data.datasets import DataError
-    from ..answering.evaluate import answer_questions
     from ..core.devices import resolve_device
+    from ..trust.calibrate import CALIBRATE_FILES, calibrate
 
     check_abstain_flags(args)
-    examples = read_questions(paths.input_file(args.eval_file, "--eval-file"))
-    unlabelled = next((e for e in examples if e.answer is None), None)
-    if unlabelled is not None:
-        raise DataError(unlabelled.source, unlabelled.line,
-                        "no place label: calibrate needs question<TAB>place lines to tell right from wrong")
+    examples = _labelled(args.eval_file)
     check_abstain_files(args)
     out = _out_dir(args, "calibrate", CALIBRATE_FILES)
     model, vocab, ckpt = load_model(args.checkpoint, device=str(resolve_device(args.device)))
-    answers = answer_questions(model, vocab, examples, batch_size=args.batch_size)
-    conf = [a.confidence for a in answers]
-    right = [a.answer == e.answer for a, e in zip(answers, examples)]
-    report = calibration_report(conf, right)
-    print(f"{args.eval_file}: {sum(right)}/{len(right)} correct; confidence of the greedy answer against right/wrong")
-    for line in report_lines(report):
-        print(line)
     rule_for_run(args, args.checkpoint, ckpt.meta, logs.note)
     rule = rule_from_args(args, model, vocab, args.checkpoint, ckpt.meta, logs.note) or Rule(how="--abstain off")
-    given = decide(model, vocab, rule, people_of(examples), conf)
-    k = sum(given)
-    kept_right = sum(g and r for g, r in zip(given, right))
-    report["rule"] = {"describe": rule.describe(), "confidence": rule.confidence, "familiarity": rule.familiarity,
-                      "answered": k, "answered_right": kept_right, "right": sum(right), "total": len(right),
-                      "policy": policy_from_args(args).to_dict()}
-    print(f"{rule.describe()}\n  on {args.eval_file}: answered {k}/{len(right)} ({100 * k / len(right):.1f}% coverage), "
-          f"{kept_right}/{k} ({100 * kept_right / max(1, k):.1f}%) correct; "
-          f"{kept_right}/{sum(right)} of the right answers kept")
-    title = f"{args.checkpoint} on {args.eval_file} (n={len(right)})"
-    plot_reliability(reliability_bins(conf, right), out / "reliability.png",
-                     f"{title}\nECE {report['ece']:.3f} ({N_BINS} bins)")
-    plot_coverage(conf, right, out / "coverage.png", f"{title}\nAUROC {_fmt(report['auroc'])}",
-                  rule_point=(k / len(right), kept_right / max(1, k)))
-    write_output(out / "calibration.json", json.dumps(report, indent=2) + "\n", args.overwrite)
-    write_output(out / "answers.tsv", "question\tlabel\tanswer\tconfidence\tanswered\n" + "".join(
-        f"{e.question}\t{e.answer}\t{a.answer}\t{a.confidence:.6f}\t{int(g)}\n"
-        for e, a, g in zip(examples, answers, given)), args.overwrite)
+    result = calibrate(model, vocab, examples, rule, out, title=f"{args.checkpoint} on {args.eval_file}",
+                       policy=policy_from_args(args), batch_size=args.batch_size, overwrite=args.overwrite)
+    report, chosen = result.report, result.report["rule"]
+    print(f"{args.eval_file}: {report['right']}/{report['total']} correct; confidence of the greedy answer "
+          "against right/wrong")
+    print("\n".join(report_lines(report)))
+    k, kept, n = chosen["answered"], chosen["answered_right"], report["total"]
+    print(f"{chosen['describe']}\n  on {args.eval_file}: answered {k}/{n} ({100 * k / n:.1f}% coverage), "
+          f"{kept}/{k} ({100 * kept / max(1, k):.1f}%) correct; {kept}/{report['right']} of the right answers kept")
     print(f"wrote {out / 'reliability.png'}, {out / 'coverage.png'}, {out / 'calibration.json'} and "
           f"{out / 'answers.tsv'} (each answer, its confidence, and whether the rule answers it)")
     publish(args, {**report, "eval_file": str(args.eval_file), "written": [str(out / f) for f in CALIBRATE_FILES]})
     return 0
 
 
-CALIBRATE_FILES = ["reliability.png", "coverage.png", "calibration.json", "answers.tsv"]
-AUDIT_FILES = ["audit.png", "audit.json", "invented.txt"]
+def _labelled(path) -> list:
+    """calibrate's question file: every line labelled, to tell right from wrong."""
+    from ..data.datasets import DataError
+
+    examples = read_questions(paths.input_file(path, "--eval-file"))
+    unlabelled = next((e for e in examples if e.answer is None), None)
+    if unlabelled is not None:
+        raise DataError(unlabelled.source, unlabelled.line,
+                        "no place label: calibrate needs question<TAB>place lines to tell right from wrong")
+    return examples
 
 
 def _out_dir(args: argparse.Namespace, name: str, files: list[str]) -> Path:
@@ -276,25 +265,15 @@ def _out_dir(args: argparse.Namespace, name: str, files: list[str]) -> Path:
     return out
 
 
-def calibration_report(conf: Sequence[float], right: Sequence[bool]) -> dict:
-    at = {f"{c:g}": accuracy_at_coverage(conf, right, c) for c in COVERAGES}
-    return {"total": len(right), "right": sum(map(bool, right)), "ece": expected_calibration_error(conf, right),
-            "auroc": auroc(conf, right), "accuracy_at_coverage": {c: {"right": r, "answered": n} for c, (r, n) in at.items()}}
-
-
 def _share(k: int, n: int) -> str:
     """'k/n (p%)', or 'k/0' when there is nothing to share."""
     return f"{k}/{n} ({k / n:.1%})" if n else f"{k}/0"
 
 
-def _fmt(value: float | None) -> str:
-    return "undefined (all right or all wrong)" if value is None else f"{value:.3f}"
-
-
 def report_lines(report: dict) -> list[str]:
     overall = report["right"] / report["total"]
     lines = [f"ECE ({N_BINS} equal-width bins): {report['ece']:.3f}",
-             f"AUROC of confidence, right vs wrong: {_fmt(report['auroc'])}",
+             f"AUROC of confidence, right vs wrong: {auroc_text(report['auroc'])}",
              "the most confident answers, by coverage:"]
     rows = []
     for c, v in report["accuracy_at_coverage"].items():
@@ -307,8 +286,7 @@ def report_lines(report: dict) -> list[str]:
 
 # ---- audit -------------------------------------------------------------------------------------
 def cmd_audit(args: argparse.Namespace) -> int:
-    from ..trust.audit import audit_answers, invent_people, name_echo, plot_audit
-    from ..answering.knowledge import require_person
+    from ..trust.audit import AUDIT_FILES, audit, invent_people
     from ..model.checkpoint import load_model
     from ..data.datasets import documents, read_qa
 
@@ -321,46 +299,33 @@ def cmd_audit(args: argparse.Namespace) -> int:
     out = _out_dir(args, "audit", AUDIT_FILES)
     invented = invent_people(docs, args.names, args.seed)
     model, vocab, ckpt = load_model(args.checkpoint, device=args.device)
-    seen = audit_answers(model, vocab, invented, dev, read_qa(args.train_file, labelled=True),
-                         batch_size=args.batch_size)
     fraction = holdout_fraction_for(args, args.checkpoint, ckpt.meta, logs.note)
-    fitted = fit_rules(model, vocab, args.holdout_file, fraction, args.keep_right)
     rule_for_run(args, args.checkpoint, ckpt.meta, logs.note)
-    chosen = policy_from_args(args).choose(fitted) or Rule(how="--abstain off")
+    result = audit(model, vocab, invented, dev, read_qa(args.train_file, labelled=True), policy_from_args(args),
+                   fraction, out, batch_size=args.batch_size, overwrite=args.overwrite)
     print(f"{len(invented)} invented people (seed {args.seed}; first names and surnames of {args.corpus} "
           f"people, no line of which contains the full name), e.g. {', '.join(invented[:3])}; "
-          f"{len(dev)} dev people of {args.eval_file}, {sum(seen.dev_right)} answered correctly")
-    rows = _fitted_rule_rows(args, fitted, lambda rule: seen.report(model, vocab, rule))
-    unrestricted = seen.report(model, vocab, Rule(how="never abstain"))
-    report = seen.report(model, vocab, chosen)
-    print("\n" + "\n".join(report.lines()))
-    print("\nwith no abstention, places answered for invented people:\n" + "\n".join(unrestricted.lines()[4:]))
-    known = {require_person(e): e.answer for f in (args.train_file, args.eval_file) for e in read_qa(f, labelled=True)}
-    echo = name_echo(invented, [a.answer for a in seen.invented_answers], known)
-    print(f"guided by the name? {echo} (real people: {args.train_file} and {args.eval_file})")
-    plot_audit(report, unrestricted, out / "audit.png")
-    write_output(out / "invented.txt", "".join(
-        f"{n}\t{a.answer}\t{a.confidence:.4f}\n" for n, a in zip(invented, seen.invented_answers)), args.overwrite)
-    summary = {key: _audit_json(r) for key, r in {**rows, "chosen": report, "never": unrestricted}.items()}
-    summary["name_echo"] = {"echoed": echo.echoed, "answered": echo.answered, "chance": echo.chance}
-    write_output(out / "audit.json", json.dumps(summary, indent=2) + "\n", args.overwrite)
+          f"{len(dev)} dev people of {args.eval_file}, {sum(result.answers.dev_right)} answered correctly")
+    _print_audit(args, result)
     print(f"wrote {out / 'audit.png'}, {out / 'audit.json'} and {out / 'invented.txt'} (name, answer, confidence)")
-    publish(args, {**summary, "written": [str(out / f) for f in AUDIT_FILES]})
+    publish(args, {**result.summary(), "written": [str(out / f) for f in AUDIT_FILES]})
     return 0
 
 
-def _fitted_rule_rows(args: argparse.Namespace, fitted: dict, report_for) -> dict:
-    """The audit of each fitted rule (confidence, name, both), printed as an aligned table."""
+def _print_audit(args: argparse.Namespace, result) -> None:
+    """Each fitted rule as a table row, the chosen rule's report, the places made up with no
+    abstention, and the name echo."""
+    from ..trust.audit import FITTED
+
     print(f"rules fitted for the target: answer {args.keep_right:.0%} of the held-out people's right answers")
-    rows, table_rows = {}, []
-    for key, label in [("confidence", "confidence only"), ("name", "name familiarity only"),
-                       ("both", "confidence and name familiarity")]:
-        r = rows[key] = report_for(fitted[key])
-        table_rows.append([label, _share(r.invented_abstained, r.invented), _share(r.dev_abstained, r.dev),
-                           _share(r.dev_right_kept, r.dev_right)])
-    print(tables.table(["abstain on", "invented abstained", "dev abstained", "dev right kept"], table_rows,
+    rows = [[label, _share(r.invented_abstained, r.invented), _share(r.dev_abstained, r.dev),
+             _share(r.dev_right_kept, r.dev_right)] for label, r in
+            ((FITTED[key], result.fitted[key]) for key in FITTED)]
+    print(tables.table(["abstain on", "invented abstained", "dev abstained", "dev right kept"], rows,
                        right=(1, 2, 3), indent="  "))
-    return rows
+    print("\n" + "\n".join(result.chosen.lines()))
+    print("\nwith no abstention, places answered for invented people:\n" + "\n".join(result.never.lines()[4:]))
+    print(f"guided by the name? {result.echo} (real people: {args.train_file} and {args.eval_file})")
 
 
 def _check_names(names: int) -> None:
@@ -370,15 +335,6 @@ def _check_names(names: int) -> None:
     if names > MAX_INVENTED:
         raise ValueError(f"--names must be at most {MAX_INVENTED:,} (minutes of decoding on a CPU already), "
                          f"got {names}")
-
-
-def _audit_json(r) -> dict:
-    from ..trust.audit import entropy_bits
-
-    return {"policy": r.policy, "invented": r.invented, "invented_abstained": r.invented_abstained,
-            "dev": r.dev, "dev_abstained": r.dev_abstained, "dev_right": r.dev_right,
-            "dev_right_kept": r.dev_right_kept, "top_places": r.places.most_common(10),
-            "entropy_bits": entropy_bits(r.places), "share_in_train_top10": r.share_in_train_top}
 
 
 # ---- registration ------------------------------------------------------------------------------

@@ -13,10 +13,10 @@ from typing import Any
 
 from ..core import bounds as b
 from ..core.datafiles import DataFile
+from ..data.formats import QA_FORMATS, text_format  # one object per answer format, named by this value
 
 POSITION_SCHEMES = ("learned", "sinusoidal", "none")
 POSITION_MODES = ("add", "concat")
-QA_FORMATS = ("direct", "recall")  # attnlab/answering/knowledge.py
 OBJECTIVES = ("span", "lm")  # attnlab/data/objectives.py
 SWITCH = ("on", "off", "auto")  # attnlab/core/devices.py switch()
 ATTN_LOSSES = ("none", "focus", "near")  # none, or attnlab/training/shaping.py SHAPING_LOSSES
@@ -117,7 +117,7 @@ class ModelConfig(_Serialisable):
     logit_scale: float = _f(1.0, "output-softmax temperature beta: logits are multiplied by it", bound=b.POSITIVE)
     qa_format: str = _f("direct", "how the model answers: direct (question⁇place⁇, SPEC 2) or recall "
                         "(it first writes what it remembers of the person from 'NAME.', then the place; "
-                        "attnlab/answering/knowledge.py)", choices=QA_FORMATS)
+                        "attnlab/answering/formats.py)", choices=QA_FORMATS)
     recall_chars: int = _f(96, "recall format: characters of the person's line the model recalls "
                            "before answering (training lines are cut there)", bound=b.POSITIVE_INT)
 
@@ -125,7 +125,7 @@ class ModelConfig(_Serialisable):
         self._check_fields()
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
-        if self.qa_format == "recall" and not 0 < self.recall_chars < self.block_size:
+        if text_format(self.qa_format).recalls and not 0 < self.recall_chars < self.block_size:
             raise ValueError(f"recall_chars must be between 1 and block_size-1, got {self.recall_chars}")
         if self.position_mode == "concat" and not 0 < self.pos_width < self.n_embd:
             raise ValueError(f"position_dim must be between 1 and n_embd-1, got {self.pos_width}")

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .datasets import DataError, QAExample
 from .corpus import CorpusIndex, place_in_line, recall_string, require_person
-from .vocab import MASK_CHAR, PAD_ID, Vocab
+from .datasets import DataError, QAExample
+from .formats import text_format
+from .vocab import PAD_ID, Vocab
 
 OBJECTIVES = ("span", "lm")
 
@@ -36,31 +37,23 @@ def corpus_sequences(docs: list[str], vocab: Vocab, block_size: int, qa_format: 
                      recall_chars: int, source: str = "<corpus>") -> list[Sequence]:
     """One sequence per corpus line: the line cut to fit the block (direct format) or cut at
     ``recall_chars`` and closed with ``⁇`` (recall format)."""
+    fmt = text_format(qa_format)
     out = []
     for n, doc in enumerate(docs, 1):
-        text = recall_string(doc, recall_chars) if qa_format == "recall" else doc
+        text = fmt.corpus_text(doc, recall_chars)
         out.append(Sequence(vocab.encode(text[: block_size + 1], source=source, line=n)))
     return out
 
 
 def qa_sequences(examples: list[QAExample], vocab: Vocab, block_size: int, qa_format: str,
                  recall_chars: int, index: CorpusIndex | None, *, read_out_only: bool = False) -> list[Sequence]:
-    """The QA examples in the model's answer format: ``question⁇place⁇`` with the question
-    unscored (SPEC 2), or the person's recall string with the place (every character scored;
-    with ``read_out_only`` only the place and its closing mark: the line is given, as a recall
-    would give it, and the example teaches reading the place out of it, not the line)."""
+    """The QA examples in the answer format ``qa_format`` (data/formats.py): ``question⁇place⁇``
+    with the question unscored (SPEC 2), or the person's recall string with the place (every
+    character scored; with ``read_out_only`` only the place and its closing mark)."""
+    fmt = text_format(qa_format)
     out = []
     for ex in examples:
-        if qa_format == "recall":
-            name = require_person(ex)
-            line = index.line_of(name) if index is not None else None
-            if line is None:
-                raise DataError(ex.source, ex.line, f"no corpus line opens with {name + '.'!r}")
-            text = recall_string(line, recall_chars, ex.answer)
-            unscored = len(line[:recall_chars]) if read_out_only else 0
-        else:
-            text = ex.question + MASK_CHAR + ex.answer + MASK_CHAR
-            unscored = len(ex.question) - 1  # targets that predict question characters (SPEC 2)
+        text, unscored = fmt.example_text(ex, recall_chars, index, read_out_only)
         if len(text) > block_size + 1:
             raise DataError(ex.source, ex.line, f"the example is {len(text)} characters, longer than "
                             f"block_size + 1 = {block_size + 1}")

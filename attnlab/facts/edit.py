@@ -119,17 +119,11 @@ def stat_texts(model, docs: list[str], limit: int, seed: int, places: dict[str, 
     questions ``Where was NAME born?⁇PLACE⁇`` are added. So C also knows the keys of the
     answer's read-out and spelling, which every other answer passes through (models/cpu, 10
     edits: other dev answers changed 14.1% -> 12.7%)."""
-    from ..answering.knowledge import CorpusIndex, recall_string
+    from ..data.formats import text_format
 
     places = places or {}
     docs = [d for d in docs if d.strip()]
-    if model.config.qa_format == "recall":
-        index = CorpusIndex(docs)
-        numbers = {name: index.line_number(name) for name in places}
-        line_place = {numbers[name] - 1: place for name, place in places.items() if numbers[name] is not None}
-        texts = [recall_string(d, model.config.recall_chars, line_place.get(i)) for i, d in enumerate(docs)]
-    else:
-        texts = docs + [f"Where was {name} born?{MASK_CHAR}{place}{MASK_CHAR}" for name, place in sorted(places.items())]
+    texts = text_format(model.config.qa_format).training_texts(docs, places, model.config.recall_chars)
     if limit and len(texts) > limit:
         texts = random.Random(seed).sample(texts, limit)
     return texts
@@ -227,32 +221,25 @@ def place_span(line: str, answer: str, name: str, start: int) -> tuple[int, int]
 
 
 def edit_input(model: GPT, vocab: Vocab, name: str, place: str) -> EditInput:
-    """The sequence that says ``name`` was born in ``place``, in the model's answer format."""
-    from ..answering.knowledge import answer_by_recall, recall_prompt
+    """The sequence that says ``name`` was born in ``place``, in the model's answer format: what
+    the model reads before its answer, with the old place it wrote there (a recalled line)
+    replaced, then the new place."""
+    from ..answering.formats import answer_format
 
     question = f"Where was {name} born?"
-    if model.config.qa_format != "recall":
-        from ..data.datasets import QAExample
-        from ..answering.evaluate import answer_questions
-
-        old = answer_questions(model, vocab, [QAExample(question, None, "<question>", 1)])[0].answer
-        prompt = question + MASK_CHAR
-        return EditInput(prompt + place + MASK_CHAR, len(prompt), question.index(name) + len(name) - 1, old, name,
-                         place_at=(len(prompt),), place_len=len(place))
-    got = answer_by_recall(model, vocab, [name], model.config.recall_chars)[0]
-    opening = len(recall_prompt(name))
-    recalled = got.recalled
-    span = place_span(recalled, got.answer, name, opening)
-    spots = []
+    fmt = answer_format(model.config.qa_format)
+    got = fmt.answer_one(model, vocab, question, name)
+    read = fmt.reading(question, name, got, model.config.recall_chars)
+    text, spots = read.text, []
+    span = place_span(text, got.answer, name, read.prompt_len)
     if span is not None:
         at, end = span
-        recalled = (recalled[:at] + place + recalled[end:])[:model.config.recall_chars]
+        text = (text[:at] + place + text[end:])[:model.config.recall_chars]
         spots.append(at)
-    spots.append(len(recalled) + 1)
-    # A recall that fills its budget is closed by answer_by_recall, not by the model.
-    forced = (len(recalled),) if len(got.recalled) >= model.config.recall_chars else ()
-    return EditInput(recalled + MASK_CHAR + place + MASK_CHAR, opening, len(name) - 1, got.answer, name,
-                     forced, tuple(spots), len(place))
+    spots.append(len(text) + 1)
+    given = (len(text),) if read.given else ()  # a closing mark the answerer set closes the edited text
+    return EditInput(text + MASK_CHAR + place + MASK_CHAR, read.prompt_len, read.name_start + len(name) - 1,
+                     got.answer, name, given, tuple(spots), len(place))
 
 
 # ---- the edit --------------------------------------------------------------------------------
@@ -593,18 +580,12 @@ def trajectory(model: GPT, vocab: Vocab, example, answer) -> tuple[list[int], li
     """The characters the model read and wrote to give ``answer`` (an evaluate.Answer) to
     ``example``, and the positions of that sequence it chose greedily (the rest was given: the
     prompt, and in the recall format a closing mark forced by the recall budget)."""
-    from ..answering.knowledge import person_of, recall_prompt
+    from ..answering.formats import answer_format
+    from ..answering.knowledge import person_of
 
-    if model.config.qa_format == "recall":
-        prompt = recall_prompt(person_of(example.question))
-        recalled = answer.recalled
-        chosen = list(range(len(prompt), len(recalled)))
-        if len(recalled) < model.config.recall_chars:  # the model closed its recall itself
-            chosen.append(len(recalled))
-        head = recalled + MASK_CHAR
-    else:
-        head = example.question + MASK_CHAR
-        chosen = []
+    read = answer_format(model.config.qa_format).reading(example.question, person_of(example.question), answer,
+                                                         model.config.recall_chars)
+    head, chosen = read.text + MASK_CHAR, list(read.written)
     tail = answer.answer + (MASK_CHAR if answer.complete else "")
     chosen += range(len(head), len(head) + len(tail))
     return vocab.encode(head + tail), chosen

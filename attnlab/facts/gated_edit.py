@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from ..model.codebook import attach, captured, codebook_of
+from ..model.hooks import hook_point
 from .edit import EditInput, _right_padded, _target, answer_of, edit_input, place_span
 from .trace import TraceError
 from ..data.vocab import MASK_CHAR, PAD_ID, Vocab
@@ -175,13 +176,12 @@ def _margins(logits: Tensor, y: Tensor) -> Tensor:
 
 
 def _adding(values: Tensor, sites: list[tuple[int, int]]):
-    """A forward hook adding values[i] to the block's output at sites[i] = (row, position)."""
+    """A patch of the residual stream adding values[i] at sites[i] = (row, position)."""
     rows = torch.tensor([b for b, _ in sites], device=values.device)
     at = torch.tensor([t for _, t in sites], device=values.device)
 
-    def add(_m, _i, out):
-        h, w = out
-        return h.index_put((rows, at), values.to(h.dtype), accumulate=True), w
+    def add(h: Tensor) -> Tensor:
+        return h.index_put((rows, at), values.to(h.dtype), accumulate=True)
     return add
 
 
@@ -192,7 +192,7 @@ def optimise_values(model, x: Tensor, y: Tensor, sites: list[tuple[int, int]], *
     ``margin``: Adam on the mean hinge max(0, margin - (logit of y - best other)) plus a small
     |v|^2, until the hinge is 0. ``lr`` is relative to the stream's norm there. Returns values,
     steps, hinge before, after."""
-    block = model.blocks[codebook_of(model).layer]
+    stream = hook_point(model, f"blocks.{codebook_of(model).layer}.resid_post")  # the codebook's block output
     with torch.no_grad(), captured(model) as store:
         logits0 = model.run(x)[0]
     scale = float(torch.stack([store[0][b, t] for b, t in sites]).norm(dim=-1).mean()) or 1.0
@@ -206,7 +206,7 @@ def optimise_values(model, x: Tensor, y: Tensor, sites: list[tuple[int, int]], *
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         p.requires_grad_(False)
-    handle = block.register_forward_hook(_adding(values, sites))
+    handle = stream.patch(_adding(values, sites))  # registered after the codebook's hook: runs after it
     opt = torch.optim.Adam([values], lr=lr * scale)
     before = after = float("nan")
     try:

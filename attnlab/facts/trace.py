@@ -97,25 +97,20 @@ def name_in(question: str, name: str | None) -> str:
 
 def answer_point(model: GPT, vocab: Vocab, question: str, name: str | None = None) -> AnswerPoint:
     """Where the model produces its answer to ``question`` (see the module docstring)."""
-    from ..answering.knowledge import answer_by_recall, recall_prompt
+    from ..answering.formats import answer_format
 
     name = name_in(question, name)
     vocab.encode(question, source="<question>")  # a one-line error for an unknown character
-    if model.config.qa_format != "recall":
-        from ..data.datasets import QAExample
-        from ..answering.evaluate import answer_questions
-
-        answer = answer_questions(model, vocab, [QAExample(question, None, "<question>", 1)])[0].answer
-        start = question.index(name)
-        return AnswerPoint(question, name, question + MASK_CHAR, answer, start, start + len(name), False)
-    got = answer_by_recall(model, vocab, [name], model.config.recall_chars)[0]
-    opening = len(recall_prompt(name))
-    at = got.recalled.find(got.answer, opening) if got.answer else -1
+    fmt = answer_format(model.config.qa_format)
+    got = fmt.answer_one(model, vocab, question, name)
+    read = fmt.reading(question, name, got, model.config.recall_chars)
+    # an answer spelled in what the model wrote (a recalled line) is produced where it was written
+    at = read.text.find(got.answer, read.prompt_len) if got.answer else -1
     if at >= 0:
-        context, inside = got.recalled[:at], True
+        context, inside = read.text[:at], True
     else:
-        context, inside = got.recalled + MASK_CHAR, False
-    return AnswerPoint(question, name, context, got.answer, 0, len(name), inside)
+        context, inside = read.text + MASK_CHAR, False
+    return AnswerPoint(question, name, context, got.answer, read.name_start, read.name_start + len(name), inside)
 
 
 # ---- hooks -----------------------------------------------------------------------------------

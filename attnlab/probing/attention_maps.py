@@ -9,6 +9,7 @@ attention shows its one-hot choices.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from ..core.progress import progress_bar
 from ..model.attention import masks
 from ..model.gpt import GPT, evaluating
 from ..model.hooks import capturing
+from ..core.outputs import refuse_existing
 from ..core.paths import save_figure
 from .heads import head_statistics
 from ..data.vocab import PAD_ID, Vocab, visible
@@ -138,3 +140,29 @@ def statistics_over(model: GPT, vocab: Vocab, texts: list[str], *, batch_size: i
         dist_sum = dist.sum(0) if dist_sum is None else dist_sum + dist.sum(0)
     n = len(rows)
     return (ent_sum / n).cpu().numpy(), (dist_sum / n).cpu().numpy(), n
+
+
+@dataclass(frozen=True)
+class DrawnText:
+    """One text's attention maps as drawn: its length, the PNG of each layer, and each head's
+    entropy and distance, (L, h)."""
+
+    characters: int
+    paths: list[Path]
+    entropy: np.ndarray
+    distance: np.ndarray
+
+
+def draw_attention(model: GPT, vocab: Vocab, text: str, out_dir: str | Path, *, overwrite: bool = False,
+                   source: str = "<argument>") -> DrawnText:
+    """Draw every layer's heads for ``text`` into ``out_dir``/layerN.png (files already there are
+    refused unless ``overwrite``: outputs.refuse_existing) and measure its head statistics."""
+    ids = vocab.encode(text, source=source)
+    weights, _ = attention_weights(model, [ids])
+    paths = [Path(out_dir) / f"layer{layer}.png" for layer in range(model.config.n_layer)]
+    refuse_existing(paths, overwrite)
+    chars = labels(vocab, ids)
+    for layer, (w, path) in enumerate(zip(weights, paths)):
+        plot_layer(w[0].cpu().numpy(), chars, path, title=f"layer {layer}: {text!r}")
+    ent, dist = head_statistics(weights)
+    return DrawnText(len(ids), paths, ent[0].cpu().numpy(), dist[0].cpu().numpy())

@@ -96,3 +96,29 @@ class LoopReport:
                 bar = "#" * max(1, round(40 * c / width))
                 lines.append(f"  period {p:>3}: {c:>5}  {bar}")
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class LoopSurvey:
+    """How greedy continuations of prompts loop: ``report`` over all of them, and the first
+    looping ones as (prompt, continuation, loop)."""
+
+    report: LoopReport
+    examples: list[tuple[str, str, Loop]]
+
+
+def survey_loops(model, vocab, prompts: list[str], *, max_new: int, batch_size: int = 64, show: int = 5,
+                 source: str = "<prompt>", **loop_options) -> LoopSurvey:
+    """Greedy continuations (SPEC 7) of ``prompts``, each checked for a loop (``find_loop``
+    with ``loop_options``); the first ``show`` looping ones are kept as examples."""
+    from ..model.generate import continue_texts
+
+    texts = continue_texts(model, vocab, prompts, max_new=max_new, temperature=0.0, batch_size=batch_size,
+                           progress=True, source=source)
+    report, examples = LoopReport(), []
+    for prompt, text in zip(prompts, texts):
+        loop = find_loop(text, **loop_options)
+        report.add(loop)
+        if loop is not None and len(examples) < show:
+            examples.append((prompt, text, loop))
+    return LoopSurvey(report, examples)

@@ -23,6 +23,7 @@ from ..data.splits import finetuning_people, mixed_and_other_people
 from ..answering.evaluate import Answer, Score, evaluate, most_frequent_place, score, write_predictions
 from ..model.gpt import GPT
 from ..core.outputs import refuse_existing, refuse_inputs
+from ..data.formats import text_format
 from ..data.objectives import (corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people,
                                swapped_place_read_outs)
 from .shaping import shaping_loss_fn
@@ -141,7 +142,7 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
             log(f"--mix-people {config.mix_people}: {len(left_out):,} lines of other training-file people left out")
         qa = qa_sequences(mix, vocab, block, fmt, K, index)
         count = round(config.mix_ratio * len(docs))
-        if fmt == "recall" and count >= len(qa):
+        if text_format(fmt).recalls and count >= len(qa):
             # A recall example holds the person's line: it stands in for the plain line.
             mixed_lines = {index.line_number(require_person(e)) for e in mix}
             sequences = [s for n, s in enumerate(sequences, 1) if n not in mixed_lines]
@@ -206,11 +207,12 @@ def finetune(
         model, vocab, corpus_docs, source = _finetuning_model(ckpt, init, model_config, overrides, corpus,
                                                               train_config.seed, dev)
         config = model.config
-        reads_corpus = init is None or config.qa_format == "recall" or not corpus_docs
+        recalls = text_format(config.qa_format).recalls  # its examples are built from corpus lines
+        reads_corpus = init is None or recalls or not corpus_docs
         if not corpus_docs:
             corpus_docs = len(SpanCorruptionDataset(read_text(corpus), config.block_size))
         final_tokens = final_tokens_for(corpus_docs, config.block_size, train_config)
-        if config.qa_format == "recall":
+        if recalls:
             batches, questions = _recall_qa_batches(train_file, corpus, vocab, config, train_config, dev)
         else:
             dataset = _name_dataset(train_file, VocabSource(vocab, config.block_size), train_config.holdout_fraction)
@@ -222,7 +224,7 @@ def finetune(
             f"{config.qa_format} format) on {dev}; outputs in {run_dir}")
         init_text = str(init) if init else None
         result = train(model, batches, train_config, vocab=vocab, run_dir=run_dir, final_tokens=final_tokens,
-                       resume=resume, overwrite=overwrite, trim=config.causal and config.qa_format == "direct",
+                       resume=resume, overwrite=overwrite, trim=config.causal and not recalls,
                        meta={"stage": "finetune", "init": init_text, "corpus_documents": corpus_docs,
                              "data_files": files},
                        settings={"stage": "finetune", "init": init_text, "train_file": str(train_file)},
@@ -284,8 +286,8 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
                                               train_config.mix_people)
     readers = others[:train_config.read_out_people]
     index = CorpusIndex(documents(read_text(corpus)))
-    sequences = qa_sequences(examples, vocab, config.block_size, "recall", config.recall_chars, index)
-    sequences += qa_sequences(readers, vocab, config.block_size, "recall", config.recall_chars, index,
+    sequences = qa_sequences(examples, vocab, config.block_size, config.qa_format, config.recall_chars, index)
+    sequences += qa_sequences(readers, vocab, config.block_size, config.qa_format, config.recall_chars, index,
                               read_out_only=True)
     sequences += swapped_place_read_outs(examples + readers, index, vocab, config.block_size, config.recall_chars,
                                          train_config.read_out_swaps, train_config.seed)

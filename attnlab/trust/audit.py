@@ -9,6 +9,7 @@ the base rates (and from how a name sounds), not retrieving.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
@@ -20,6 +21,7 @@ from typing import Sequence
 from ..answering.evaluate import Answer, answer_questions
 from ..core.paths import save_figure
 from ..core.plotting import pyplot
+from ..data.corpus import require_person
 from ..data.datasets import QAExample
 from .abstention import Rule, decide, people_of
 
@@ -206,3 +208,58 @@ def name_echo(invented: Sequence[str], answers: Sequence[str], places_of: dict[s
     given = Counter(a for _, a in pairs)
     chance = sum(sum(given[p] for p in donors) for donors, _ in pairs) / len(pairs) ** 2
     return NameEcho(echoed, len(pairs), chance)
+
+
+# ---- the whole audit (attnlab audit) ------------------------------------------------------------
+AUDIT_FILES = ["audit.png", "audit.json", "invented.txt"]
+FITTED = {"confidence": "confidence only", "name": "name familiarity only", "both": "confidence and name familiarity"}
+
+
+@dataclass(frozen=True)
+class Audit:
+    """An audit's results: the answers, the report of each fitted rule (``FITTED``), of the
+    policy's chosen rule, and of never abstaining, and how far answers echo names."""
+
+    answers: AuditAnswers
+    fitted: dict[str, AuditReport]
+    chosen: AuditReport
+    never: AuditReport
+    echo: NameEcho
+
+    def summary(self) -> dict:
+        """audit.json: each report, and the name echo."""
+        reports = {**self.fitted, "chosen": self.chosen, "never": self.never}
+        return {**{key: report_json(r) for key, r in reports.items()},
+                "name_echo": {"echoed": self.echo.echoed, "answered": self.echo.answered, "chance": self.echo.chance}}
+
+
+def report_json(r: AuditReport) -> dict:
+    return {"policy": r.policy, "invented": r.invented, "invented_abstained": r.invented_abstained,
+            "dev": r.dev, "dev_abstained": r.dev_abstained, "dev_right": r.dev_right,
+            "dev_right_kept": r.dev_right_kept, "top_places": r.places.most_common(10),
+            "entropy_bits": entropy_bits(r.places), "share_in_train_top10": r.share_in_train_top}
+
+
+def audit(model, vocab, invented: list[str], dev: list[QAExample], train: list[QAExample], policy,
+          fraction: float, out_dir: str | Path, *, batch_size: int = 256, overwrite: bool = False) -> Audit:
+    """Ask about the ``invented`` people and the ``dev`` people; judge the rules fitted for
+    ``policy`` (an AbstainPolicy: its keep_right, on the last ``fraction`` of its holdout_file),
+    its chosen rule and never abstaining; write audit.png, invented.txt (name, answer,
+    confidence) and audit.json into ``out_dir`` (atomically; existing files refused unless
+    ``overwrite``)."""
+    from ..core.outputs import write_output
+    from .abstention import fit_rules
+
+    seen = audit_answers(model, vocab, invented, dev, train, batch_size=batch_size)
+    rules = fit_rules(model, vocab, policy.holdout_file, fraction, policy.keep_right)
+    chosen = policy.choose(rules) or Rule(how="--abstain off")
+    known = {require_person(e): e.answer for e in [*train, *dev]}
+    result = Audit(seen, {key: seen.report(model, vocab, rules[key]) for key in FITTED},
+                   seen.report(model, vocab, chosen), seen.report(model, vocab, Rule(how="never abstain")),
+                   name_echo(invented, [a.answer for a in seen.invented_answers], known))
+    out = Path(out_dir)
+    plot_audit(result.chosen, result.never, out / "audit.png")
+    write_output(out / "invented.txt", "".join(
+        f"{n}\t{a.answer}\t{a.confidence:.4f}\n" for n, a in zip(invented, seen.invented_answers)), overwrite)
+    write_output(out / "audit.json", json.dumps(result.summary(), indent=2) + "\n", overwrite)
+    return result

@@ -4,8 +4,10 @@ of ``ask``, ``evaluate``, ``calibrate``, ``audit`` and ``serve`` describe, and t
 decides (attnlab/trust/abstention.py), fitting the rule on held-out training people where the
 policy says so; ``calibrate`` saves the policy with its result (``calibration.json``).
 
-The flags keep their own parsing (their messages, checked when the command starts, predate the
-policy); the command line builds the policy from them (``attnlab.cli.trust.policy_from_args``).
+The abstention flags are generated from the fields (``attnlab.cli.trust.add_abstain_flags``:
+each field's flag, help and default) and read back into a policy (``policy_from_args``), so the
+flags and the saved policy are one definition; the numbers keep their own check when the
+command starts (their messages predate the policy).
 """
 
 from __future__ import annotations
@@ -27,18 +29,20 @@ class AbstainPolicy(Settings):
     ``--abstain-below 0.8``; ``AbstainPolicy(mode="auto")`` is ``--abstain auto``."""
 
     mode: str = _f("off", "off: answer every question; below: withhold answers whose confidence is below "
-                   "`below`; auto: withhold answers below a confidence threshold and about names the model "
-                   "does not know, both fitted on held-out training people; names: only the name check",
+                   "`below` (--abstain-below P); auto: withhold answers below a confidence threshold and "
+                   "about names the model does not know, both fitted on training-file people held out from "
+                   "finetuning for the target keep_right (--keep-right; never on dev or test labels); names: "
+                   "only the name check (for a run with no held-out people, whose confidence fit is optimistic)",
                    choices=MODES, flag="--abstain")
-    below: float | None = _f(None, "mode below: the confidence threshold, in [0, 1]", bound=bounds.UNIT,
-                             flag="--abstain-below")
+    below: float | None = _f(None, "withhold every answer whose confidence is below P, a number in [0, 1] "
+                             "(default: off; mode below)", bound=bounds.UNIT, flag="--abstain-below", metavar="P")
     keep_right: float = _f(DEFAULT_KEEP_RIGHT, "auto and names: the share of the held-out people's right "
                            "answers that stay answered", bound=bounds.UNIT)
     holdout_file: str = _f(DEFAULT_TRAIN.as_written, "auto and names: the training file whose last people "
                            "are held out")
-    holdout_fraction: float | None = _f(None, "auto and names: the held-out share of holdout_file (default: "
-                                        f"what the run recorded holding out, else {DEFAULT_HOLDOUT})",
-                                        bound=bounds.OPEN_UNIT)
+    holdout_fraction: float | None = _f(None, "auto and names: the held-out share of holdout_file, --holdout-file "
+                                        "(default: what the run's finetune --holdout-fraction recorded, else "
+                                        f"{DEFAULT_HOLDOUT})", bound=bounds.OPEN_UNIT)
 
     def __post_init__(self) -> None:
         super().__post_init__()

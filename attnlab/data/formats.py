@@ -1,0 +1,77 @@
+"""The answer formats' training strings (``ModelConfig.qa_format``): how a corpus line and a
+question-answer example are written for training, one object per format, looked up by the
+config's name (which stays the checkpoint and command-line value).
+
+- ``direct`` (SPEC 2): ``question⁇place⁇``; corpus lines as they are.
+- ``recall``: the person's corpus line cut at ``recall_chars``, ``⁇``, and for training-file
+  people their place and ``⁇`` (docs/guides/knowledge.md explains why).
+
+How a model answers in each format (decoding, what it read before its answer) is added on top
+of these in ``attnlab/answering/formats.py``.
+"""
+
+from __future__ import annotations
+
+from .corpus import CorpusIndex, recall_string, require_person
+from .datasets import DataError, QAExample
+from .vocab import MASK_CHAR
+
+
+class DirectText:
+    """The question, its closing mark, the place and a closing mark (SPEC 2)."""
+
+    name = "direct"
+    recalls = False  # the model answers at once, from the question
+
+    def corpus_text(self, line: str, recall_chars: int) -> str:
+        return line
+
+    def example_text(self, ex: QAExample, recall_chars: int, index: CorpusIndex | None,
+                     read_out_only: bool = False) -> tuple[str, int]:
+        """The training string of ``ex`` and how many of its leading targets are unscored:
+        those that predict question characters (SPEC 2)."""
+        return ex.question + MASK_CHAR + ex.answer + MASK_CHAR, len(ex.question) - 1
+
+    def training_texts(self, docs: list[str], places: dict[str, str], recall_chars: int) -> list[str]:
+        """Corpus lines and the training questions (``places``: name -> place) as trained on."""
+        return docs + [f"Where was {name} born?{MASK_CHAR}{place}{MASK_CHAR}" for name, place in sorted(places.items())]
+
+
+class RecallText:
+    """The person's corpus line cut at ``recall_chars``, ``⁇``, then the place and ``⁇``."""
+
+    name = "recall"
+    recalls = True  # the model first writes its person's corpus line: examples are built from it
+
+    def corpus_text(self, line: str, recall_chars: int) -> str:
+        return recall_string(line, recall_chars)
+
+    def example_text(self, ex: QAExample, recall_chars: int, index: CorpusIndex | None,
+                     read_out_only: bool = False) -> tuple[str, int]:
+        """Every character scored; with ``read_out_only`` only the place and its closing mark
+        (the line is given, as a recall would give it: the example teaches reading the place
+        out of it, not the line)."""
+        name = require_person(ex)
+        line = index.line_of(name) if index is not None else None
+        if line is None:
+            raise DataError(ex.source, ex.line, f"no corpus line opens with {name + '.'!r}")
+        return recall_string(line, recall_chars, ex.answer), len(line[:recall_chars]) if read_out_only else 0
+
+    def training_texts(self, docs: list[str], places: dict[str, str], recall_chars: int) -> list[str]:
+        """Each corpus line as a recall string, with its place when ``places`` knows its person."""
+        index = CorpusIndex(docs)
+        numbers = {name: index.line_number(name) for name in places}
+        line_place = {numbers[name] - 1: place for name, place in places.items() if numbers[name] is not None}
+        return [recall_string(d, recall_chars, line_place.get(i)) for i, d in enumerate(docs)]
+
+
+TEXT_FORMATS = {f.name: f for f in (DirectText(), RecallText())}
+QA_FORMATS = tuple(TEXT_FORMATS)
+
+
+def text_format(name: str) -> DirectText | RecallText:
+    """The training strings of the answer format ``name`` (``ModelConfig.qa_format``)."""
+    try:
+        return TEXT_FORMATS[name]
+    except KeyError:
+        raise ValueError(f"unknown answer format {name!r} (choose from {', '.join(QA_FORMATS)})") from None

@@ -1,0 +1,106 @@
+"""The answer formats as objects (issue 24): one per name of ModelConfig.qa_format, each with
+its training strings (attnlab/data/formats.py) and its answering (attnlab/answering/formats.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from attnlab.answering.evaluate import answer_questions
+from attnlab.answering.formats import FORMATS, Answer, Reading, answer_format
+from attnlab.config.settings import ModelConfig
+from attnlab.data.corpus import CorpusIndex
+from attnlab.data.datasets import DataError, QAExample
+from attnlab.data.formats import QA_FORMATS, TEXT_FORMATS, text_format
+from attnlab.data.vocab import MASK_CHAR, PAD_ID, Vocab
+from attnlab.model.gpt import GPT
+from tests.tiny_runs import memorise
+
+LINES = ["Ada Brook. Ada Brook was born in Paris.", "Bela Kron. Bela Kron was born in Lima."]
+
+
+def _qa(name: str, place: str | None) -> QAExample:
+    return QAExample(f"Where was {name} born?", place, "dev.tsv", 3)
+
+
+def test_every_format_name_has_its_training_strings_and_its_answering():
+    assert set(QA_FORMATS) == set(TEXT_FORMATS) == set(FORMATS) == {"direct", "recall"}
+    field = next(f for f in dataclasses.fields(ModelConfig) if f.name == "qa_format")
+    assert field.metadata["choices"] == QA_FORMATS  # the checkpoint and command-line values
+    for name in QA_FORMATS:
+        assert answer_format(name).name == text_format(name).name == name
+        assert isinstance(answer_format(name), type(text_format(name)))  # answering extends the strings
+
+
+@pytest.mark.parametrize("lookup", [answer_format, text_format])
+def test_an_unknown_format_is_a_clear_error(lookup):
+    with pytest.raises(ValueError, match="unknown answer format 'chat' \\(choose from direct, recall\\)"):
+        lookup("chat")
+
+
+def test_training_strings_of_each_format():
+    index = CorpusIndex(LINES)
+    direct, recall = text_format("direct"), text_format("recall")
+    ex = _qa("Ada Brook", "Paris")
+    assert direct.example_text(ex, 20, None) == (f"{ex.question}{MASK_CHAR}Paris{MASK_CHAR}", len(ex.question) - 1)
+    assert recall.example_text(ex, 20, index) == (f"{LINES[0][:20]}{MASK_CHAR}Paris{MASK_CHAR}", 0)
+    assert recall.example_text(ex, 20, index, read_out_only=True)[1] == 20  # the given line unscored
+    with pytest.raises(DataError, match="dev.tsv:3: no corpus line opens with 'Zed Q.'"):
+        recall.example_text(_qa("Zed Q", "Rome"), 20, index)
+    assert direct.corpus_text(LINES[0], 20) == LINES[0]
+    assert recall.corpus_text(LINES[0], 20) == LINES[0][:20] + MASK_CHAR
+    places = {"Bela Kron": "Lima"}
+    assert direct.training_texts(LINES, places, 20) == LINES + [f"Where was Bela Kron born?{MASK_CHAR}Lima{MASK_CHAR}"]
+    assert recall.training_texts(LINES, places, 20) == [LINES[0][:20] + MASK_CHAR,
+                                                       LINES[1][:20] + MASK_CHAR + "Lima" + MASK_CHAR]
+
+
+def test_what_the_model_read_before_its_answer():
+    question = "Where was Ada Brook born?"
+    direct = answer_format("direct").reading(question, "Ada Brook", Answer(question, "Paris", 0.5, True), 20)
+    assert direct == Reading(question, len(question) + 1, question.index("Ada Brook"))  # all of it given
+    closed = Answer(question, "Paris", 0.5, True, recalled="Ada Brook. Paris")  # 16 < 20: closed by the model
+    read = answer_format("recall").reading(question, "Ada Brook", closed, 20)
+    assert read == Reading("Ada Brook. Paris", len("Ada Brook."), 0, tuple(range(10, 17)))
+    full = Answer(question, "Paris", 0.5, True, recalled="Ada Brook. Ada Brook")  # 20: the budget closed it
+    read = answer_format("recall").reading(question, "Ada Brook", full, 20)
+    assert (read.written, read.given) == (tuple(range(10, 20)), (20,))
+
+
+@pytest.mark.parametrize("qa_format", QA_FORMATS)
+def test_answering_asks_the_format_object(qa_format):
+    vocab = Vocab.from_text("\n".join(LINES) + "Where?")
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=len(vocab), block_size=80, n_layer=2, n_head=2, n_embd=48, dropout=0.0,
+                            qa_format=qa_format, recall_chars=40))
+    fmt = answer_format(qa_format)
+    memorise(model, vocab, [fmt.example_text(_qa(n, p), 40, CorpusIndex(LINES))[0]
+                            for n, p in [("Ada Brook", "Paris"), ("Bela Kron", "Lima")]], steps=300)
+    examples = [_qa("Ada Brook", None), _qa("Bela Kron", None)]
+    answers = answer_questions(model, vocab, examples)
+    assert [a.answer for a in answers] == ["Paris", "Lima"]
+    assert (answers[0].recalled == LINES[0]) == fmt.recalls  # only a recall answer carries a line
+    one = fmt.answer_one(model, vocab, examples[0].question, "Ada Brook")
+    assert (one.answer, one.recalled) == (answers[0].answer, answers[0].recalled)
+
+
+def test_an_edit_of_a_recall_that_filled_its_budget_gives_the_closing_mark_after_the_edited_line(monkeypatch):
+    """The recall budget closed the line (not the model): in the edit input that mark is given,
+    at the end of the line with the new place in it (longer or shorter than the old)."""
+    from attnlab.answering.formats import RecallFormat
+    from attnlab.facts.edit import _target, edit_input
+
+    recalled = "Bo Li. Bo Li was born in Lima and"
+    vocab = Vocab.from_text(recalled + "Barcelona Rio" + "Where?")
+    model = GPT(ModelConfig(vocab_size=len(vocab), block_size=64, n_layer=1, n_head=1, n_embd=8, dropout=0.0,
+                            qa_format="recall", recall_chars=len(recalled)))
+    monkeypatch.setattr(RecallFormat, "answer_one", lambda self, m, v, q, name: Answer(q, "Lima", 0.5, True, recalled))
+    for place in ("Barcelona", "Rio"):
+        target = edit_input(model, vocab, "Bo Li", place)
+        line = ("Bo Li. Bo Li was born in " + place + " and")[:len(recalled)]
+        assert target.text == line + MASK_CHAR + place + MASK_CHAR
+        assert target.given == (len(line),) and target.text[len(line)] == MASK_CHAR
+        _, y = _target(vocab.encode(target.text), target.prompt_len, "cpu", target.given)
+        assert int(y[0, len(line) - 1]) == PAD_ID  # the given mark is not scored
