@@ -180,6 +180,26 @@ def test_read_out_swaps_add_swapped_place_examples_of_the_finetuning_people_only
         assert f"{name}." not in text(swapped)
 
 
+def test_replay_lines_adds_every_corpus_line_as_pretraining_read_it(tiny_data):
+    from attnlab.data.datasets import documents, read_text
+    from attnlab.data.vocab import PAD_ID
+    from attnlab.training.pipeline import _recall_qa_batches
+
+    vocab = Vocab.from_text(read_text(tiny_data["corpus"]))
+    model = ModelConfig(vocab_size=len(vocab), block_size=80, n_layer=1, n_head=1, n_embd=8,
+                        qa_format="recall", recall_chars=60)
+    config = TrainConfig(mix_people=3, holdout_fraction=0.25, batch_size=4)
+    plain, count = _recall_qa_batches(tiny_data["train"], tiny_data["corpus"], vocab, model, config, "cpu")
+    replayed, same = _recall_qa_batches(tiny_data["train"], tiny_data["corpus"], vocab, model,
+                                        dataclasses.replace(config, replay_lines=True), "cpu")
+    scored = lambda b: "".join(vocab.decode([t for t in row.tolist() if t != PAD_ID]) for row in b.y)  # noqa: E731
+    assert count == same == 3  # the questions are the same; the lines are added to them
+    for line in documents(read_text(tiny_data["corpus"])):  # every line, held-out people's too
+        assert line[1:60] + "⁇" in scored(replayed)  # cut at the recalled characters, no place
+    lines = documents(read_text(tiny_data["corpus"]))
+    assert sum(line[1:60] + "⁇" not in scored(plain) for line in lines) >= len(lines) - 3  # not without it
+
+
 def test_open_book_read_out_reads_the_place_from_the_gold_line(tiny_config, tiny_data):
     from attnlab.answering.knowledge import read_out_given_lines
     from attnlab.data.corpus import CorpusIndex

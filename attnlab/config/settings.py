@@ -214,6 +214,9 @@ class TrainConfig(_Serialisable):
                              "(only the place scored), so the model reads the place the line states rather "
                              "than the one it remembers (0 = none)", stages=("finetune",),
                              bound=b.NON_NEGATIVE_INT)
+    replay_lines: bool = _f(False, "recall-format finetuning: also train on every corpus line as pretraining did "
+                            "(cut at the recalled characters, no place), so that the finetuning's read-out "
+                            "examples do not wear away the lines pretraining stored", stages=("finetune",))
     holdout_fraction: float = _f(0.0, "hold the last fraction of the training file out of finetuning (and of "
                                  "pretraining's QA mix), so that `calibrate` and `--abstain auto` fit on "
                                  "people whose labels the model never saw (0 = train on all)",
@@ -345,14 +348,16 @@ _CPU5 = Preset(
 # breakdown): every training person's line with their place (read-out examples for all of
 # them), 160 recalled characters, and the last fifth of the training file held out for checking
 # the recipe and fitting abstention (`calibrate`, `--abstain auto`) on people whose labels it
-# never saw.
+# never saw. Its finetuning also reads eight copies of each line with the place swapped for
+# another (the place the line states, not the one remembered) and replays every corpus line so
+# that reading does not wear memories away.
 _CPU60 = Preset(
     name="cpu60",
     description="the shipped model's recipe: cpu15 with every training person mixed in, 160 characters, 20% held out",
     model={**_CPU.model, "block_size": 192, "recall_chars": 160},
     pretrain=dataclasses.replace(_CPU15.pretrain, mix_ratio=1600 / 2937, mix_people=0, epochs=80,
                                  holdout_fraction=0.2),
-    finetune=dataclasses.replace(_CPU.finetune, epochs=1, holdout_fraction=0.2),
+    finetune=dataclasses.replace(_CPU.finetune, epochs=1, holdout_fraction=0.2, read_out_swaps=8, replay_lines=True),
     finetune_scratch=_CPU.finetune_scratch,
     expected="about 55 minutes on 2 CPU cores",
 )
