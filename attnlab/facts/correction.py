@@ -1,7 +1,8 @@
-"""Correcting one fact, whole: the request checked, the edit made (gated, or rank-one), its
-efficacy, generalisation and specificity measured, and the edited model's record of its edits;
-and an edit removed again. ``attnlab edit`` and ``LoadedModel.edit`` are thin wrappers over
-``edit_fact`` and ``undo_edit``; the methods themselves are in gated_edit.py and edit.py.
+"""Correcting one fact, whole: the request checked, the edit made (gated, rank-one, or plain
+finetuning), its efficacy, generalisation and specificity measured, and the edited model's record
+of its edits; and an edit removed again. ``attnlab edit`` and ``LoadedModel.edit`` are thin
+wrappers over ``edit_fact`` and ``undo_edit``; the methods themselves are in gated_edit.py,
+edit.py and finetune_edit.py.
 
 Nothing is written here but by ``save_edited_run``; an edit that does not reach its target is an
 ``EditFailed`` (the command line's exit code 1) before anything is written.
@@ -25,6 +26,7 @@ from ..model.codebook import codebook_of
 from ..model.gpt import GPT
 from .edit import (changed_answers, check_layer, completes_with, default_layer, edit_model, key_second_moment,
                    place_slot, stat_texts)
+from .finetune_edit import finetune_edit
 from .gated_edit import EditFailed, Negatives, check_place, gated_edit, gated_layer
 from .settings import EditSettings
 from .trace import TraceError
@@ -57,7 +59,7 @@ def edit_fact(model: GPT, vocab: Vocab, person: str, place: str, docs: list[str]
     many other answers of that file changed), with the settings used. The new model's ``edits``
     lists every edit it holds. Bad requests raise TraceError; a missed target EditFailed."""
     check_edit_request(model, vocab, person, place, docs, settings.layer, corpus_name)
-    method = _grace if settings.method == "grace" else _rome
+    method = {"grace": _grace, "rome": _rome, "finetune": _finetune}[settings.method]
     edited, report = method(model, vocab, person, place, docs, places, settings, log)
     report.update(measure(model, edited, vocab, person, place, docs, report["old_answer"],
                           method=settings.method, eval_file=eval_file, log=log))
@@ -148,6 +150,19 @@ def _rome(model, vocab, person, place, docs, places, s: EditSettings, log: Log):
                     "steps": edit.steps, "tighten_steps": s.tighten_steps,
                     "delta_norm": float(edit.delta.norm()), "loss_before": edit.loss_before,
                     "loss_after": edit.loss_after}
+
+
+def _finetune(model, vocab, person, place, docs, places, s: EditSettings, log: Log):
+    """Plain finetuning on the one question (finetune_edit.py): the edited model and its report."""
+    if s.layer is not None:
+        raise TraceError("--layer is not used by --method finetune: it trains every weight")
+    edited, f = finetune_edit(model, vocab, person, place)
+    log(f"edit input: {f.target.text!r}; the model answered {f.target.old_answer!r} before")
+    log(f"every weight finetuned on it for {f.steps} steps (stopped at the first that answers the new place): "
+        f"loss {f.loss_before:.3f} -> {f.loss_after:.3f}")
+    return edited, {"id": next_id(model), "person": person, "place": place, "method": "finetune", "layer": None,
+                    "old_answer": f.target.old_answer, "edit_input": f.target.text, "parameters_added": 0,
+                    "steps": f.steps, "loss_before": f.loss_before, "loss_after": f.loss_after}
 
 
 def measure(model: GPT, edited: GPT, vocab: Vocab, person: str, place: str, docs: list[str], old_answer: str, *,

@@ -30,7 +30,8 @@ class EditSettings(Settings):
 
     method: str = _f(DEFAULT_METHOD, "grace: gated codebook entries at one layer that fire only near the edited "
                      "person's own text (adds parameters; can be undone); rome: a rank-one change of one MLP's "
-                     "output matrix (changes weights; cannot be undone)", choices=METHODS)
+                     "output matrix (changes weights; cannot be undone); finetune: every weight trained on the one question "
+                     "until it answers the new place (the baseline; changes weights; cannot be undone)", choices=METHODS)
     radius: float = _f(0.5, "grace: each entry's radius as a fraction of the distance from its key to the nearest "
                        "stream state of another person's text", bound=bounds.POSITIVE)
     at: str = _f("answer", "rome: where the key is read: 'answer', the position before the place's first "
