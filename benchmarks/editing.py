@@ -94,8 +94,8 @@ class Editor:
         elif method == "rome":
             self.layer = args.layer if args.layer is not None else answer_layer(model)
             self.moment = key_second_moment(model, vocab, texts, self.layer)
-        else:
-            self.layer = None
+        else:  # finetune: the MLP rome edits (FT-L)
+            self.layer = args.layer if args.layer is not None else answer_layer(model)
 
     def __call__(self, model, name: str, place: str, owner: int):
         """The edited model (None when the editor refuses: a failed gated edit writes nothing),
@@ -113,7 +113,7 @@ class Editor:
             edited = edit_model(model, self.vocab, name, place, self.layer, self.moment)[0]
         else:
             try:
-                edited = finetune_edit(model, self.vocab, name, place)[0]
+                edited = finetune_edit(model, self.vocab, name, place, self.layer)[0]
             except EditFailed:
                 return None, 0, None
         # As `attnlab edit`: an edit whose model does not answer the new place is refused, and the
@@ -351,7 +351,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0, help="which people and places")
     ap.add_argument("--sequential", action="store_true", help="apply the edits one after another to one model")
     ap.add_argument("--curve-every", type=int, default=10, help="--sequential: measure after every this many edits")
-    ap.add_argument("--layer", type=int, default=None, help="grace: codebook layer (default top); rome: MLP (default below the top)")
+    ap.add_argument("--layer", type=int, default=None, help="grace: codebook layer (default top); rome and finetune: MLP (default below the top)")
     ap.add_argument("--radius", type=float, default=0.5, help="grace: radius fraction (attnlab edit --radius)")
     ap.add_argument("--stat-lines", type=int, default=2000, help="rome: lines of the key statistics")
     ap.add_argument("--radius-lines", type=int, default=2000, help="grace: lines whose states set the radii")

@@ -1,6 +1,7 @@
 """Plain finetuning on the one question (`attnlab edit --method finetune`, the baseline), on the
 tiny recall model of test_facts.py: it takes, it is recorded like the other methods, it adds no
-parameters, it fails honestly, and it cannot be undone (it changed the weights, as rome does)."""
+parameters, it changes only the one MLP output matrix it trains (FT-L), it fails honestly, and it
+cannot be undone (it changed the weights, as rome does)."""
 
 from __future__ import annotations
 
@@ -24,15 +25,24 @@ from tests.test_gated_edits import _edit
 def test_finetuning_stops_at_the_first_check_that_answers_the_new_place_and_leaves_the_original(run):
     model, vocab, _ = load_model(run / "run")
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    edited, f = finetune_edit(model, vocab, "Ana Linda", "Lima", steps=100, check_every=2)
+    edited, f = finetune_edit(model, vocab, "Ana Linda", "Lima", None, steps=100, check_every=2)
     [now] = answer_questions(edited, vocab, read_qa(run / "dev.tsv")[:1])
     assert now.answer == "Lima" and f.target.old_answer == "Paris"
     assert f.steps % 2 == 0 and f.steps < 100 and f.loss_after < f.loss_before
     if f.steps > 2:  # it stopped at the first check that answers: the checks before did not
         with pytest.raises(EditFailed):
-            finetune_edit(model, vocab, "Ana Linda", "Lima", steps=f.steps - 2, check_every=2)
+            finetune_edit(model, vocab, "Ana Linda", "Lima", None, steps=f.steps - 2, check_every=2)
     assert all(torch.equal(model.state_dict()[k], v) for k, v in before.items())  # the original is untouched
     assert sorted(edited.state_dict()) == sorted(before)  # no parameter added
+
+
+def test_finetuning_one_layer_changes_only_that_mlp_output_matrix(run):
+    model, vocab, _ = load_model(run / "run")
+    edited, f = finetune_edit(model, vocab, "Ana Linda", "Lima", 0, lr=3e-3)
+    [now] = answer_questions(edited, vocab, read_qa(run / "dev.tsv")[:1])
+    assert now.answer == "Lima"
+    moved = {k for k, v in model.state_dict().items() if not torch.equal(edited.state_dict()[k], v)}
+    assert moved and moved <= {"blocks.0.mlp.2.weight", "blocks.0.mlp.2.bias"}  # mlp_proj, the MLP output
 
 
 def test_a_finetune_edit_is_recorded_like_the_others_and_adds_no_parameters(run, tmp_path, capsys):
@@ -40,7 +50,7 @@ def test_a_finetune_edit_is_recorded_like_the_others_and_adds_no_parameters(run,
     assert _edit(run, out, "Ana Lindi", "Kyiv", "--method", "finetune") == 0
     [record] = json.loads((out / "edits.json").read_text())
     assert record == {"id": 1, "person": "Ana Lindi", "old_answer": "Oslo", "place": "Kyiv", "method": "finetune",
-                      "layer": None, "parameters_added": 0}
+                      "layer": 0, "parameters_added": 0}  # the layer rome edits: below the top of 2
     report = json.loads((out / "edit.json").read_text())
     assert report["efficacy"] is True and report["steps"] >= 1 and report["settings"]["method"] == "finetune"
     edited, vocab, ckpt = load_model(out)
@@ -51,7 +61,7 @@ def test_a_finetune_edit_is_recorded_like_the_others_and_adds_no_parameters(run,
     assert now.answer == "Kyiv"
     capsys.readouterr()
     assert cli.main(["edits", str(out)]) == 0
-    assert "| 1 | Ana Lindi | Oslo | Kyiv | finetune | None | 0 |" in capsys.readouterr().out
+    assert "| 1 | Ana Lindi | Oslo | Kyiv | finetune | 0 | 0 |" in capsys.readouterr().out
 
 
 def test_a_finetune_edit_that_does_not_take_exits_1_with_one_line_and_writes_nothing(run, tmp_path, capsys,
@@ -65,7 +75,7 @@ def test_a_finetune_edit_that_does_not_take_exits_1_with_one_line_and_writes_not
     assert not out.exists() and _sha(run / "run" / "checkpoint.safetensors") == before
 
 
-def test_a_finetune_edit_cannot_be_undone_and_takes_no_layer(run, tmp_path, capsys):
+def test_a_finetune_edit_cannot_be_undone(run, tmp_path, capsys):
     first, tuned = tmp_path / "first", tmp_path / "tuned"
     assert _edit(run, first, "Ana Lindu", "Oslo") == 0
     assert _edit(run, tuned, "Ana Lindy", "Lima", "--method", "finetune", source=first) == 0
@@ -75,11 +85,9 @@ def test_a_finetune_edit_cannot_be_undone_and_takes_no_layer(run, tmp_path, caps
     err = capsys.readouterr().err
     assert "edit 2 (finetune) changed the model's weights and cannot be undone" in err and err.count("\n") == 1
     assert not (tmp_path / "u").exists()
-    assert _edit(run, tmp_path / "layer", "Ana Linda", "Lima", "--method", "finetune", "--layer", "0") == 2
-    assert "--layer is not used by --method finetune" in capsys.readouterr().err
 
 
 def test_finetune_raises_edit_failed_when_its_steps_run_out(run):
     model, vocab, _ = load_model(run / "run")
     with pytest.raises(EditFailed, match="after 2 steps the model answers 'Paris', not 'Lima'; nothing written"):
-        finetune_edit(model, vocab, "Ana Linda", "Lima", lr=0.0, steps=2)
+        finetune_edit(model, vocab, "Ana Linda", "Lima", 0, lr=0.0, steps=2)

@@ -24,7 +24,7 @@ from ..answering.evaluate import answer_questions
 from ..model.checkpoint import CHECKPOINT_NAME, Checkpoint, save_checkpoint
 from ..model.codebook import codebook_of
 from ..model.gpt import GPT
-from .edit import (changed_answers, check_layer, completes_with, default_layer, edit_model, key_second_moment,
+from .edit import (answer_layer, changed_answers, check_layer, completes_with, default_layer, edit_model, key_second_moment,
                    place_slot, stat_texts)
 from .finetune_edit import finetune_edit
 from .gated_edit import EditFailed, Negatives, check_place, gated_edit, gated_layer
@@ -153,14 +153,16 @@ def _rome(model, vocab, person, place, docs, places, s: EditSettings, log: Log):
 
 
 def _finetune(model, vocab, person, place, docs, places, s: EditSettings, log: Log):
-    """Plain finetuning on the one question (finetune_edit.py): the edited model and its report."""
-    if s.layer is not None:
-        raise TraceError("--layer is not used by --method finetune: it trains every weight")
-    edited, f = finetune_edit(model, vocab, person, place)
+    """Plain finetuning of one MLP's output matrix on the one question (finetune_edit.py): the
+    edited model and its report."""
+    layer = s.layer if s.layer is not None else answer_layer(model)
+    why = "--layer" if s.layer is not None else "the layer rome edits"
+    log(f"layer {layer} ({why}): its MLP output matrix is finetuned")
+    edited, f = finetune_edit(model, vocab, person, place, layer)
     log(f"edit input: {f.target.text!r}; the model answered {f.target.old_answer!r} before")
-    log(f"every weight finetuned on it for {f.steps} steps (stopped at the first that answers the new place): "
+    log(f"finetuned on it for {f.steps} steps (stopped at the first that answers the new place): "
         f"loss {f.loss_before:.3f} -> {f.loss_after:.3f}")
-    return edited, {"id": next_id(model), "person": person, "place": place, "method": "finetune", "layer": None,
+    return edited, {"id": next_id(model), "person": person, "place": place, "method": "finetune", "layer": layer,
                     "old_answer": f.target.old_answer, "edit_input": f.target.text, "parameters_added": 0,
                     "steps": f.steps, "loss_before": f.loss_before, "loss_after": f.loss_after}
 
