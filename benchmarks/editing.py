@@ -1,6 +1,7 @@
 """Editing birth places (issue 26): efficacy, generalisation, locality and sequential editing of
 `attnlab edit --method grace` (gated codebook entries, the default), `--method rome` (rank-one)
-and plain finetuning on the one question, on the shipped model.
+and `--method finetune` (plain finetuning of rome's MLP output matrix on the one question, FT-L),
+on the shipped model.
 
 ``--n`` random dev people (seeded) each get a random new place drawn from the training file's
 places (never their gold place nor the model's current answer).
@@ -23,6 +24,12 @@ Single edits (default): each edit starts from the original model and is measured
 so far still hold (earlier-edit retention) and how many answers of the dev people never edited
 changed against the original model. The curve goes to runs/editing/sequential-METHOD.json;
 ``--plot`` draws every such file into docs/editing-sequential.png.
+
+An edit that does not answer the new place is refused, as `attnlab edit` refuses it: the model
+stays as it was (a miss; 0 other answers changed). Long runs keep their results as they go in
+runs/editing/single-METHOD.partial.json (after every edit) and sequential-METHOD.partial.json
+with the edited model so far (.pt, at every curve point): run the same command again after an
+interruption and it goes on from there.
 
 Intervals: Wilson 95% for counts; for the mean share of other answers changed, a seeded
 bootstrap 95% interval over the edits. Seconds are wall time on a shared 2-core machine (other
