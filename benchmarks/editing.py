@@ -328,6 +328,8 @@ def plot(png: Path = PNG) -> None:
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     for path in sorted(CURVES.glob("sequential-*.json")):
+        if path.name.endswith(".partial.json"):  # an unfinished run's state, not a curve
+            continue
         data = json.loads(path.read_text())
         x = [c["edits"] for c in data["curve"]]
         left.plot(x, [100 * c["holding"] / c["edits"] for c in data["curve"]], marker="o", label=data["method"])
