@@ -170,7 +170,8 @@ class LoadedModel:
              train_file: str | os.PathLike | None = DEFAULT_TRAIN, eval_file: str | os.PathLike | None = None,
              settings: EditSettings = EditSettings(), **changes: Any) -> LoadedModel:
         """A NEW model in which ``person`` was born in ``place``, as ``attnlab edit`` makes it
-        (this model is unchanged): a gated edit by default, ``method="rome"`` for a rank-one one
+        (this model is unchanged): a gated edit by default, ``method="rome"`` for a rank-one one,
+        ``method="finetune"`` for plain finetuning on the one question
         (``changes`` set fields of ``settings``). ``corpus`` gives the person's line and the key
         statistics, ``train_file`` their answer format, ``eval_file`` (optional) the other
         answers whose changes are counted. The report (efficacy, generalisation, specificity,

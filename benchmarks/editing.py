@@ -1,6 +1,7 @@
 """Editing birth places (issue 26): efficacy, generalisation, locality and sequential editing of
 `attnlab edit --method grace` (gated codebook entries, the default), `--method rome` (rank-one)
-and plain finetuning on the one question, on the shipped model.
+and `--method finetune` (plain finetuning of rome's MLP output matrix on the one question, FT-L),
+on the shipped model.
 
 ``--n`` random dev people (seeded) each get a random new place drawn from the training file's
 places (never their gold place nor the model's current answer).
@@ -24,6 +25,12 @@ so far still hold (earlier-edit retention) and how many answers of the dev peopl
 changed against the original model. The curve goes to runs/editing/sequential-METHOD.json;
 ``--plot`` draws every such file into docs/editing-sequential.png.
 
+An edit that does not answer the new place is refused, as `attnlab edit` refuses it: the model
+stays as it was (a miss; 0 other answers changed). Long runs keep their results as they go in
+runs/editing/single-METHOD.partial.json (after every edit) and sequential-METHOD.partial.json
+with the edited model so far (.pt, at every curve point): run the same command again after an
+interruption and it goes on from there.
+
 Intervals: Wilson 95% for counts; for the mean share of other answers changed, a seeded
 bootstrap 95% interval over the edits. Seconds are wall time on a shared 2-core machine (other
 work running), for orientation only.
@@ -34,6 +41,7 @@ Run: .venv/bin/python benchmarks/editing.py --run models/cpu --method grace [--n
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import random
 import sys
@@ -51,9 +59,10 @@ from attnlab.core.paths import save_figure, write_atomically  # noqa: E402
 from attnlab.core.plotting import pyplot  # noqa: E402
 from attnlab.model.checkpoint import load_model  # noqa: E402
 from attnlab.data.datasets import read_qa, read_text  # noqa: E402
-from attnlab.facts.edit import (answer_layer, changed_answers, completes_with, edit_model,  # noqa: E402
-                                finetune_model, key_second_moment, place_slot, place_span, stat_texts)
+from attnlab.facts.edit import (answer_layer, answer_of, changed_answers, completes_with, edit_model,  # noqa: E402
+                                key_second_moment, place_slot, place_span, stat_texts)
 from attnlab.answering.evaluate import answer_questions, wilson_interval  # noqa: E402
+from attnlab.facts.finetune_edit import finetune_edit  # noqa: E402
 from attnlab.facts.gated_edit import EditFailed, Negatives, gated_edit, gated_layer  # noqa: E402
 from attnlab.answering.knowledge import CorpusIndex, answer_by_recall, person_of  # noqa: E402
 
@@ -92,8 +101,8 @@ class Editor:
         elif method == "rome":
             self.layer = args.layer if args.layer is not None else answer_layer(model)
             self.moment = key_second_moment(model, vocab, texts, self.layer)
-        else:
-            self.layer = None
+        else:  # finetune: the MLP rome edits (FT-L)
+            self.layer = args.layer if args.layer is not None else answer_layer(model)
 
     def __call__(self, model, name: str, place: str, owner: int):
         """The edited model (None when the editor refuses: a failed gated edit writes nothing),
@@ -108,8 +117,15 @@ class Editor:
                 return None, 0, None
             return edited, g.parameters_added, g.line_prompt
         if self.method == "rome":
-            return edit_model(model, self.vocab, name, place, self.layer, self.moment)[0], 0, None
-        return finetune_model(model, self.vocab, name, place)[0], 0, None
+            edited = edit_model(model, self.vocab, name, place, self.layer, self.moment)[0]
+        else:
+            try:
+                edited = finetune_edit(model, self.vocab, name, place, self.layer)[0]
+            except EditFailed:
+                return None, 0, None
+        # As `attnlab edit`: an edit whose model does not answer the new place is refused, and the
+        # model stays as it was (it counts as a miss; nothing of it is measured or kept).
+        return (edited if answer_of(edited, self.vocab, name) == place else None), 0, None
 
 
 def plan(args, dev, before, places) -> list[tuple[int, str]]:
@@ -119,10 +135,41 @@ def plan(args, dev, before, places) -> list[tuple[int, str]]:
     return [(i, rng.choice([p for p in places if p not in (dev[i].answer, before[i].answer)])) for i in chosen]
 
 
-def single_edits(editor, model, vocab, dev, before, edits, index, max_minutes: float = 0) -> tuple[list[dict], list[list]]:
-    results, rows = [], []
+class Partial:
+    """A long run's results so far, in runs/editing/NAME.partial.json (written atomically after
+    every step), so that an interrupted run goes on where it stopped: a later run with the same
+    settings (``key``) starts from them; other settings start afresh."""
+
+    def __init__(self, name: str, key: dict, enabled: bool = True):
+        self.path, self.key, self.enabled = CURVES / f"{name}.partial.json", key, enabled
+
+    def load(self) -> dict:
+        if not (self.enabled and self.path.exists()):
+            return {}
+        data = json.loads(self.path.read_text())
+        if data.get("key") != self.key:
+            print(f"{shown(str(self.path))}: other settings; starting afresh")
+            return {}
+        print(f"{shown(str(self.path))}: going on from {data.get('done', 0)} edits done")
+        return data
+
+    def save(self, **state) -> None:
+        if self.enabled:
+            write_atomically(self.path, json.dumps({"key": self.key, **state}, indent=1) + "\n")
+
+    def finish(self) -> None:
+        if self.enabled:
+            self.path.unlink(missing_ok=True)
+
+
+def single_edits(editor, model, vocab, dev, before, edits, index, max_minutes: float = 0,
+                 partial: Partial | None = None) -> tuple[list[dict], list[list]]:
+    done = partial.load() if partial else {}
+    results, rows = done.get("results", []), done.get("rows", [])
     t0 = time.perf_counter()
     for owner, (i, place) in enumerate(tqdm(edits, desc="edits"), 1):
+        if owner <= len(results):  # done by an earlier, interrupted run
+            continue
         if max_minutes and time.perf_counter() - t0 > 60 * max_minutes:
             break
         ex, old = dev[i], before[i]
@@ -149,6 +196,8 @@ def single_edits(editor, model, vocab, dev, before, edits, index, max_minutes: f
                      "-" if r["general"] is None else ("yes" if r["general"] else "no")
                      + (" (keyed)" if r["keyed"] else ""),
                      f"{r['changed']}/{r['others']}", f"{r['lost']}/{r['right']}", added, f"{seconds:.1f}"])
+        if partial:
+            partial.save(done=len(results), results=results, rows=rows)
     return results, rows
 
 
@@ -182,16 +231,25 @@ def single_summary(results: list[dict]) -> str:
 
 
 def sequential_edits(editor, model, vocab, dev, before, edits, every: int,
-                     max_minutes: float = 0) -> tuple[list[dict], float, int]:
+                     max_minutes: float = 0, partial: Partial | None = None) -> tuple[list[dict], float, int]:
     """Apply the edits one after another; the curve of (edits made, earlier edits holding, other
     answers changed), the wall time of the edits alone, and how many were refused. With
-    ``max_minutes``, no edit is started after that many minutes, and the curve ends there."""
+    ``max_minutes``, no edit is started after that many minutes, and the curve ends there. With
+    ``partial``, the curve and the edited model so far are saved at every curve point, and an
+    interrupted run goes on from the last one."""
     edited_people = {i for i, _ in edits}
     others = [j for j in range(len(dev)) if j not in edited_people]
     right = {k for k, j in enumerate(others) if before[j].answer == dev[j].answer}
     current, curve, seconds, refused = model, [], 0.0, 0
+    done = partial.load() if partial else {}
+    saved = partial.path.with_suffix(".pt") if partial else None
+    if done and saved.exists():
+        current = torch.load(saved, weights_only=False)  # our own scratch file of this run
+        curve, seconds, refused = done["curve"], done["seconds"], done["refused"]
     t0 = time.perf_counter()
     for owner, (i, place) in enumerate(tqdm(edits, desc="sequential edits"), 1):
+        if curve and owner <= curve[-1]["edits"]:  # done by an earlier, interrupted run
+            continue
         if max_minutes and time.perf_counter() - t0 > 60 * max_minutes:
             edits = edits[:owner - 1]
             break
@@ -208,7 +266,17 @@ def sequential_edits(editor, model, vocab, dev, before, edits, every: int,
             changed = changed_answers(current, vocab, [dev[j] for j in others], [before[j] for j in others])
             curve.append(dict(edits=owner, holding=holding, changed=len(changed), others=len(others),
                               right_changed=len(right & set(changed)), right=len(right), refused=refused))
+            if partial and partial.enabled:
+                save_model(current, saved)
+                partial.save(done=owner, curve=curve, seconds=seconds, refused=refused)
     return curve, seconds, refused
+
+
+def save_model(model, path: Path) -> None:
+    """The edited model so far (scratch under runs/, for resuming), written atomically."""
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    write_atomically(path, buffer.getvalue())
 
 
 def sequential_summary(curve: list[dict], seconds: float, refused: int) -> str:
@@ -260,6 +328,8 @@ def plot(png: Path = PNG) -> None:
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     for path in sorted(CURVES.glob("sequential-*.json")):
+        if path.name.endswith(".partial.json"):  # an unfinished run's state, not a curve
+            continue
         data = json.loads(path.read_text())
         x = [c["edits"] for c in data["curve"]]
         left.plot(x, [100 * c["holding"] / c["edits"] for c in data["curve"]], marker="o", label=data["method"])
@@ -290,7 +360,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0, help="which people and places")
     ap.add_argument("--sequential", action="store_true", help="apply the edits one after another to one model")
     ap.add_argument("--curve-every", type=int, default=10, help="--sequential: measure after every this many edits")
-    ap.add_argument("--layer", type=int, default=None, help="grace: codebook layer (default top); rome: MLP (default below the top)")
+    ap.add_argument("--layer", type=int, default=None, help="grace: codebook layer (default top); rome and finetune: MLP (default below the top)")
     ap.add_argument("--radius", type=float, default=0.5, help="grace: radius fraction (attnlab edit --radius)")
     ap.add_argument("--stat-lines", type=int, default=2000, help="rome: lines of the key statistics")
     ap.add_argument("--radius-lines", type=int, default=2000, help="grace: lines whose states set the radii")
@@ -305,6 +375,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-write", action="store_true",
                     help="print only; leave docs/benchmarks.md and runs/editing/*.json alone")
     return ap.parse_args(argv)
+
+
+def run_key(args) -> dict:
+    """The settings that decide a run's edits and their results: a partial run resumes only
+    under the same ones."""
+    return {k: getattr(args, k) for k in ("run", "method", "dev", "train_file", "corpus", "n", "seed", "sequential",
+                                          "curve_every", "layer", "radius", "stat_lines", "radius_lines", "no_line",
+                                          "device")}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -336,19 +414,26 @@ def main(argv: list[str] | None = None) -> None:
                 if args.method == "grace" and not args.no_line else "")
              + f"; statistics gathered once in {setup:.1f} s (shared machine)")
     if args.sequential:
+        partial = Partial(f"sequential-{args.method}", run_key(args), enabled=not args.no_write)
         curve, seconds, refused = sequential_edits(editor, model, vocab, dev, before, edits, args.curve_every,
-                                                   args.max_minutes)
+                                                   args.max_minutes, partial)
         if not args.no_write:
             write_atomically(CURVES / f"sequential-{args.method}.json", json.dumps(
                 {"method": args.method, "where": where, "curve": curve, "seconds": seconds}, indent=1) + "\n")
+            if curve and curve[-1]["edits"] == args.n:
+                partial.finish()
+                partial.path.with_suffix(".pt").unlink(missing_ok=True)
         text = sequential_summary(curve, seconds, refused) + f"\n\n- {where}; edits applied one after another"
         name = f"editing-sequential-{args.method}"
         title = f"Sequential editing of birth places, {args.method} (benchmarks/editing.py --sequential)"
     else:
-        results, rows = single_edits(editor, model, vocab, dev, before, edits, index, args.max_minutes)
+        partial = Partial(f"single-{args.method}", run_key(args), enabled=not args.no_write)
+        results, rows = single_edits(editor, model, vocab, dev, before, edits, index, args.max_minutes, partial)
         if not args.no_write:
             write_atomically(CURVES / f"single-{args.method}.json", json.dumps(
                 {"method": args.method, "where": where, "results": results}, indent=1) + "\n")
+            if len(results) == args.n:
+                partial.finish()
         done = "" if len(results) == args.n else (f" (the first {len(results)} of the {args.n} planned: "
                                                   f"--max-minutes {args.max_minutes:g} ran out)")
         text = "\n\n".join([single_summary(results), f"- {where}; each edit from the original model{done}",

@@ -1,7 +1,8 @@
-"""Correcting one fact, whole: the request checked, the edit made (gated, or rank-one), its
-efficacy, generalisation and specificity measured, and the edited model's record of its edits;
-and an edit removed again. ``attnlab edit`` and ``LoadedModel.edit`` are thin wrappers over
-``edit_fact`` and ``undo_edit``; the methods themselves are in gated_edit.py and edit.py.
+"""Correcting one fact, whole: the request checked, the edit made (gated, rank-one, or plain
+finetuning), its efficacy, generalisation and specificity measured, and the edited model's record
+of its edits; and an edit removed again. ``attnlab edit`` and ``LoadedModel.edit`` are thin
+wrappers over ``edit_fact`` and ``undo_edit``; the methods themselves are in gated_edit.py,
+edit.py and finetune_edit.py.
 
 Nothing is written here but by ``save_edited_run``; an edit that does not reach its target is an
 ``EditFailed`` (the command line's exit code 1) before anything is written.
@@ -23,8 +24,9 @@ from ..answering.evaluate import answer_questions
 from ..model.checkpoint import CHECKPOINT_NAME, Checkpoint, save_checkpoint
 from ..model.codebook import codebook_of
 from ..model.gpt import GPT
-from .edit import (changed_answers, check_layer, completes_with, default_layer, edit_model, key_second_moment,
+from .edit import (answer_layer, changed_answers, check_layer, completes_with, default_layer, edit_model, key_second_moment,
                    place_slot, stat_texts)
+from .finetune_edit import finetune_edit
 from .gated_edit import EditFailed, Negatives, check_place, gated_edit, gated_layer
 from .settings import EditSettings
 from .trace import TraceError
@@ -57,7 +59,7 @@ def edit_fact(model: GPT, vocab: Vocab, person: str, place: str, docs: list[str]
     many other answers of that file changed), with the settings used. The new model's ``edits``
     lists every edit it holds. Bad requests raise TraceError; a missed target EditFailed."""
     check_edit_request(model, vocab, person, place, docs, settings.layer, corpus_name)
-    method = _grace if settings.method == "grace" else _rome
+    method = {"grace": _grace, "rome": _rome, "finetune": _finetune}[settings.method]
     edited, report = method(model, vocab, person, place, docs, places, settings, log)
     report.update(measure(model, edited, vocab, person, place, docs, report["old_answer"],
                           method=settings.method, eval_file=eval_file, log=log))
@@ -148,6 +150,21 @@ def _rome(model, vocab, person, place, docs, places, s: EditSettings, log: Log):
                     "steps": edit.steps, "tighten_steps": s.tighten_steps,
                     "delta_norm": float(edit.delta.norm()), "loss_before": edit.loss_before,
                     "loss_after": edit.loss_after}
+
+
+def _finetune(model, vocab, person, place, docs, places, s: EditSettings, log: Log):
+    """Plain finetuning of one MLP's output matrix on the one question (finetune_edit.py): the
+    edited model and its report."""
+    layer = s.layer if s.layer is not None else answer_layer(model)
+    why = "--layer" if s.layer is not None else "the layer rome edits"
+    log(f"layer {layer} ({why}): its MLP output matrix is finetuned")
+    edited, f = finetune_edit(model, vocab, person, place, layer)
+    log(f"edit input: {f.target.text!r}; the model answered {f.target.old_answer!r} before")
+    log(f"finetuned on it for {f.steps} steps (stopped at the first that answers the new place): "
+        f"loss {f.loss_before:.3f} -> {f.loss_after:.3f}")
+    return edited, {"id": next_id(model), "person": person, "place": place, "method": "finetune", "layer": layer,
+                    "old_answer": f.target.old_answer, "edit_input": f.target.text, "parameters_added": 0,
+                    "steps": f.steps, "loss_before": f.loss_before, "loss_after": f.loss_after}
 
 
 def measure(model: GPT, edited: GPT, vocab: Vocab, person: str, place: str, docs: list[str], old_answer: str, *,

@@ -628,28 +628,3 @@ def changed_answers(edited: GPT, vocab: Vocab, examples, before, *, batch_size: 
         return []
     again = answer_questions(edited, vocab, [examples[i] for i in suspects])
     return [i for i, a in zip(suspects, again) if a.answer != before[i].answer]
-
-
-# ---- plain finetuning on the one question (a baseline) -------------------------------------
-def finetune_model(model: GPT, vocab: Vocab, name: str, place: str, *, lr: float = 1e-3, steps: int = 100,
-                   check_every: int = 2) -> tuple[GPT, int, EditInput]:
-    """A copy of ``model`` finetuned, every weight, on the one edit input (edit_input: the same
-    teacher-forced sequence the other editors write) by Adam until it answers ``place`` or
-    ``steps`` run out; returns the model, the steps taken and the edit input. The baseline that
-    published editors are measured against: nothing keeps the change local."""
-    from ..model.gpt import lm_loss
-
-    target = edit_input(model, vocab, name, place)
-    x, y = _target(vocab.encode(target.text), target.prompt_len, model.tok_emb.weight.device, target.given)
-    edited = copy.deepcopy(model)
-    opt = torch.optim.Adam(edited.parameters(), lr=lr)
-    step = 0
-    for step in range(1, steps + 1):
-        loss = lm_loss(edited.run(x)[0], y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if step % check_every == 0 and answer_of(edited, vocab, name) == place:
-            break
-    edited.eval()
-    return edited, step, target

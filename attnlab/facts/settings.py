@@ -30,7 +30,9 @@ class EditSettings(Settings):
 
     method: str = _f(DEFAULT_METHOD, "grace: gated codebook entries at one layer that fire only near the edited "
                      "person's own text (adds parameters; can be undone); rome: a rank-one change of one MLP's "
-                     "output matrix (changes weights; cannot be undone)", choices=METHODS)
+                     "output matrix (changes weights; cannot be undone); finetune: that matrix trained on the one question "
+                     "until it answers the new place (the baseline, FT-L; changes weights; cannot be undone)",
+                     choices=METHODS)
     radius: float = _f(0.5, "grace: each entry's radius as a fraction of the distance from its key to the nearest "
                        "stream state of another person's text", bound=bounds.POSITIVE)
     at: str = _f("answer", "rome: where the key is read: 'answer', the position before the place's first "
@@ -38,8 +40,8 @@ class EditSettings(Settings):
                  "models; where that edit fails and the recalled line spells the place, the edit of 'both'), "
                  "'both', two keys (a rank-two edit): that one and the '⁇' before the answer, or 'name', the "
                  "name's last character (ROME's subject token)", choices=LOCI)
-    layer: int | None = _f(None, "grace: the block whose output holds the entries; rome: the MLP to edit "
-                           "(default: grace, the top block or the run's codebook layer; rome with --at answer, "
+    layer: int | None = _f(None, "grace: the block whose output holds the entries; rome, finetune: the MLP to change "
+                           "(default: grace, the top block or the run's codebook layer; rome with --at answer and finetune, "
                            "the layer below the top; rome with --at name, the layer where tracing this question "
                            "finds the strongest MLP effect at the name's last character)", parse=int)
     tighten_steps: int = _f(200, "rome: once the edit works, at most this many steps looking for the smallest "
