@@ -223,9 +223,14 @@ def test_compare_trains_seed_by_seed_and_records_every_run_for_reuse(tmp_path, c
 
 def test_a_partial_grid_is_gathered_and_tested_on_the_seeds_it_shares(tmp_path, capsys):
     paths, records = write_data(tmp_path), tmp_path / "records"
-    assert run_cli(_compare_argv(paths, tmp_path / "a", "--seeds", "2", "--records", str(records))) == 0
-    next((records / "vanilla").glob("seed-1-*.json")).unlink()  # the reference's second seed is missing
+    assert run_cli(_compare_argv(paths, tmp_path / "a", "--seeds", "2")) == 0  # trained without records
     capsys.readouterr()
+    # gathering the finished runs of an output directory records them
+    assert run_cli(_compare_argv(paths, tmp_path / "a", "--seeds", "2", "--records", str(records), "--gather")) == 0
+    out = capsys.readouterr()
+    assert (out.out + out.err).count("recorded ") == 4 and len(list(records.rglob("*.json"))) == 4
+    assert "missing" not in out.out + out.err
+    next((records / "vanilla").glob("seed-1-*.json")).unlink()  # the reference's second seed is missing
     assert run_cli(_compare_argv(paths, tmp_path / "b", "--seeds", "2", "--records", str(records), "--gather")) == 0
     out = capsys.readouterr()
     assert "missing (neither a record nor a finished run): vanilla seed 1" in out.out + out.err
