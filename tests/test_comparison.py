@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -266,3 +267,18 @@ def test_a_record_whose_settings_do_not_match_its_name_is_refused(tmp_path):
     path.write_text("{")
     with pytest.raises(ValueError, match="not a readable record"):
         records.find(tmp_path, "vanilla", 0, settings)
+
+
+def test_gathering_touches_no_run_directory(tmp_path, capsys):
+    # another process may be writing a checkpoint there: gathering must not clean up its files
+    from attnlab.model.checkpoint import TEMP_PATTERN
+
+    paths, out = write_data(tmp_path), tmp_path / "grid"
+    writing = out / "vanilla" / "seed-0" / "pretrain" / TEMP_PATTERN.replace("*", "x")
+    writing.parent.mkdir(parents=True)
+    writing.write_bytes(b"half a checkpoint")
+    os.utime(writing, (0, 0))  # older than this process: what a start-up clean-up removes
+    assert run_cli(_compare_argv(paths, out, "--seeds", "2", "--gather")) == 0
+    assert writing.exists()
+    out_ = capsys.readouterr()
+    assert "missing (neither a record nor a finished run): vanilla seed 0, rotary seed 0" in out_.out + out_.err

@@ -632,7 +632,8 @@ def compare(
     settings = experiment_settings(preset, model_config, pretrain_config, finetune_config, scratch_config, data)
     run = Runner(Path(out), corpus, train_file, dev_file, held_out=(dev_file, DEFAULT_TEST), device=device,
                  reuse=reuse or gather, resume=resume, overwrite=overwrite, settings=settings, log=log)
-    run.start(([run.out / "scratch"] if scratch else [])
+    # gathering touches no run directory: other processes may be training in them
+    run.start([] if gather else ([run.out / "scratch"] if scratch else [])
               + [_seed_dir(run.out, name, k, seeds) for name in variants for k in range(seeds)])
     run.out.mkdir(parents=True, exist_ok=True)
     log(f"== attnlab compare: {', '.join(variants)}; outputs in {run.out}")
