@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
 
-from attnlab.experiments import comparison
+from attnlab.experiments import comparison, records
 from attnlab.experiments import runner as experiments
 from tests.test_variants import run_cli, write_data
 
@@ -156,7 +157,7 @@ def test_compare_with_two_seeds_shows_each_seeds_count_and_the_paired_test(tmp_p
     assert rotary["counts"] == [rows["rotary", 3]["dev_correct"], rows["rotary", 4]["dev_correct"]]
     expected = comparison.paired_test([[c == "1" for c in rows["rotary", s]["dev_each"]] for s in (3, 4)],
                                       [[c == "1" for c in rows["vanilla", s]["dev_each"]] for s in (3, 4)])
-    assert rotary["test"] == expected.to_dict() and compared["variants"]["vanilla"]["test"] is None
+    assert rotary["test"] == {**expected.to_dict(), "seeds": [3, 4]} and compared["variants"]["vanilla"]["test"] is None
     table = (out / "results.md").read_text()
     line = next(t for t in table.splitlines() if t.startswith("| rotary | 3, 4 |"))
     counts = f"{rows['rotary', 3]['dev_correct']}, {rows['rotary', 4]['dev_correct']} of 4"
@@ -182,3 +183,102 @@ def test_compare_refuses_a_reference_it_does_not_train_and_zero_seeds(tmp_path):
     with pytest.raises(ValueError, match="--seeds must be at least 1"):  # and so does the library
         experiments.compare(*[None] * 4, variants=["vanilla"], seeds=0, out=tmp_path / "c")
     assert not any((tmp_path / d).exists() for d in "abc")
+
+
+def test_compare_trains_seed_by_seed_and_records_every_run_for_reuse(tmp_path, capsys):
+    paths, records = write_data(tmp_path), tmp_path / "records"
+    argv = _compare_argv(paths, tmp_path / "a", "--seeds", "2", "--seed", "3", "--records", str(records))
+    assert run_cli(argv) == 0
+    out = capsys.readouterr()
+    # seed-major: every variant's first seed before any second seed (a partial grid is balanced)
+    started = [line for line in (out.out + out.err).splitlines() if line.startswith("== ") and ", seed" in line]
+    assert [line.split(":")[0] for line in started] == [
+        "== 1/2 vanilla, seed 3", "== 2/2 rotary, seed 3", "== 1/2 vanilla, seed 4", "== 2/2 rotary, seed 4"]
+    first = json.loads((tmp_path / "a" / "results.json").read_text())
+    files = sorted(p.relative_to(records).as_posix().split("-")[0:2] for p in records.rglob("*.json"))
+    assert files == [["rotary/seed", "3"], ["rotary/seed", "4"], ["vanilla/seed", "3"], ["vanilla/seed", "4"]]
+    record = json.loads(next((records / "rotary").glob("seed-4-*.json")).read_text())
+    row = next(r for r in first["rows"] if r["variant"] == "rotary" and r["seed"] == 4)
+    assert record["row"] == row and record["settings"]["pretrain"]["seed"] == 4  # settings, metrics
+    assert len(record["dev_predictions"]) == 4 and not list(records.rglob("*.safetensors"))  # predictions, no weights
+    predictions = tmp_path / "a" / "rotary" / "seed-1" / "finetune" / "predictions-dev.txt"
+    assert record["dev_predictions"] == predictions.read_text().splitlines()
+
+    # another output directory, the same settings: every run comes from the records, none is trained
+    assert run_cli(argv[:-6] + ["--out-dir", str(tmp_path / "b"), "--seeds", "2", "--seed", "3",
+                                "--records", str(records)]) == 0
+    out = capsys.readouterr()
+    assert (out.out + out.err).count("reusing the record") == 4
+    assert not (tmp_path / "b" / "vanilla").exists()
+    assert json.loads((tmp_path / "b" / "results.json").read_text())["comparison"] == first["comparison"]
+
+    # a changed setting is never reused: --seed 5 finds no record, so gathering finds nothing
+    assert run_cli(_compare_argv(paths, tmp_path / "c", "--seeds", "2", "--seed", "5", "--records", str(records),
+                                 "--gather")) == 0
+    out = capsys.readouterr()
+    err = out.out + out.err
+    assert "reusing" not in err and "missing (neither a record nor a finished run): vanilla seed 5, rotary seed 5, " \
+        "vanilla seed 6, rotary seed 6" in err
+    assert not (tmp_path / "c" / "vanilla").exists()
+
+
+def test_a_partial_grid_is_gathered_and_tested_on_the_seeds_it_shares(tmp_path, capsys):
+    paths, records = write_data(tmp_path), tmp_path / "records"
+    assert run_cli(_compare_argv(paths, tmp_path / "a", "--seeds", "2")) == 0  # trained without records
+    capsys.readouterr()
+    # gathering the finished runs of an output directory records them
+    assert run_cli(_compare_argv(paths, tmp_path / "a", "--seeds", "2", "--records", str(records), "--gather")) == 0
+    out = capsys.readouterr()
+    assert (out.out + out.err).count("recorded ") == 4 and len(list(records.rglob("*.json"))) == 4
+    assert "missing" not in out.out + out.err
+    next((records / "vanilla").glob("seed-1-*.json")).unlink()  # the reference's second seed is missing
+    assert run_cli(_compare_argv(paths, tmp_path / "b", "--seeds", "2", "--records", str(records), "--gather")) == 0
+    out = capsys.readouterr()
+    assert "missing (neither a record nor a finished run): vanilla seed 1" in out.out + out.err
+    compared = json.loads((tmp_path / "b" / "results.json").read_text())["comparison"]["variants"]
+    assert compared["vanilla"]["seeds"] == [0] and compared["rotary"]["seeds"] == [0, 1]
+    assert compared["rotary"]["test"]["seeds"] == [0] and len(compared["rotary"]["test"]["per_seed"]) == 1
+    assert "(seeds 0) |" in (tmp_path / "b" / "results.md").read_text()
+    with pytest.raises(ValueError, match="--overwrite starts over: it cannot be combined with"):
+        run_cli(_compare_argv(paths, tmp_path / "b", "--gather", "--overwrite"))
+
+
+def test_a_record_is_found_by_its_result_settings_only():
+    settings = {"preset": "tiny", "model": {"attention": "vanilla"}, "attnlab": "0.3.0",
+                "pretrain": {"seed": 0, "log_every": 10}, "finetune": {"seed": 0},
+                "data": {"dev": {"path": "data/dev.tsv", "sha256": "ab"}}}
+    key = records.settings_key(settings)
+    same = {**settings, "pretrain": {"seed": 0, "log_every": 99}, "data": {"dev": {"path": "/x/dev.tsv", "sha256": "ab"}}}
+    assert records.settings_key(same) == key  # logging cadence and a data file's path do not matter
+    for changed in ({**settings, "pretrain": {"seed": 1, "log_every": 10}}, {**settings, "attnlab": "0.3.1"},
+                    {**settings, "data": {"dev": {"path": "data/dev.tsv", "sha256": "cd"}}}):
+        assert records.settings_key(changed) != key  # a seed, the code version, a data file's content do
+
+
+def test_a_record_whose_settings_do_not_match_its_name_is_refused(tmp_path):
+    settings = {"preset": "tiny", "attnlab": "0.3.0", "pretrain": {"seed": 0}}
+    path = records.save(tmp_path, "vanilla", 0, {"model": "vanilla"}, settings, ["Paris"])
+    assert records.find(tmp_path, "vanilla", 0, settings)["dev_predictions"] == ["Paris"]
+    assert records.find(tmp_path, "vanilla", 1, settings) is None
+    stored = json.loads(path.read_text())
+    path.write_text(json.dumps({**stored, "settings": {**settings, "preset": "cpu5"}}))
+    with pytest.raises(ValueError, match="its settings are not the ones its name says"):
+        records.find(tmp_path, "vanilla", 0, settings)
+    path.write_text("{")
+    with pytest.raises(ValueError, match="not a readable record"):
+        records.find(tmp_path, "vanilla", 0, settings)
+
+
+def test_gathering_touches_no_run_directory(tmp_path, capsys):
+    # another process may be writing a checkpoint there: gathering must not clean up its files
+    from attnlab.model.checkpoint import TEMP_PATTERN
+
+    paths, out = write_data(tmp_path), tmp_path / "grid"
+    writing = out / "vanilla" / "seed-0" / "pretrain" / TEMP_PATTERN.replace("*", "x")
+    writing.parent.mkdir(parents=True)
+    writing.write_bytes(b"half a checkpoint")
+    os.utime(writing, (0, 0))  # older than this process: what a start-up clean-up removes
+    assert run_cli(_compare_argv(paths, out, "--seeds", "2", "--gather")) == 0
+    assert writing.exists()
+    out_ = capsys.readouterr()
+    assert "missing (neither a record nor a finished run): vanilla seed 0, rotary seed 0" in out_.out + out_.err

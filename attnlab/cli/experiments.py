@@ -47,12 +47,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     read_questions(paths.input_file(args.train_file, "--train-file"), labelled=True)
     read_questions(paths.input_file(args.eval_file, "--eval-file"))
     paths.output_dir(args.out_dir, "--out-dir")
+    if args.records:
+        paths.output_dir(args.records, "--records")
     variants = None if args.variants is None else [v.strip() for v in args.variants.split(",") if v.strip()]
     if variants == []:
         raise ValueError(f"--variants {args.variants!r} names no variant; leave it out to train all of them")
     rows = compare(*configs, variants=variants, corpus=args.corpus, train_file=args.train_file, dev_file=args.eval_file,
             out=args.out_dir, device=args.device, scratch=args.scratch, reuse=args.reuse, resume=args.resume,
-            overwrite=args.overwrite, preset=args.preset, seeds=args.seeds, reference=args.reference)
+            overwrite=args.overwrite, preset=args.preset, seeds=args.seeds, reference=args.reference,
+            records=args.records, gather=args.gather)
     _publish_rows(args, rows)
     return 0
 
@@ -116,36 +119,7 @@ def register(command) -> None:
     flags.device(p)
     _continuing(p.add_mutually_exclusive_group(), "demo")
     results.add_json_flag(p)
-
-    p = command("compare", "every attention variant through pretrain -> finetune -> dev evaluation, "
-                "same preset, seeds and data; a markdown table with paired tests and a bar chart", cmd_compare)
-    flags.preset(p, "cpu15", "recipe every variant is trained with")
-    p.add_argument("--variants", default=None,
-                   help=f"comma-separated variants to train (default: all: {','.join(REGISTRY)})")
-    p.add_argument("--seeds", type=bounds.positive_int, default=1,
-                   metavar="N",
-                   help="train each variant N times, seed k with both stages' --seed plus k (the same seeds for "
-                        "every variant; runs in VARIANT/seed-K/ when N > 1); the table shows each seed's count, "
-                        "the mean with a 95%% interval over questions and seeds, and a paired test against "
-                        "--reference (docs/guides/comparisons.md)")
-    p.add_argument("--reference", default=None, metavar="VARIANT",
-                   help="variant the others are tested against, on the same questions and seeds "
-                        "(default: vanilla if trained, else the first of --variants)")
-    flags.out_dir(p, "runs/compare", "output directory", old=("--out",))
-    flags.corpus(p, "pretraining corpus (also defines the vocabulary)")
-    flags.train_file(p, "question<TAB>place finetuning file")
-    flags.eval_file(p, "labelled file every model is scored on", old=("--dev-file",))
-    p.add_argument("--scratch", action=argparse.BooleanOptionalAction, default=True,
-                   help="also finetune vanilla without pretraining as a reference row")
-    continuing = p.add_mutually_exclusive_group()
-    _continuing(continuing, "compare")
-    continuing.add_argument("--reuse", action="store_true",
-                            help="keep the runs already finished in --out-dir (their row.json; made with the "
-                                 "same settings) and train the others; an unfinished run is an error "
-                                 "(default: a fresh --out-dir)")
-    flags.model_flags(p)
-    flags.train_flags(p, ("pretrain", "finetune", "finetune_scratch"))
-    results.add_json_flag(p)
+    _register_compare(command)
 
     p = command("variants", "table of the attention variants: parameters, score cost, what each "
                 "can and cannot express", cmd_variants)
@@ -162,3 +136,44 @@ def register(command) -> None:
     flags.overwrite(p, "the image")
     p.add_argument("--out", dest="image", action=flags.Deprecated, new="--image",
                    help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+
+
+def _register_compare(command) -> None:
+    p = command("compare", "every attention variant through pretrain -> finetune -> dev evaluation, "
+                "same preset, seeds and data; a markdown table with paired tests and a bar chart", cmd_compare)
+    flags.preset(p, "cpu15", "recipe every variant is trained with")
+    p.add_argument("--variants", default=None,
+                   help=f"comma-separated variants to train (default: all: {','.join(REGISTRY)})")
+    p.add_argument("--seeds", type=bounds.positive_int, default=1,
+                   metavar="N",
+                   help="train each variant N times, seed k with both stages' --seed plus k (the same seeds for "
+                        "every variant; runs in VARIANT/seed-K/ when N > 1); the table shows each seed's count, "
+                        "the mean with a 95%% interval over questions and seeds, and a paired test against "
+                        "--reference (docs/guides/comparisons.md)")
+    p.add_argument("--reference", default=None, metavar="VARIANT",
+                   help="variant the others are tested against, on the same questions and seeds "
+                        "(default: vanilla if trained, else the first of --variants)")
+    flags.out_dir(p, "runs/compare", "output directory", old=("--out",))
+    p.add_argument("--records", default=None, metavar="DIR",
+                   help="directory of committed run records (settings, dev predictions, counts; no weights): "
+                        "a variant's seed recorded there with the same settings and attnlab version is "
+                        "reused, not trained, and every finished one is recorded there "
+                        "(attnlab/experiments/records.py; the repo's are in benchmarks/records/compare) "
+                        "(default: no records)")
+    p.add_argument("--gather", action="store_true",
+                   help="train nothing: the table from the --records and the finished runs in --out-dir; "
+                        "the (variant, seed) cells neither holds are listed as missing (default: train them)")
+    flags.corpus(p, "pretraining corpus (also defines the vocabulary)")
+    flags.train_file(p, "question<TAB>place finetuning file")
+    flags.eval_file(p, "labelled file every model is scored on", old=("--dev-file",))
+    p.add_argument("--scratch", action=argparse.BooleanOptionalAction, default=True,
+                   help="also finetune vanilla without pretraining as a reference row")
+    continuing = p.add_mutually_exclusive_group()
+    _continuing(continuing, "compare")
+    continuing.add_argument("--reuse", action="store_true",
+                            help="keep the runs already finished in --out-dir (their row.json; made with the "
+                                 "same settings) and train the others; an unfinished run is an error "
+                                 "(default: a fresh --out-dir)")
+    flags.model_flags(p)
+    flags.train_flags(p, ("pretrain", "finetune", "finetune_scratch"))
+    results.add_json_flag(p)

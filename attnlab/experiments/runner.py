@@ -35,7 +35,10 @@ from ..answering.evaluate import Score
 from ..answering.knowledge import Stored
 from ..core.paths import file_sha256, save_figure, write_atomically
 from . import comparison
+from . import records as records_module
 from .comparison import correctness
+# NOT_RESULTS: training settings that change how a run is logged or saved, not what it trains
+from .records import NOT_RESULTS, TRAIN_STAGES
 from ..data.datasets import read_qa
 from ..training.pipeline import baseline, evaluate_file, finetune, pretrain, stored_facts
 from ..core.plotting import pyplot
@@ -45,10 +48,6 @@ TRAINED_KINDS = ("recipe", "variant", "shipped")
 ROW_FILES = ("row.json", "settings.json", "stages.json")  # a row's record, in its directory
 RUN_FILES = (CHECKPOINT_NAME, "metrics.jsonl", "config.json")  # a training stage's, in its run directory
 RESULT_FILES = ("results.md", "results.json", "dev_accuracy.png")  # the experiment's, in its output directory
-# Training settings that change how a run is logged or saved, not what it trains: they may
-# differ between a stored row and the run that keeps it.
-NOT_RESULTS = {"device", "log_every", "checkpoint_every", "tensorboard", "eval_every"}
-TRAIN_STAGES = ("pretrain", "finetune", "finetune_scratch")
 
 
 @dataclass
@@ -255,8 +254,8 @@ class Runner:
                                         log=self.log)
             return model, result
 
-        return self._row(where, model_config, Row(label, "scratch", run_dir=str(where)),
-                         [("finetune", where, train)], scored=where)
+        return self._row(where, {**self.settings, "model": model_config.to_dict()},
+                         Row(label, "scratch", run_dir=str(where)), [("finetune", where, train)], scored=where)
 
     def recipe(self, label: str, kind: str, model_config: ModelConfig, pretrain_config: TrainConfig,
                finetune_config: TrainConfig, where: Path, shown: Path | None = None) -> Row:
@@ -277,10 +276,15 @@ class Runner:
 
         stages: list[Stage] = [("pretrain", where / "pretrain", pretrained),
                                ("finetune", where / "finetune", finetuned)]
-        # the stages' own configs: a seeded row's differ from the experiment's in their seed
-        trained = {"pretrain": stage_settings(pretrain_config), "finetune": stage_settings(finetune_config)}
-        return self._row(where, model_config, Row(label, kind, run_dir=str(shown or where)), stages,
-                         scored=where / "finetune", stage_configs=trained)
+        return self._row(where, self.recipe_settings(model_config, pretrain_config, finetune_config),
+                         Row(label, kind, run_dir=str(shown or where)), stages, scored=where / "finetune")
+
+    def recipe_settings(self, model_config: ModelConfig, pretrain_config: TrainConfig,
+                        finetune_config: TrainConfig) -> dict[str, Any]:
+        """What a recipe row records as its settings: the experiment's, with this row's model
+        and the stages' own configs (a seeded row's differ from the experiment's in their seed)."""
+        return {**self.settings, "model": model_config.to_dict(),
+                "pretrain": stage_settings(pretrain_config), "finetune": stage_settings(finetune_config)}
 
     def shipped(self, path: str | Path) -> Row:
         dev, stored, each = self.score(path)
@@ -289,12 +293,10 @@ class Runner:
     def _on_device(self, config: TrainConfig) -> TrainConfig:
         return dataclasses.replace(config, device=self.device)
 
-    def _row(self, where: Path, model_config: ModelConfig, row: Row, stages: list[Stage], scored: Path,
-             stage_configs: dict[str, Any] | None = None) -> Row:
+    def _row(self, where: Path, settings: dict[str, Any], row: Row, stages: list[Stage], scored: Path) -> Row:
         """The row kept from ``where`` (resume, reuse), or its stages trained (each finished one
         recorded in stages.json, skipped when the row continues) and the model scored."""
-        settings = {**self.settings, "model": model_config.to_dict(), **(stage_configs or {})}
-        kept = self._kept(where, settings)
+        kept = self.kept(where, settings)
         if kept is not None:
             return kept
         self._begin(where, settings, [run_dir for _, run_dir, _ in stages])
@@ -318,7 +320,8 @@ class Runner:
         _write_json(where / "row.json", {**row.to_dict(), "settings": settings})
         return row
 
-    def _kept(self, where: Path, settings: dict[str, Any]) -> Row | None:
+    def kept(self, where: Path, settings: dict[str, Any]) -> Row | None:
+        """With resume or reuse, the finished row in ``where`` (its settings checked), else None."""
         saved = where / "row.json"
         if not (self.reuse or self.resume) or not saved.exists():
             return None
@@ -398,6 +401,7 @@ class Compared:
     summary: comparison.Summary
     stored: float | None
     test: comparison.PairedTest | None
+    paired_seeds: list[int | None] = field(default_factory=list)  # the seeds the test pairs
 
 
 def variant_comparison(rows: list[Row], reference: str, dev_file: str | Path) -> dict[str, Compared]:
@@ -410,14 +414,25 @@ def variant_comparison(rows: list[Row], reference: str, dev_file: str | Path) ->
     each = {name: [_correct_each(r, dev_file) for r in group] for name, group in groups.items()}
     compared = {}
     for name, group in groups.items():
-        known = all(e is not None for e in each[name] + each.get(reference, [None]))
+        known = all(e is not None for e in each[name])
         runs = each[name] if known else [_from_score(r.dev) for r in group]
-        test = (comparison.paired_test(each[name], each[reference])
-                if known and name != reference and len(group) == len(groups[reference]) else None)
         stored = [r.stored.stored / r.stored.total for r in group if r.stored is not None and r.stored.total]
+        paired = _paired_seeds(group, groups.get(reference, [])) if known and name != reference else []
+        test = None
+        if paired and all(each[reference][j] is not None for _, j in paired):
+            test = comparison.paired_test([each[name][i] for i, _ in paired],
+                                          [each[reference][j] for _, j in paired])
         compared[name] = Compared([r.seed for r in group], comparison.summarise(runs),
-                                  sum(stored) / len(stored) if stored else None, test)
+                                  sum(stored) / len(stored) if stored else None, test,
+                                  [group[i].seed for i, _ in paired])
     return compared
+
+
+def _paired_seeds(group: list[Row], reference: list[Row]) -> list[tuple[int, int]]:
+    """(index in group, index in reference) of the seeds both have: a partial grid is tested
+    on the seeds it shares with the reference."""
+    where = {r.seed: j for j, r in enumerate(reference)}
+    return [(i, where[r.seed]) for i, r in enumerate(group) if r.seed in where]
 
 
 def _correct_each(row: Row, dev_file: str | Path):
@@ -449,6 +464,8 @@ def comparison_table(compared: dict[str, Compared], reference: str) -> str:
             split, p, verdict = "-", "-", "reference" if name == reference else "no paired answers"
         else:
             split, p, verdict = f"{c.test.combined.wins} / {c.test.combined.losses}", f"{c.test.combined.p:.3g}", c.test.verdict
+            if c.paired_seeds != c.seeds:  # a partial grid: the test pairs the seeds both have
+                split += f" (seeds {', '.join(map(str, c.paired_seeds))})"
         lines.append(f"| {name} | {seeds} | {c.summary.shown()} | {counts} | {stored} | {split} | {p} | {verdict} |")
     lines += ["", f"95% CI: {comparison.INTERVAL_METHOD}. p: {comparison.TEST_METHOD}, two-sided; "
               f"verdict at p < {comparison.ALPHA} (docs/guides/comparisons.md)."]
@@ -460,7 +477,7 @@ def comparison_record(compared: dict[str, Compared], reference: str) -> dict[str
     return {"reference": reference, "interval_method": comparison.INTERVAL_METHOD,
             "test_method": comparison.TEST_METHOD, "alpha": comparison.ALPHA,
             "variants": {name: {"seeds": c.seeds, **c.summary.to_dict(), "stored_mean": c.stored,
-                                "test": None if c.test is None else c.test.to_dict()}
+                                "test": None if c.test is None else {**c.test.to_dict(), "seeds": c.paired_seeds}}
                          for name, c in compared.items()}}
 
 
@@ -597,6 +614,8 @@ def compare(
     preset: str | None = None,  # named in the chart's title
     seeds: int = 1,
     reference: str | None = None,
+    records: str | Path | None = None,
+    gather: bool = False,
 ) -> list[Row]:
     """Every variant (default: the whole registry) through pretrain -> finetune -> dev, with
     the same model shape, seeds and data; plus the most-frequent-place baseline and, if
@@ -605,20 +624,22 @@ def compare(
     when seeds > 1) and compared with ``reference`` (default: vanilla if chosen, else the first
     variant) on the same questions (attnlab/experiments/comparison.py). Writes results.md/.json and a
     chart. ``reuse`` keeps finished rows, ``resume`` also continues interrupted ones,
-    ``overwrite`` starts over."""
+    ``overwrite`` starts over (not with ``gather``). ``records``: attnlab/experiments/records.py.
+    ``gather`` trains nothing: the table of the records and the rows finished in ``out``."""
     variants = list(variants or REGISTRY)
     reference = _check_variants(variants, reference, seeds)
     data = {"corpus": corpus, "train": train_file, "dev": dev_file, "test": DEFAULT_TEST}  # test: held out
     settings = experiment_settings(preset, model_config, pretrain_config, finetune_config, scratch_config, data)
     run = Runner(Path(out), corpus, train_file, dev_file, held_out=(dev_file, DEFAULT_TEST), device=device,
-                 reuse=reuse, resume=resume, overwrite=overwrite, settings=settings, log=log)
-    run.start(([run.out / "scratch"] if scratch else [])
+                 reuse=reuse or gather, resume=resume, overwrite=overwrite, settings=settings, log=log)
+    # gathering touches no run directory: other processes may be training in them
+    run.start([] if gather else ([run.out / "scratch"] if scratch else [])
               + [_seed_dir(run.out, name, k, seeds) for name in variants for k in range(seeds)])
     run.out.mkdir(parents=True, exist_ok=True)
     log(f"== attnlab compare: {', '.join(variants)}; outputs in {run.out}")
     try:
         rows = _compare_rows(run, model_config, pretrain_config, finetune_config, scratch_config, variants,
-                             scratch, seeds)
+                             scratch and not gather, seeds, records, gather)
     except KeyboardInterrupt:
         log(f"compare interrupted: finished stages are kept in {run.out}; continue with the same command "
             "plus --resume (in place of --overwrite or --reuse)")
@@ -657,23 +678,59 @@ def _seed_dir(out: Path, variant: str, k: int, seeds: int) -> Path:
 
 def _compare_rows(run: Runner, model_config: ModelConfig, pretrain_config: TrainConfig,
                   finetune_config: TrainConfig, scratch_config: TrainConfig, variants: list[str],
-                  scratch: bool, seeds: int = 1) -> list[Row]:
+                  scratch: bool, seeds: int = 1, records: str | Path | None = None,
+                  gather: bool = False) -> list[Row]:
     rows = [run.baseline()]
     if scratch:
         run.log("== no pretraining: vanilla finetuned from scratch")
         rows.append(run.scratch("vanilla, no pretraining", dataclasses.replace(model_config, attention="vanilla"),
                                 scratch_config))
-    for i, name in enumerate(variants, 1):
-        for k in range(seeds):
+    # Seed-major: every variant's seed 0 before any seed 1, so that a grid cut short (or built
+    # up over days) is balanced across the variants. The rows are listed variant by variant.
+    done: dict[tuple[str, int], Row] = {}
+    for k in range(seeds):
+        for i, name in enumerate(variants, 1):
             seed = pretrain_config.seed + k
             shown = f", seed {seed}" if seeds > 1 else ""
-            run.log(f"== {i}/{len(variants)} {name}{shown}: pretrain, finetune, evaluate on {run.dev_file}")
-            row = run.recipe(name + shown, "variant", dataclasses.replace(model_config, attention=name),
-                             _seeded(pretrain_config, k), _seeded(finetune_config, k),
-                             _seed_dir(run.out, name, k, seeds))
-            row.variant, row.seed = name, seed
-            rows.append(row)
-    return rows
+            run.log(f"== {i}/{len(variants)} {name}{shown}" + ("" if gather else
+                    f": pretrain, finetune, evaluate on {run.dev_file}"))
+            row = _variant_row(run, name + shown, dataclasses.replace(model_config, attention=name),
+                               _seeded(pretrain_config, k), _seeded(finetune_config, k),
+                               _seed_dir(run.out, name, k, seeds), records, gather)
+            if row is not None:
+                done[name, k] = row
+    missing = [f"{name} seed {pretrain_config.seed + k}" for k in range(seeds) for name in variants
+               if (name, k) not in done]
+    if missing:
+        run.log(f"missing (neither a record nor a finished run): {', '.join(missing)}")
+    return rows + [done[name, k] for name in variants for k in range(seeds) if (name, k) in done]
+
+
+def _variant_row(run: Runner, label: str, model_config: ModelConfig, pretrain_config: TrainConfig,
+                 finetune_config: TrainConfig, where: Path, records: str | Path | None,
+                 gather: bool) -> Row | None:
+    """One (variant, seed): from its record when ``records`` holds one made with these settings,
+    else the finished row in ``where`` or (unless ``gather``) trained now; a row that has no
+    record yet leaves one. None: gathering, and neither exists."""
+    variant, seed = model_config.attention, pretrain_config.seed
+    settings = run.recipe_settings(model_config, pretrain_config, finetune_config)
+    recorded = records and records_module.find(records, variant, seed, settings)
+    if recorded:
+        run.log(f"reusing the record {records_module.record_path(records, variant, seed, settings)} "
+                f"(made with these settings and attnlab {settings.get('attnlab')})")
+        return Row.from_dict(recorded["row"])
+    if gather:
+        row = run.kept(where, settings)
+    else:
+        row = run.recipe(label, "variant", model_config, pretrain_config, finetune_config, where)
+    if row is None:
+        return None
+    row.variant, row.seed = variant, seed
+    if records:
+        predictions = records_module.read_predictions(where / "finetune" / f"predictions-{Path(run.dev_file).stem}.txt")
+        path = records_module.save(records, variant, seed, row.to_dict(), settings, predictions)
+        run.log(f"recorded {label} in {path}")
+    return row
 
 
 def _seeded(config: TrainConfig, k: int) -> TrainConfig:

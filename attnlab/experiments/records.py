@@ -1,0 +1,88 @@
+"""Committed records of finished comparison runs: one small JSON file per (variant, seed) that
+`attnlab compare --records DIR` reuses instead of training that run again, so that a seed grid
+can be built up over several days, by several processes, and kept in git.
+
+A record holds what the comparison needs and nothing heavy: the row (counts, stored facts,
+pretraining loss, parameters, training seconds, the per-question dev correctness), every
+setting the run was made with (preset, model, both stages' training configs with their seeds,
+each data file's sha256, the attnlab version) and the dev predictions, one answer per question.
+No weights: a record cannot be evaluated again, only compared.
+
+It is found by a key, the sha256 of its settings as results depend on them (data files by
+content, logging and checkpoint cadence left out, the attnlab version kept): a run with any
+other setting, or made by another attnlab version, has another key and is never reused. The
+file is ``DIR/VARIANT/seed-S-KEY.json`` (KEY: the key's first 16 hex digits), so records of
+several presets or versions sit side by side, and two processes training different cells never
+write the same file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from ..core.paths import write_atomically
+
+# Training settings that change how a run is logged or saved, not what it trains: they may
+# differ between a stored run and the run that reuses it.
+NOT_RESULTS = frozenset({"device", "log_every", "checkpoint_every", "tensorboard", "eval_every"})
+TRAIN_STAGES = ("pretrain", "finetune", "finetune_scratch")
+FORMAT = 1  # of the record file; a record of another format is not read
+
+
+def result_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings a run's results depend on: data files by their sha256 alone, the training
+    stages without NOT_RESULTS. The attnlab version stays in."""
+    kept: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key in TRAIN_STAGES and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k not in NOT_RESULTS}
+        elif key == "data" and isinstance(value, dict):
+            value = {role: f.get("sha256") if isinstance(f, dict) else f for role, f in value.items()}
+        kept[key] = value
+    return kept
+
+
+def settings_key(settings: dict[str, Any]) -> str:
+    """The sha256 of the result settings, as canonical JSON."""
+    canonical = json.dumps(result_settings(settings), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def record_path(records: str | Path, variant: str, seed: int, settings: dict[str, Any]) -> Path:
+    return Path(records) / variant / f"seed-{seed}-{settings_key(settings)[:16]}.json"
+
+
+def find(records: str | Path, variant: str, seed: int, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The record of this variant and seed made with exactly these settings, or None. A file at
+    the key's path whose settings differ (a key collision, or an edited file) is an error."""
+    path = record_path(records, variant, seed, settings)
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable record ({e}); remove it to train that run again") from None
+    if not isinstance(record, dict) or record.get("format") != FORMAT or not isinstance(record.get("row"), dict):
+        raise ValueError(f"{path}: not a comparison record of format {FORMAT}; remove it to train that run again")
+    if result_settings(record.get("settings") or {}) != result_settings(settings):
+        raise ValueError(f"{path}: its settings are not the ones its name says; remove it to train that run again")
+    return record
+
+
+def save(records: str | Path, variant: str, seed: int, row: dict[str, Any], settings: dict[str, Any],
+         predictions: list[str] | None) -> Path:
+    """Write (atomically) the record of a finished run; returns its path."""
+    path = record_path(records, variant, seed, settings)
+    record = {"format": FORMAT, "variant": variant, "seed": seed, "key": settings_key(settings),
+              "row": row, "settings": settings, "dev_predictions": predictions}
+    write_atomically(path, json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
+def read_predictions(path: str | Path) -> list[str] | None:
+    """The answers of a predictions file, one a line (None if there is none)."""
+    p = Path(path)
+    return p.read_text(encoding="utf-8").splitlines() if p.is_file() else None
