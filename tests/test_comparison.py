@@ -255,6 +255,16 @@ def test_a_record_is_found_by_its_result_settings_only():
         assert records.settings_key(changed) != key  # a seed, the code version, a data file's content do
 
 
+def test_an_option_added_since_a_record_keeps_its_key_only_at_its_old_behaviour():
+    settings = {"preset": "tiny", "attnlab": "0.3.0", "pretrain": {"seed": 0}, "finetune": {"seed": 0}}
+    key = records.settings_key(settings)
+    for option, old in records.ADDED_SINCE.items():
+        at_old = {**settings, "finetune": {"seed": 0, option: old}}
+        assert records.settings_key(at_old) == key  # the record made before the option still matches
+        changed = {**settings, "finetune": {"seed": 0, option: 8 if isinstance(old, int) and not isinstance(old, bool) else True}}
+        assert records.settings_key(changed) != key
+
+
 def test_a_record_whose_settings_do_not_match_its_name_is_refused(tmp_path):
     settings = {"preset": "tiny", "attnlab": "0.3.0", "pretrain": {"seed": 0}}
     path = records.save(tmp_path, "vanilla", 0, {"model": "vanilla"}, settings, ["Paris"])

@@ -28,6 +28,10 @@ from ..core.paths import write_atomically
 # Training settings that change how a run is logged or saved, not what it trains: they may
 # differ between a stored run and the run that reuses it.
 NOT_RESULTS = frozenset({"device", "log_every", "checkpoint_every", "tensorboard", "eval_every"})
+# Training options added after records were first kept, each with the value that trains exactly
+# as before the option existed: at that value it stays out of the key, so older records still
+# match; any other value changes the key.
+ADDED_SINCE = {"read_out_swaps": 0, "replay_lines": False}
 TRAIN_STAGES = ("pretrain", "finetune", "finetune_scratch")
 FORMAT = 1  # of the record file; a record of another format is not read
 
@@ -38,7 +42,8 @@ def result_settings(settings: dict[str, Any]) -> dict[str, Any]:
     kept: dict[str, Any] = {}
     for key, value in settings.items():
         if key in TRAIN_STAGES and isinstance(value, dict):
-            value = {k: v for k, v in value.items() if k not in NOT_RESULTS}
+            value = {k: v for k, v in value.items()
+                     if k not in NOT_RESULTS and not (k in ADDED_SINCE and v == ADDED_SINCE[k])}
         elif key == "data" and isinstance(value, dict):
             value = {role: f.get("sha256") if isinstance(f, dict) else f for role, f in value.items()}
         kept[key] = value
