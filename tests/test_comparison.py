@@ -265,6 +265,17 @@ def test_an_option_added_since_a_record_keeps_its_key_only_at_its_old_behaviour(
         assert records.settings_key(changed) != key
 
 
+def test_a_run_made_before_an_option_existed_resumes_at_the_options_old_behaviour(tmp_path):
+    from attnlab.experiments.runner import check_settings
+
+    stored = {"preset": "tiny", "finetune": {"seed": 0}}
+    for option, old in records.ADDED_SINCE.items():
+        check_settings(tmp_path / "settings.json", stored, {"preset": "tiny", "finetune": {"seed": 0, option: old}})
+        with pytest.raises(ValueError, match=f"finetune.{option} was \\(not set\\) there"):
+            check_settings(tmp_path / "settings.json", stored,
+                           {"preset": "tiny", "finetune": {"seed": 0, option: 3 if option == "read_out_swaps" else True}})
+
+
 def test_a_record_whose_settings_do_not_match_its_name_is_refused(tmp_path):
     settings = {"preset": "tiny", "attnlab": "0.3.0", "pretrain": {"seed": 0}}
     path = records.save(tmp_path, "vanilla", 0, {"model": "vanilla"}, settings, ["Paris"])

@@ -33,6 +33,12 @@ NOT_RESULTS = frozenset({"device", "log_every", "checkpoint_every", "tensorboard
 # match; any other value changes the key.
 ADDED_SINCE = {"read_out_swaps": 0, "replay_lines": False}
 TRAIN_STAGES = ("pretrain", "finetune", "finetune_scratch")
+
+
+def as_before(option: str, value: Any) -> bool:
+    """Whether a training option added since records were first kept has the value that trains
+    as if it did not exist (so a record or run without it was made the same way)."""
+    return option in ADDED_SINCE and value == ADDED_SINCE[option]
 FORMAT = 1  # of the record file; a record of another format is not read
 
 
@@ -43,7 +49,7 @@ def result_settings(settings: dict[str, Any]) -> dict[str, Any]:
     for key, value in settings.items():
         if key in TRAIN_STAGES and isinstance(value, dict):
             value = {k: v for k, v in value.items()
-                     if k not in NOT_RESULTS and not (k in ADDED_SINCE and v == ADDED_SINCE[k])}
+                     if k not in NOT_RESULTS and not as_before(k, v)}
         elif key == "data" and isinstance(value, dict):
             value = {role: f.get("sha256") if isinstance(f, dict) else f for role, f in value.items()}
         kept[key] = value

@@ -38,7 +38,7 @@ from . import comparison
 from . import records as records_module
 from .comparison import correctness
 # NOT_RESULTS: training settings that change how a run is logged or saved, not what it trains
-from .records import NOT_RESULTS, TRAIN_STAGES
+from .records import NOT_RESULTS, TRAIN_STAGES, as_before
 from ..data.datasets import read_qa
 from ..training.pipeline import baseline, evaluate_file, finetune, pretrain, stored_facts
 from ..core.plotting import pyplot
@@ -122,6 +122,8 @@ def settings_differences(stored: dict[str, Any], current: dict[str, Any],
         name, old, new = f"{prefix}{key}", stored.get(key, _UNSET), current.get(key, _UNSET)
         if name == "attnlab" or (prefix.rstrip(".") in TRAIN_STAGES and key in NOT_RESULTS):
             continue
+        if prefix.rstrip(".") in TRAIN_STAGES and all(v is _UNSET or as_before(key, v) for v in (old, new)):
+            continue  # an option added since, at the value that trains as before it existed
         if _is_data_file(old) and _is_data_file(new):
             if old["sha256"] != new["sha256"]:
                 differences.append((name, _shown_file(old), _shown_file(new)))
