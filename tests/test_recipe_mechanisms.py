@@ -156,18 +156,26 @@ def test_read_out_people_add_place_only_examples_of_the_other_trainees(tiny_data
     assert "".join(vocab.decode([t for t in row.tolist() if t]) for row in alone.x).count(" was born in ") == 3
 
 
-def test_read_out_swaps_add_swapped_place_examples_of_the_finetuning_people_only(tiny_data):
+def _finetuning_rows(tiny_data, **options):
+    """A --mix-people 3 recipe's recall finetuning batches on the tiny data, plain and with
+    ``options``: (vocab, plain batches, batches with the options, question counts)."""
     from attnlab.data.datasets import read_text
     from attnlab.training.pipeline import _recall_qa_batches
-    from tests.conftest import PEOPLE
 
     vocab = Vocab.from_text(read_text(tiny_data["corpus"]))
     model = ModelConfig(vocab_size=len(vocab), block_size=80, n_layer=1, n_head=1, n_embd=8,
                         qa_format="recall", recall_chars=60)
     config = TrainConfig(mix_people=3, holdout_fraction=0.25, batch_size=4)
-    plain, _ = _recall_qa_batches(tiny_data["train"], tiny_data["corpus"], vocab, model, config, "cpu")
-    swapped, _ = _recall_qa_batches(tiny_data["train"], tiny_data["corpus"], vocab, model,
-                                    dataclasses.replace(config, read_out_swaps=2), "cpu")
+    plain, count = _recall_qa_batches(tiny_data["train"], tiny_data["corpus"], vocab, model, config, "cpu")
+    changed, same = _recall_qa_batches(tiny_data["train"], tiny_data["corpus"], vocab, model,
+                                       dataclasses.replace(config, **options), "cpu")
+    return vocab, plain, changed, (count, same)
+
+
+def test_read_out_swaps_add_swapped_place_examples_of_the_finetuning_people_only(tiny_data):
+    from tests.conftest import PEOPLE
+
+    vocab, plain, swapped, _ = _finetuning_rows(tiny_data, read_out_swaps=2)
     text = lambda b: "".join(vocab.decode([t for t in row.tolist() if t]) for row in b.x)  # noqa: E731
     assert text(plain).count(" was born in ") == 3
     assert text(swapped).count(" was born in ") == 3 + 3 * 2  # two swapped copies of each of the 3
@@ -183,20 +191,13 @@ def test_read_out_swaps_add_swapped_place_examples_of_the_finetuning_people_only
 def test_replay_lines_adds_every_corpus_line_as_pretraining_read_it(tiny_data):
     from attnlab.data.datasets import documents, read_text
     from attnlab.data.vocab import PAD_ID
-    from attnlab.training.pipeline import _recall_qa_batches
 
-    vocab = Vocab.from_text(read_text(tiny_data["corpus"]))
-    model = ModelConfig(vocab_size=len(vocab), block_size=80, n_layer=1, n_head=1, n_embd=8,
-                        qa_format="recall", recall_chars=60)
-    config = TrainConfig(mix_people=3, holdout_fraction=0.25, batch_size=4)
-    plain, count = _recall_qa_batches(tiny_data["train"], tiny_data["corpus"], vocab, model, config, "cpu")
-    replayed, same = _recall_qa_batches(tiny_data["train"], tiny_data["corpus"], vocab, model,
-                                        dataclasses.replace(config, replay_lines=True), "cpu")
+    vocab, plain, replayed, (count, same) = _finetuning_rows(tiny_data, replay_lines=True)
     scored = lambda b: "".join(vocab.decode([t for t in row.tolist() if t != PAD_ID]) for row in b.y)  # noqa: E731
     assert count == same == 3  # the questions are the same; the lines are added to them
-    for line in documents(read_text(tiny_data["corpus"])):  # every line, held-out people's too
-        assert line[1:60] + "⁇" in scored(replayed)  # cut at the recalled characters, no place
     lines = documents(read_text(tiny_data["corpus"]))
+    for line in lines:  # every line, held-out people's too
+        assert line[1:60] + "⁇" in scored(replayed)  # cut at the recalled characters, no place
     assert sum(line[1:60] + "⁇" not in scored(plain) for line in lines) >= len(lines) - 3  # not without it
 
 
