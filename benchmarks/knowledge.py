@@ -276,11 +276,15 @@ def _error_kind(gold: str, got, line: str, after_name: int, recall_chars: int) -
     return ERROR_KINDS[3] if got.recalled[:end] == line[:end] else ERROR_KINDS[4]
 
 
+def _comma_pair(line: str, at: int, end: int) -> tuple[re.Match | None, re.Match | None]:
+    """The places just after ``line[at:end]`` (", B") and just before it ("A, "), if any."""
+    return re.match(f", ({_PLACE})", line[end:]), re.search(f"({_PLACE}), $", line[:at])
+
+
 def read_out_kind(gold: str, answer: str, line: str, at: int) -> str:
     """Which place of a comma pair such as "Chicago, Illinois" the label and the answer are
     (``at``: where the label stands in the line), or another span altogether."""
-    after = re.match(f", ({_PLACE})", line[at + len(gold):])
-    before = re.search(f"({_PLACE}), $", line[:at])
+    after, before = _comma_pair(line, at, at + len(gold))
     if answer and after and after.group(1).startswith(answer):
         return READ_OUT_KINDS[0]
     if answer and before and before.group(1).endswith(answer):
@@ -298,10 +302,9 @@ def label_convention(train_file: str, index: CorpusIndex) -> tuple[int, int]:
         at = line.find(ex.answer, len(name) + 1)
         if at < 0:
             continue
-        is_first = re.match(f", {_PLACE}", line[at + len(ex.answer):]) is not None
-        is_second = re.search(f"{_PLACE}, $", line[:at]) is not None
-        first += is_first and not is_second
-        second += is_second and not is_first
+        after, before = _comma_pair(line, at, at + len(ex.answer))
+        first += after is not None and before is None
+        second += before is not None and after is None
     return first, second
 
 

@@ -78,8 +78,9 @@ def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab
         at = place_in_line(line, name, ex.answer)
         if at < 0 or len(places) < 2:
             continue
+        others = [p for p in places if p != ex.answer]
         for _ in range(per_person):
-            new = rng.choice([p for p in places if p != ex.answer])
+            new = rng.choice(others)
             swapped = line[:at] + new + line[at + len(ex.answer):]
             text = recall_string(swapped, recall_chars, new)
             if at + len(new) <= recall_chars and len(text) <= block_size + 1:

@@ -285,14 +285,15 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
     examples, others = mixed_and_other_people(read_qa(train_file, labelled=True), train_config.holdout_fraction,
                                               train_config.mix_people)
     readers = others[:train_config.read_out_people]
-    index = CorpusIndex(documents(read_text(corpus)))
+    lines = documents(read_text(corpus))
+    index = CorpusIndex(lines)
     sequences = qa_sequences(examples, vocab, config.block_size, config.qa_format, config.recall_chars, index)
     sequences += qa_sequences(readers, vocab, config.block_size, config.qa_format, config.recall_chars, index,
                               read_out_only=True)
     sequences += swapped_place_read_outs(examples + readers, index, vocab, config.block_size, config.recall_chars,
                                          train_config.read_out_swaps, train_config.seed)
     if train_config.replay_lines:  # read-out examples alone wear the stored lines away
-        sequences += corpus_sequences(documents(read_text(corpus)), vocab, config.block_size, config.qa_format,
+        sequences += corpus_sequences(lines, vocab, config.block_size, config.qa_format,
                                       config.recall_chars)
     rows = pack(sequences, config.block_size)
     return PackedBatches(rows, train_config.batch_size, device, train_config.seed), len(examples) + len(readers)
