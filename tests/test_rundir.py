@@ -18,7 +18,7 @@ import torch
 
 from attnlab import cli
 from attnlab.training import pipeline
-from attnlab.model.checkpoint import load_checkpoint
+from attnlab.model.checkpoint import TEMP_PATTERN, load_checkpoint
 from attnlab.config.settings import TrainConfig
 from attnlab.training.rundir import LOCK_NAME, RunDirError
 
@@ -114,6 +114,20 @@ def test_a_stale_lock_is_taken_over_with_a_note(tiny_data, tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"note: {run / LOCK_NAME} was left by process {ended.pid}, which no longer runs" in out
     assert not (run / LOCK_NAME).exists() and load_checkpoint(run).meta["step"] == 1
+
+
+def test_a_dead_holders_half_written_checkpoint_is_removed_when_its_lock_is_taken_over(tiny_data, tmp_path):
+    # The killed process started after this one (a long-lived Python session resuming it), so its
+    # temporary file is newer than this process: the lock, not the file's age, says it is dead.
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / LOCK_NAME).write_text(json.dumps({"pid": ended.pid, "host": socket.gethostname()}))
+    half = run / TEMP_PATTERN.replace("*", "half")
+    half.write_bytes(b"cut short")
+    assert _pretrain(tiny_data, run, "--max-steps", "1") == 0
+    assert not half.exists() and not list(run.glob(".tmp-*"))
 
 
 def test_resume_refuses_another_stages_run(tiny_data, tmp_path, capsys):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from ..core import distributed, logs
-from ..model.checkpoint import CHECKPOINT_NAME, Checkpoint, load_checkpoint
+from ..model.checkpoint import CHECKPOINT_NAME, TEMP_PATTERN, Checkpoint, load_checkpoint
 from ..core.paths import file_sha256, write_atomically
 from ..config.settings import ModelConfig, TrainConfig, cli_fields
 
@@ -175,12 +175,22 @@ def _acquire(path: Path, log: Callable[[str], None]) -> dict[str, Any]:
                 path.unlink(missing_ok=True)
                 log(f"note: {path} was left by process {holder['pid']}, which no longer runs on this host: "
                     "taken over")
+                _remove_dead_writes(path.parent)
             continue
         except OSError as e:
             raise RunDirError(f"{path}: cannot create the lock file ({e.strerror})") from None
         _write_lock(fd, path, mine)
         return mine
     raise RunDirError(f"{path}: could not take the lock; another process keeps taking it")
+
+
+def _remove_dead_writes(run_dir: Path) -> None:
+    """Checkpoint writes the dead lock holder left half done: only the holder writes checkpoints
+    here, so every temporary checkpoint file is its own (the age rule of
+    checkpoint.remove_stale_temp_files cannot see this when the resuming process is older than
+    the killed one, as a long-lived Python session is)."""
+    for tmp in run_dir.glob(TEMP_PATTERN):
+        tmp.unlink(missing_ok=True)
 
 
 def _write_lock(fd: int, path: Path, mine: dict[str, Any]) -> None:
