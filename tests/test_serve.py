@@ -160,15 +160,15 @@ def test_dev_view_scores_every_question_with_its_interval(client, lab):
 
 
 def test_an_edit_changes_a_copy_and_is_saved_as_a_new_run(client, lab, tmp_path):
-    before = lab.runs[1].model.ask([RALF])[0]
-    weights = {k: v.clone() for k, v in lab.runs[1].model.gpt.state_dict().items()}
-    got = client.post("/api/edit", json={"run": 1, "person": "Ralf Wadephul", "place": "Paris"})
-    assert got.status_code == 200
+    before = lab.runs[0].model.ask([RALF])[0]
+    weights = {k: v.clone() for k, v in lab.runs[0].model.gpt.state_dict().items()}
+    got = client.post("/api/edit", json={"run": 0, "person": "Ralf Wadephul", "place": "Paris"})
+    assert got.status_code == 200, got.json()
     edit = got.json()
     assert edit["old_answer"] == before.answer and edit["others"] == len(lab.dev_examples) - 1
     assert edit["others_changed"] == len(edit["changed"])
     assert all(c["before"] != c["after"] for c in edit["changed"])
-    now = lab.runs[1].model.gpt.state_dict()
+    now = lab.runs[0].model.gpt.state_dict()
     assert all(v.equal(now[k]) for k, v in weights.items())  # the served run is untouched
 
     saved = client.post(f"/api/edit/{edit['id']}/save", json={"name": "ralf-paris"})
@@ -176,12 +176,41 @@ def test_an_edit_changes_a_copy_and_is_saved_as_a_new_run(client, lab, tmp_path)
     run_dir = tmp_path / "out" / "ralf-paris"
     assert saved.json()["run_dir"] == str(run_dir)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ralf-paris"]
-    assert load(run_dir, device="cpu").ask([RALF])[0].answer == edit["new_answer"]
+    saved_model = load(run_dir, device="cpu")
+    assert saved_model.ask([RALF])[0].answer == edit["new_answer"] == "Paris"
     assert json.loads((run_dir / "edit.json").read_text())["place"] == "Paris"
+    # the same record `attnlab edit` writes: the default (gated) method, listed by `attnlab edits`
+    (record,) = json.loads((run_dir / "edits.json").read_text())
+    assert (record["person"], record["place"], record["method"]) == ("Ralf Wadephul", "Paris", "grace")
+    assert record["parameters_added"] == edit["parameters_added"] > 0
+    assert saved_model.checkpoint.edits == [record]
+
+
+def test_an_edit_takes_the_method_asked_for_and_refuses_what_attnlab_edit_refuses(client, lab):
+    rome = client.post("/api/edit", json={"run": 0, "person": "Ralf Wadephul", "place": "Paris", "method": "rome"})
+    assert rome.status_code == 200 and rome.json()["method"] == "rome" and rome.json()["parameters_added"] == 0
+    odd = client.post("/api/edit", json={"run": 1, "person": "Ralf Wadephul", "place": "Paris", "method": "magic"})
+    assert odd.status_code == 400 and odd.json()["error"].startswith("unknown edit method 'magic'")
+    stranger = client.post("/api/edit", json={"run": 1, "person": "Nobody Atall", "place": "Paris"})
+    assert stranger.status_code == 400 and "the model never saw them" in stranger.json()["error"]
+
+
+def test_an_edit_that_does_not_take_is_a_422_and_keeps_nothing(client, lab, monkeypatch):
+    from attnlab.facts import correction
+    from attnlab.facts.gated_edit import EditFailed
+
+    def missed(*args, **kwargs):
+        raise EditFailed("the grace edit did not take: 'Where was Ralf Wadephul born?' is answered 'Lond'")
+
+    monkeypatch.setattr(correction, "edit_fact", missed)
+    kept = dict(lab.edits)
+    got = client.post("/api/edit", json={"run": 1, "person": "Ralf Wadephul", "place": "Paris"})
+    assert got.status_code == 422 and got.json()["error"].startswith("the grace edit did not take")
+    assert dict(lab.edits) == kept
 
 
 def test_a_save_never_overwrites_nor_leaves_the_output_directory(client, tmp_path):
-    edit = client.post("/api/edit", json={"run": 1, "person": "Ralf Wadephul", "place": "Paris"}).json()
+    edit = client.post("/api/edit", json={"run": 0, "person": "Ralf Wadephul", "place": "Paris"}).json()
     (tmp_path / "out" / "ralf-paris").mkdir(parents=True)
     for name, status in [("ralf-paris", 409), ("../escape", 400), ("a/b", 400), (".hidden", 400), ("", 400),
                          ("x" * 65, 400)]:

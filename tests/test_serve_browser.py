@@ -163,16 +163,18 @@ def test_dev_view_scores_filters_and_sorts(page, served, tmp_path):
 def test_edit_is_applied_and_saved_as_a_new_run(page, served, tmp_path):
     lab, directory = served[1], served[2]
     page.click("#tab-edit")
-    page.select_option("#edit-run", "1")  # the tiny run: an edit takes seconds
+    page.select_option("#edit-run", "0")  # the shipped model: the tiny run knows too little to take an edit
     page.fill("#person", "Ralf Wadephul")
     page.fill("#place", "Paris")
+    assert page.input_value("#edit-method") == "grace"  # attnlab edit's default
     page.click("#edit-apply")
     page.wait_for_selector("#edit-answer")
     edit = lab.edits[max(lab.edits)].report
     assert f'after: "{edit["new_answer"]}"' in page.inner_text("#edit-answer")
-    assert f"{edit['others_changed']} of {edit['others']} other dev answers changed" in page.inner_text("#edit-changed")
+    assert f"{edit['others_changed']} of {edit['others']} other dev answers changed (grace" in page.inner_text("#edit-changed")
     page.fill("#save-name", "browser-edit")
     page.click("#edit-save")
     page.wait_for_selector("#save-status:has-text('saved')")
     assert (directory / "out" / "browser-edit" / "checkpoint.safetensors").is_file()
+    assert (directory / "out" / "browser-edit" / "edits.json").is_file()
     screenshot(page, tmp_path, "edit")

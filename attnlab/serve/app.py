@@ -45,6 +45,7 @@ class EditBody(BaseModel):
     run: int = 0
     person: str
     place: str
+    method: str | None = None  # None: attnlab edit's default
 
 
 class SaveBody(BaseModel):
@@ -147,7 +148,7 @@ def _routes(app: FastAPI, lab: Lab) -> None:
 
     @app.post("/api/edit")
     def edit(body: EditBody):
-        return lab.edit(body.run, body.person, body.place)
+        return lab.edit(body.run, body.person, body.place, body.method)
 
     @app.post("/api/edit/{edit_id}/save")
     def save(edit_id: int, body: SaveBody):

@@ -15,7 +15,7 @@ import itertools
 import re
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,6 @@ class Run:
     rule: Rule | None = None  # abstention rule (None: every answer is given)
     dev: dict[str, Any] | None = None  # the scored dev set, once computed
     dev_answers: list[Answer] | None = None
-    moments: dict[int, Any] = field(default_factory=dict)  # layer -> key second moment (edits)
 
 
 @dataclass
@@ -257,15 +256,17 @@ class Lab:
                          "ece": expected_calibration_error(confidence, right) if rows else 0.0}
 
     # ---- edits -------------------------------------------------------------------------------
-    def edit(self, number: int, person: str, place: str) -> dict[str, Any]:
-        """Edit a copy of the run's model so ``person`` was born in ``place``; report the new
-        answer and the dev answers that changed. The copy is kept (KEPT_EDITS at most) until
-        saved or pushed out."""
+    def edit(self, number: int, person: str, place: str, method: str | None = None) -> dict[str, Any]:
+        """Edit a copy of the run's model so ``person`` was born in ``place``, as ``attnlab edit``
+        does (the same library call, the default method unless ``method`` is given); report the
+        new answer and the dev answers that changed. A request the editor refuses (a person the
+        corpus does not know, a second edit of one person) is a 400, an edit that does not take
+        a 422. The copy is kept (KEPT_EDITS at most) until saved or pushed out."""
         run = self.run(number)
         person, place = checked_text(person, "person"), checked_text(place, "place")
         self.dev(number)  # the answers before, to compare with
         with self.lock:
-            edited, report = self._edited(run, person, place)
+            edited, report = self._edited(run, person, place, method)
             report["run"] = number
             edit_id = next(self._edit_ids)
             self.edits[edit_id] = EditedCopy(number, edited, report)
@@ -273,42 +274,46 @@ class Lab:
                 self.edits.popitem(last=False)
         return {"id": edit_id, **report}
 
-    def _edited(self, run: Run, person: str, place: str):
-        from ..facts.edit import answer_layer, changed_answers, edit_model
+    def _edited(self, run: Run, person: str, place: str, method: str | None):
+        from ..facts.correction import edit_fact
+        from ..facts.gated_edit import DEFAULT_METHOD, METHODS, EditFailed
+        from ..facts.settings import EditSettings
+        from ..facts.trace import TraceError
 
-        gpt, vocab = run.model.gpt, run.model.vocab
-        layer = answer_layer(gpt)
-        edited, edit, target = edit_model(gpt, vocab, person, place, layer, self._moment(run, layer))
-        question = f"Where was {person} born?"
-        now = answer_questions(edited, vocab, [QAExample(question, None, "edit", 1)])[0].answer
+        method = method or DEFAULT_METHOD
+        if method not in METHODS:
+            raise LabError(f"unknown edit method {method!r}; choose one of {', '.join(METHODS)}")
+        settings = EditSettings(method=method, stat_lines=self.stat_lines)
+        try:
+            edited, report = edit_fact(run.model.gpt, run.model.vocab, person, place, self.corpus,
+                                       settings=settings, places=self.train_places or None)
+        except EditFailed as e:  # a TraceError too: caught first
+            raise LabError(str(e), 422) from None
+        except TraceError as e:
+            raise LabError(str(e)) from None
+        changed = self._changed_dev_answers(run, edited, person)
+        return edited, {**report, "source": run.name, "new_answer": report["answer_after"],
+                        "others": sum(person_of(e.question) != person for e in self.dev_examples),
+                        "others_changed": len(changed), "changed": changed}
+
+    def _changed_dev_answers(self, run: Run, edited: Any, person: str) -> list[dict[str, str]]:
+        """The dev answers (other people's) that the edit changed: question, gold, before, after."""
+        from ..facts.edit import changed_answers
+
         keep = [i for i, e in enumerate(self.dev_examples) if person_of(e.question) != person]
         others = [self.dev_examples[i] for i in keep]
         before = [run.dev_answers[i] for i in keep]
-        moved = changed_answers(edited, vocab, others, before)
-        after = answer_questions(edited, vocab, [others[i] for i in moved]) if moved else []
-        changed = [{"question": others[i].question, "gold": others[i].answer, "before": before[i].answer,
-                    "after": a.answer} for i, a in zip(moved, after)]
-        return edited, {"source": run.name, "person": person, "place": place, "layer": layer,
-                        "old_answer": target.old_answer, "new_answer": now, "efficacy": now == place,
-                        "others": len(others), "others_changed": len(changed), "changed": changed,
-                        "steps": edit.steps, "delta_norm": float(edit.delta.norm())}
-
-    def _moment(self, run: Run, layer: int):
-        from ..facts.edit import key_second_moment, stat_texts
-
-        if layer not in run.moments:
-            texts = stat_texts(run.model.gpt, self.corpus, self.stat_lines, 0, self.train_places)
-            run.moments[layer] = key_second_moment(run.model.gpt, run.model.vocab, texts, layer)
-        return run.moments[layer]
+        moved = changed_answers(edited, run.model.vocab, others, before)
+        after = answer_questions(edited, run.model.vocab, [others[i] for i in moved]) if moved else []
+        return [{"question": others[i].question, "gold": others[i].answer, "before": before[i].answer,
+                 "after": a.answer} for i, a in zip(moved, after)]
 
     def save_edit(self, edit_id: int, name: str) -> dict[str, Any]:
-        """Write the edited copy as the new run directory OUT_DIR/NAME (a checkpoint and
-        edit.json). NAME is one plain path component, and the directory must not exist yet:
-        nothing is written outside OUT_DIR, and no run, edited or not, is ever overwritten."""
-        import json
-
-        from ..model.checkpoint import CHECKPOINT_NAME, save_checkpoint
-        from ..core.paths import write_atomically
+        """Write the edited copy as the new run directory OUT_DIR/NAME, as ``attnlab edit`` writes
+        one (checkpoint, edits.json, edit.json). NAME is one plain path component, and the
+        directory must not exist yet: nothing is written outside OUT_DIR, and no run, edited or
+        not, is ever overwritten."""
+        from ..facts.correction import save_edited_run
 
         copy = self.edits.get(edit_id)
         if copy is None:
@@ -322,7 +327,6 @@ class Lab:
         with self.lock:  # also keeps two saves under one name from both passing the check
             if target.exists():
                 raise LabError(f"{target} already exists; choose a new name", 409)
-            path = save_checkpoint(target / CHECKPOINT_NAME, copy.model, run.model.vocab,
-                                   meta={**run.model.checkpoint.meta, "edit": report})
-            write_atomically(target / "edit.json", json.dumps(copy.report, indent=1) + "\n")
+            path = save_edited_run(target, copy.model, run.model.vocab,
+                                   {**run.model.checkpoint.meta, "edit": report}, copy.report)[0]
         return {"id": edit_id, "run_dir": str(target), "checkpoint": str(path)}

@@ -213,7 +213,8 @@ async function applyEdit(event) {
   $("edit-status").textContent = "editing...";
   $("save-form").hidden = true;
   try {
-    const r = await api("/api/edit", { run: Number($("edit-run").value), person: $("person").value, place: $("place").value });
+    const r = await api("/api/edit", { run: Number($("edit-run").value), person: $("person").value, place: $("place").value,
+      method: $("edit-method").value });
     state.editId = r.id;
     $("edit-status").textContent = "";
     const changed = el("table", {}, el("tr", {}, ...["question", "gold", "before", "after"].map((h) => el("th", { textContent: h }))),
@@ -222,7 +223,7 @@ async function applyEdit(event) {
     $("edit-result").replaceChildren(
       el("p", { id: "edit-answer", textContent: `Where was ${r.person} born? before: "${r.old_answer}"; after: "${r.new_answer}" ` +
         (r.efficacy ? "(the new place)" : "(NOT the new place)") }),
-      el("p", { id: "edit-changed", textContent: `${r.others_changed} of ${r.others} other dev answers changed (layer ${r.layer})` }),
+      el("p", { id: "edit-changed", textContent: `${r.others_changed} of ${r.others} other dev answers changed (${r.method}, layer ${r.layer}, ${r.parameters_added} parameters added)` }),
       changed);
     $("save-form").hidden = false;
     $("save-status").textContent = "";
