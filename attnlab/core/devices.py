@@ -50,3 +50,24 @@ def allow_tf32(device: torch.device) -> None:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+
+
+def fast_bfloat16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bfloat16 matrices in hardware: a GPU, or a CPU with
+    AVX512-BF16 or AMX (read from /proc/cpuinfo's flags). Elsewhere (AVX2 CPUs, most laptops)
+    torch emulates bfloat16 matmuls, several times slower than float32."""
+    if device.type != "cpu":
+        return device.type == "cuda"
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as Linux lists them (empty where there is no /proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()

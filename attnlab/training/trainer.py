@@ -31,9 +31,10 @@ from ..core import distributed as dist
 from ..data.batching import Batches, length_buckets
 from ..model.checkpoint import CHECKPOINT_NAME, Checkpoint, save_checkpoint
 from ..config.settings import TrainConfig
-from ..core.devices import allow_tf32, switch
+from ..core.devices import allow_tf32, fast_bfloat16, switch
 from ..model.fastpath import set_fast
 from .metrics_sinks import MetricsSink, NoSink, metrics_sink
+from .muon import Muon
 from ..model.gpt import lm_loss
 from ..data.vocab import PAD_ID, Vocab
 
@@ -81,9 +82,9 @@ def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) 
         return adamw
     # match_rms_adamw scales each orthogonalised update to AdamW's typical size, so the one
     # learning rate and schedule of the run serve both optimisers (Moonlight, Liu et al. 2025).
-    return CombinedOptimizer(adamw, torch.optim.Muon(
+    return CombinedOptimizer(adamw, Muon(
         orthogonal, lr=config.learning_rate, weight_decay=config.weight_decay,
-        adjust_lr_fn="match_rms_adamw"))
+        adjust_lr_fn="match_rms_adamw", ns_dtype=torch.bfloat16 if fast_bfloat16(device) else torch.float32))
 
 
 def muon_weights(model: nn.Module) -> set[str]:
