@@ -45,10 +45,11 @@ TRAIN = "data/birth_places_train.tsv"
 CORPUS = "data/wiki.txt"
 
 
-def stage_commands(preset: str, out: Path, eval_every: int = 0) -> list[list[str]]:
+def stage_commands(preset: str, out: Path, eval_every: int = 0, minutes: float = 0) -> list[list[str]]:
     every = ["--eval-every", str(eval_every)] if eval_every else []
+    fit = ["--minutes", f"{minutes:g}"] if minutes else []
     return [
-        ["pretrain", "--preset", preset, "--out-dir", str(out / "pretrain"), *every],
+        ["pretrain", "--preset", preset, "--out-dir", str(out / "pretrain"), *every, *fit],
         ["finetune", "--preset", preset, "--init", str(out / "pretrain"), "--out-dir", str(out / "finetune"),
          "--eval-file", ""],
     ]
@@ -62,10 +63,10 @@ def stage_seconds(run: Path) -> float:
     return max(r.get("elapsed_s", 0.0) for r in rows) - sum(r.get("eval_s", 0.0) for r in rows)
 
 
-def run_pipeline(preset: str, out: Path, resume: bool, eval_every: int = 0) -> float:
+def run_pipeline(preset: str, out: Path, resume: bool, eval_every: int = 0, minutes: float = 0) -> float:
     """Train every stage (stages already finished are resumed, i.e. kept); returns the training
     stages' wall seconds."""
-    for argv in stage_commands(preset, out, eval_every):
+    for argv in stage_commands(preset, out, eval_every, minutes):
         done = (Path(argv[argv.index("--out-dir") + 1]) / "checkpoint.safetensors").exists()
         if done and not resume:
             raise SystemExit(f"error: {out} already holds runs; pass --resume to continue or use another --out")
@@ -104,7 +105,7 @@ def train_and_report(args) -> None:
     out = Path(args.out)
     cpu_settings.apply()
     cpu_start = time.process_time()
-    seconds = run_pipeline(args.preset, out, args.resume, args.eval_every)
+    seconds = run_pipeline(args.preset, out, args.resume, args.eval_every, args.minutes)
     cpu_seconds = time.process_time() - cpu_start
     scores = score_run(out / "finetune")
     total = seconds  # training only: the evaluations are left out, and said so
@@ -122,7 +123,7 @@ def train_and_report(args) -> None:
                      count_with_interval(p["stored"], p["stored_total"]), f"{p['wall_s'] / 60:.1f} min", "-", "-"])
     text = table(["model", "dev extracted (exact match)", "dev stored (line completion)",
                   "training wall time (pretrain + finetune)", "CPU time", "peak memory"], rows)
-    commands = "; ".join(shlex.join(["attnlab", *a]) for a in stage_commands(args.preset, out, args.eval_every))  # "" stays ''
+    commands = "; ".join(shlex.join(["attnlab", *a]) for a in stage_commands(args.preset, out, args.eval_every, args.minutes))  # "" stays ''
     text += (f"\n\n- stages: `{commands}`, then dev evaluation ({scores['eval_seconds']} s, not in the wall time; "
              f"neither are evaluations during training); torch threads {row['threads']}; peak memory is the "
              "process's peak resident set"
@@ -134,7 +135,7 @@ def train_and_report(args) -> None:
     if args.ship:
         from attnlab.model.shipped import ship
 
-        provenance = {"commands": ["attnlab " + " ".join(a) for a in stage_commands(args.preset, out)],
+        provenance = {"commands": ["attnlab " + " ".join(a) for a in stage_commands(args.preset, out, minutes=args.minutes)],
                       "commit": _commit(), "preset": args.preset, **row,
                       "measured_on": "2-core CPU, alone on the machine (benchmarks/knowledge.py)"}
         print(f"shipped to {ship(out / 'finetune', args.ship, provenance)}")
@@ -348,6 +349,8 @@ def main() -> None:
     parser.add_argument("--preset", default="cpu", help="recipe to train (default: cpu)")
     parser.add_argument("--out", default=None, help="directory for the runs (default: runs/knowledge-PRESET)")
     parser.add_argument("--resume", action="store_true", help="continue runs already in --out")
+    parser.add_argument("--minutes", type=float, default=0, metavar="M",
+                        help="fit the pretraining into M minutes on this machine (attnlab pretrain --minutes)")
     parser.add_argument("--eval-every", type=int, default=0, metavar="STEPS",
                         help="score dev every STEPS pretraining steps for the learning curve (left out of the time)")
     parser.add_argument("--ship", default=None, metavar="DIR", help="ship the finetuned model there (e.g. models/cpu)")

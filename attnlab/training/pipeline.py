@@ -5,6 +5,7 @@ these; so are tests and benchmarks."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +30,12 @@ from ..data.objectives import (corpus_sequences, mixed, pack, qa_sequences, refu
 from .shaping import shaping_loss_fn
 from ..model.shipped import output_dir
 from ..core.devices import resolve_device
-from .trainer import TrainResult, default_loss, total_steps, train
+from .trainer import TrainResult, default_loss, step_seconds, total_steps, train
 from ..data.vocab import MASK_CHAR, Vocab
 
+# The share of --minutes the fitted steps may take: a step's time varies with its rows' lengths and
+# the machine's other work, and the run's start, checkpoints and end take a little too.
+FIT_SHARE = 0.95
 
 
 @dataclass(frozen=True)
@@ -86,11 +90,15 @@ def pretrain(
         if train_config.objective == "lm":
             batches, described = _lm_batches(text, dataset.vocab, model_config, train_config, corpus,
                                               mix_qa, held_out, dev, log)
-            # The course's decay length is defined for span corruption; lm runs anneal over themselves.
-            final_tokens = train_config.final_tokens or _run_tokens(batches, train_config, model_config)
         else:
             batches = CorruptionBatches(dataset, train_config.batch_size, dev, train_config.seed)
             described = f"{len(dataset):,} documents, span corruption"
+        if train_config.minutes and not resume:
+            train_config = fit_to_minutes(model, batches, train_config, model_config, log)
+        if train_config.objective == "lm":
+            # The course's decay length is defined for span corruption; lm runs anneal over themselves.
+            final_tokens = train_config.final_tokens or _run_tokens(batches, train_config, model_config)
+        else:
             final_tokens = final_tokens_for(len(dataset), model_config.block_size, train_config)
         files = rundir.data_files(corpus=[corpus], mix_qa=[mix_qa] if mixing else [],
                                   held_out=[p for p in held_out if mixing and Path(p).is_file()])
@@ -112,9 +120,31 @@ def pretrain(
 def _resumed(run_dir: Path, stage: str, model_given: dict[str, Any], train_config: TrainConfig
              ) -> tuple[Checkpoint, ModelConfig, TrainConfig]:
     """The checkpoint of the run to continue and its configs: settings given that contradict
-    them are errors; of the training settings, those of rundir.RESUMABLE apply."""
+    them are errors; of the training settings, those of rundir.RESUMABLE apply, except the
+    epochs of a run fitted to --minutes, which are the fit's (the same command resumes it)."""
     ckpt = rundir.resumable(run_dir, stage)
+    stored = ckpt.meta.get("train_config") or {}
+    if stored.get("minutes") and stored.get("minutes") == train_config.minutes:
+        train_config = dataclasses.replace(train_config, epochs=stored["epochs"])
     return (ckpt, *rundir.resumed_configs(ckpt, model_given, train_config.to_dict(), run_dir / CHECKPOINT_NAME))
+
+
+def fit_to_minutes(model: GPT, batches, config: TrainConfig, model_config: ModelConfig,
+                   log: Callable[[str], None] = logs.note) -> TrainConfig:
+    """``config`` with the epochs that fit ``config.minutes`` of training on this machine (never
+    more than its own), from the time of a few steps of a copy of ``model`` (trainer.step_seconds:
+    the run itself, its data order and random state are untouched)."""
+    if distributed.environment().world_size > 1:
+        raise ValueError("--minutes fits a one-process run (each process would time itself); give --epochs")
+    seconds = step_seconds(model, batches, config, _run_tokens(batches, config, model_config),
+                           loss_fn=_loss_fn(config), trim=model_config.causal and config.objective == "span")
+    budget = FIT_SHARE * 60 * config.minutes
+    fitted = math.floor(100 * budget / (seconds * batches.steps_per_epoch)) / 100
+    epochs = max(min(config.epochs, fitted), 0.01)
+    log(f"--minutes {config.minutes:g}: a step takes {seconds:.3f} s here ({batches.steps_per_epoch} a pass), "
+        f"so {epochs:g} of {config.epochs:g} epochs fit"
+        + ("" if epochs < config.epochs else " (all of them)"))
+    return dataclasses.replace(config, epochs=epochs)
 
 
 def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: TrainConfig,

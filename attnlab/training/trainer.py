@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from copy import deepcopy
 import json
 import math
 import time
@@ -367,6 +368,28 @@ def json_row(record: dict[str, Any]) -> str:
     """A metrics row as strict JSON: a NaN or infinite number is written as null."""
     return json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v
                        for k, v in record.items()}, allow_nan=False)
+
+
+PROBE_STEPS = 10  # timed steps of step_seconds (a second of a knowledge preset's run)
+
+
+def step_seconds(model: nn.Module, batches: Batches, config: TrainConfig, final_tokens: int, *,
+                 probes: int = PROBE_STEPS, loss_fn: LossFn = default_loss, trim: bool = True) -> float:
+    """Mean wall seconds of one optimiser step of this run on this machine: ``probes`` steps
+    spread over the first epoch's batches (rows of every length), after one warm-up step, taken
+    by a copy of ``model`` with its own optimiser. ``model``, the batches and torch's random
+    state are as they were (the run that follows is the run that was never timed)."""
+    copy = deepcopy(model)
+    with torch.random.fork_rng(devices=[]):
+        stepper = prepare_step(copy, make_optimizer(copy, config, batches.device), config,
+                               final_tokens=final_tokens, loss_fn=loss_fn, trim=trim)
+        spread = max(1, batches.steps_per_epoch // probes)
+        times = []
+        for i in range(probes + 1):
+            start = time.perf_counter()
+            train_step(stepper, batches, (i * spread) % batches.steps_per_epoch, 0)
+            times.append(time.perf_counter() - start)
+    return sum(times[1:]) / probes
 
 
 def train(

@@ -1,0 +1,59 @@
+"""--minutes (attnlab/training/pipeline.py fit_to_minutes): pretraining fitted to a wall budget
+on this machine by a few timed steps, which leave the run itself untouched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from attnlab import cli
+from attnlab.model.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from attnlab.training import pipeline
+
+BASE = ["--preset", "tiny", "--batch-size", "4", "--epochs", "40", "--log-every", "1", "--device", "cpu",
+        "--eval-file", "", "--checkpoint-every", "0", "--no-cpu-settings"]
+
+
+def _pretrain(tiny_data, run: Path, *extra: str) -> int:
+    return cli.main(["pretrain", *BASE, "--corpus", str(tiny_data["corpus"]), "--out-dir", str(run), *extra])
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    with safe_open(str(run / CHECKPOINT_NAME), framework="pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+def _epochs(run: Path) -> float:
+    return load_checkpoint(run).meta["train_config"]["epochs"]
+
+
+@pytest.mark.parametrize("objective", ["span", "lm"])
+def test_a_fitted_run_is_the_run_given_its_epochs(tiny_data, tmp_path, objective):
+    # the timed steps (real ones here) change nothing: the same weights as --epochs E given directly
+    fitted, given = tmp_path / "fitted", tmp_path / "given"
+    assert _pretrain(tiny_data, fitted, "--objective", objective, "--minutes", "0.002") == 0
+    epochs = _epochs(fitted)
+    assert 0 < epochs < 40 and load_checkpoint(fitted).meta["train_config"]["minutes"] == 0.002
+    assert _pretrain(tiny_data, given, "--objective", objective, "--epochs", str(epochs)) == 0
+    a, b = _weights(fitted), _weights(given)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_fit_is_the_budget_over_the_step_time_and_never_more_than_given(tiny_data, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(pipeline, "step_seconds", lambda *a, **k: 0.5)
+    run = tmp_path / "run"
+    assert _pretrain(tiny_data, run, "--minutes", "0.25", "--max-steps", "1") == 0  # 15 s
+    steps_per_epoch = 4  # 13 lines, batch 4
+    assert _epochs(run) == pytest.approx(int(100 * 0.95 * 15 / (0.5 * steps_per_epoch)) / 100)
+    assert "--minutes 0.25: a step takes 0.500 s here (4 a pass), so 7.12 of 40 epochs fit" in capsys.readouterr().out
+    # the same command resumes it with the fitted epochs (not the 40 given), and times nothing again
+    monkeypatch.setattr(pipeline, "step_seconds", lambda *a, **k: pytest.fail("a resumed run is not re-timed"))
+    assert _pretrain(tiny_data, run, "--minutes", "0.25", "--max-steps", "0", "--resume") == 0
+    assert _epochs(run) == 7.12 and load_checkpoint(run).meta["step"] == 29  # ceil(7.12 x 4)
+    long = tmp_path / "long"
+    monkeypatch.setattr(pipeline, "step_seconds", lambda *a, **k: 1e-6)
+    assert _pretrain(tiny_data, long, "--minutes", "10", "--max-steps", "1") == 0
+    assert _epochs(long) == 40 and "so 40 of 40 epochs fit (all of them)" in capsys.readouterr().out
