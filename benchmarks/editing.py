@@ -53,7 +53,7 @@ import torch
 from tqdm.auto import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DATA, REPO, report, table  # noqa: E402
+from _common import DATA, REPO, count_with_interval, report, table  # noqa: E402
 
 from attnlab.core.paths import save_figure, write_atomically  # noqa: E402
 from attnlab.core.plotting import pyplot  # noqa: E402
@@ -61,7 +61,7 @@ from attnlab.model.checkpoint import load_model  # noqa: E402
 from attnlab.data.datasets import read_qa, read_text  # noqa: E402
 from attnlab.facts.edit import (answer_layer, answer_of, changed_answers, completes_with, edit_model,  # noqa: E402
                                 key_second_moment, place_slot, place_span, stat_texts)
-from attnlab.answering.evaluate import answer_questions, wilson_interval  # noqa: E402
+from attnlab.answering.evaluate import answer_questions  # noqa: E402
 from attnlab.facts.finetune_edit import finetune_edit  # noqa: E402
 from attnlab.facts.gated_edit import EditFailed, Negatives, gated_edit, gated_layer  # noqa: E402
 from attnlab.answering.knowledge import CorpusIndex, answer_by_recall, person_of  # noqa: E402
@@ -74,11 +74,6 @@ PNG = REPO / "docs" / "editing-sequential.png"
 def shown(path: str) -> str:
     p = Path(path).resolve()
     return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else path
-
-
-def count(k: int, n: int) -> str:
-    low, high = wilson_interval(k, n)
-    return f"{k}/{n} ({100 * k / max(1, n):.1f}%; 95% CI {100 * low:.1f}-{100 * high:.1f}%)"
 
 
 def mean_with_interval(values: list[float], seed: int = 0) -> str:
@@ -207,23 +202,23 @@ def single_summary(results: list[dict]) -> str:
     frac = [r["changed"] / r["others"] for r in results]
     lost = [r["lost"] / max(1, r["right"]) for r in results]
     return table(["measure", "value", "target (issue 26)"], [
-        ["efficacy (the edited question answers the new place)", count(sum(yes("efficacy")), n), ">= 95%"],
+        ["efficacy (the edited question answers the new place)", count_with_interval(sum(yes("efficacy")), n), ">= 95%"],
         ["generalisation (a): the recalled line spells the new place where it spelt the old answer",
-         count(sum(yes("line")), len(yes("line"))), ">= 80% (a and b)"],
+         count_with_interval(sum(yes("line")), len(yes("line"))), ">= 80% (a and b)"],
         ["generalisation (b): the corpus line's prefix completes with the new place",
-         count(sum(yes("general")), len(yes("general"))), ">= 80% (a and b)"],
+         count_with_interval(sum(yes("general")), len(yes("general"))), ">= 80% (a and b)"],
         ["(b) where the editor keyed exactly this prompt (its corpus-line entries; found from the model's "
-         "old answer or recall, not the gold place)", count(sum(r["general"] for r in results if r["keyed"]),
+         "old answer or recall, not the gold place)", count_with_interval(sum(r["general"] for r in results if r["keyed"]),
                                                             sum(1 for r in results if r["keyed"])), ""],
         ["(b) where it did not (a prompt the edit never saw)",
-         count(sum(r["general"] for r in results if r["keyed"] is False),
+         count_with_interval(sum(r["general"] for r in results if r["keyed"] is False),
                sum(1 for r in results if r["keyed"] is False)), ""],
         ["other dev answers changed, mean per edit", mean_with_interval(frac), "<= 1% (stretch 0.1%)"],
         ["other dev answers changed, worst edit", f"{100 * max(frac):.2f}% ({max(r['changed'] for r in results)} of "
          f"{results[0]['others']})", ""],
         ["of the other answers that were right, changed (mean per edit)",
          f"{100 * float(np.mean(lost)):.2f}% ({float(np.mean([r['lost'] for r in results])):.2f} of {results[0]['right']})", ""],
-        ["edits that changed no other answer", count(sum(r["changed"] == 0 for r in results), n), ""],
+        ["edits that changed no other answer", count_with_interval(sum(r["changed"] == 0 for r in results), n), ""],
         ["parameters added per edit (mean)", f"{float(np.mean([r['added'] for r in results])):.0f}", ""],
         ["seconds per edit (the edit alone; shared machine)", f"{float(np.mean([r['seconds'] for r in results])):.1f} "
          f"(max {max(r['seconds'] for r in results):.1f})", "<= 5 s"],
@@ -281,11 +276,11 @@ def save_model(model, path: Path) -> None:
 
 def sequential_summary(curve: list[dict], seconds: float, refused: int) -> str:
     last = curve[-1]
-    rows = [[c["edits"], count(c["holding"], c["edits"]), count(c["changed"], c["others"]),
+    rows = [[c["edits"], count_with_interval(c["holding"], c["edits"]), count_with_interval(c["changed"], c["others"]),
              f"{c['right_changed']}/{c['right']}"] for c in curve]
     head = table(["measure", "value", "target (issue 26)"], [
-        [f"earlier edits still holding after the last ({last['edits']})", count(last["holding"], last["edits"]), ">= 90%"],
-        ["dev answers of people never edited, changed", count(last["changed"], last["others"]), "<= 2%"],
+        [f"earlier edits still holding after the last ({last['edits']})", count_with_interval(last["holding"], last["edits"]), ">= 90%"],
+        ["dev answers of people never edited, changed", count_with_interval(last["changed"], last["others"]), "<= 2%"],
         ["edits refused (failed, nothing applied)", str(refused), ""],
         [f"wall time of the {last['edits']} edits, the edits alone (shared machine)",
          f"{seconds / 60:.1f} min ({seconds / last['edits']:.1f} s per edit)", "< 10 min"],
@@ -312,8 +307,8 @@ def comparison() -> str:
         frac = [r["changed"] / r["others"] for r in results]
         seq = CURVES / f"sequential-{method}.json"
         last = json.loads(seq.read_text())["curve"][-1] if seq.exists() else None
-        rows.append([method, count(sum(r["efficacy"] for r in results), len(results)),
-                     count(sum(line), len(line)), mean_with_interval(frac), f"{100 * max(frac):.2f}%",
+        rows.append([method, count_with_interval(sum(r["efficacy"] for r in results), len(results)),
+                     count_with_interval(sum(line), len(line)), mean_with_interval(frac), f"{100 * max(frac):.2f}%",
                      "-" if last is None else f"{last['holding']}/{last['edits']}, {100 * last['changed'] / last['others']:.2f}%",
                      f"{float(np.mean([r['seconds'] for r in results])):.1f}"])
     for when, methods in PUBLISHED.items():

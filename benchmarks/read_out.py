@@ -27,11 +27,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from _common import REPO, open_book_right, report, table
+from _common import REPO, count_with_interval, open_book_right, report, table
 
 sys.path.insert(0, str(REPO))
 
-from attnlab.answering.evaluate import evaluate, wilson_interval  # noqa: E402
+from attnlab.answering.evaluate import evaluate  # noqa: E402
 from attnlab.answering.knowledge import measure_stored  # noqa: E402
 from attnlab.core.paths import write_atomically  # noqa: E402
 from attnlab.data.corpus import CorpusIndex, place_in_line, recall_prompt, require_person  # noqa: E402
@@ -76,11 +76,6 @@ def measure(run: str, dev: list, sets: dict[str, list], index: CorpusIndex) -> d
     return out
 
 
-def _pct(k: int, n: int) -> str:
-    low, high = wilson_interval(k, n)
-    return f"{k}/{n} ({100 * k / n:.1f}%, {100 * low:.1f}-{100 * high:.1f}%)"
-
-
 def accuracy_table(results: dict[str, dict]) -> str:
     reference = next(iter(results))
     measures = list(results[reference]["right"])
@@ -91,7 +86,7 @@ def accuracy_table(results: dict[str, dict]) -> str:
         for m in measures:
             right = r["right"][m]
             test = tests[m][label][1]
-            shown = _pct(int(right.sum()), right.size)
+            shown = count_with_interval(int(right.sum()), right.size)
             cells.append(shown if test is None else f"{shown}; p={test.combined.p:.2g}, {test.verdict}")
         cells += [f"{r['stored']}/{r['stored_total']}", f"{r['right_when_recalled']}/{r['recalled_place']}"]
         rows.append(cells)

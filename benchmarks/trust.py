@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from _common import REPO, report, table  # puts the checkout's attnlab first on sys.path
+from _common import REPO, count_with_interval, report, table  # puts the checkout's attnlab first on sys.path
 
 from attnlab import cli  # noqa: E402
 from attnlab.data.datasets import documents, read_text  # noqa: E402
@@ -49,7 +49,7 @@ def measure(run: str, label: str, fraction: str | None, out: Path, names: int, k
 
 
 def pct(k: int, n: int) -> str:
-    return f"{k}/{n} ({100 * k / n:.1f}%)" if n else "-"
+    return count_with_interval(k, n) if n else "-"
 
 
 def calibration_row(label: str, c: dict) -> list[str]:

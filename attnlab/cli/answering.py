@@ -61,6 +61,27 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from ..api import load
     from .asking import answer_lines, evidence_index, record, table
 
+    _check_ask_input(args)
+    model = load(args.checkpoint, device=args.device)
+    index = evidence_index(args.evidence)
+    given = trust.given_in_ask(args, model)  # --abstain: fitted once, before the first question
+    out, as_json = results.stdout(args), results.wants_json(args)
+    if not args.questions:
+        if sys.stdin.isatty():
+            logs.note("one question per line (Ctrl-D to end)", stderr=True)
+        return answer_lines(model, sys.stdin, out, index, given=given, as_json=as_json)  # each line as it is read
+    answers = model.ask(args.questions, source="<argument>")
+    if as_json:
+        for answer, ok in zip(answers, given(answers)):
+            print(json.dumps(record(answer, index, ok), ensure_ascii=False), file=out)
+    else:
+        print(table(answers, index, given(answers), text_format(model.config.qa_format).recalls), file=out)
+    return 0
+
+
+def _check_ask_input(args: argparse.Namespace) -> None:
+    """Everything `ask` reads, checked before the model loads: questions, --evidence, the
+    abstention flags and files."""
     trust.check_abstain_flags(args)
     for number, question in enumerate(args.questions, 1):
         if not question.strip():
@@ -70,21 +91,6 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if args.evidence:
         paths.input_file(args.evidence, "--evidence")
     trust.check_abstain_files(args)
-    model = load(args.checkpoint, device=args.device)
-    index = evidence_index(args.evidence)
-    given = trust.given_in_ask(args, model)  # --abstain: fitted once, before the first question
-    out, as_json = results.stdout(args), results.wants_json(args)
-    if args.questions:
-        answers = model.ask(args.questions, source="<argument>")
-        if as_json:
-            for answer, ok in zip(answers, given(answers)):
-                print(json.dumps(record(answer, index, ok), ensure_ascii=False), file=out)
-        else:
-            print(table(answers, index, given(answers), text_format(model.config.qa_format).recalls), file=out)
-        return 0
-    if sys.stdin.isatty():
-        logs.note("one question per line (Ctrl-D to end)", stderr=True)
-    return answer_lines(model, sys.stdin, out, index, given=given, as_json=as_json)  # each line as it is read
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
