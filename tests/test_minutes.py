@@ -59,3 +59,29 @@ def test_the_fit_is_the_budget_over_the_step_time_and_never_more_than_given(tiny
     monkeypatch.setattr(pipeline, "step_seconds", lambda *a, **k: 1e-6)
     assert _pretrain(tiny_data, long, "--minutes", "10", "--max-steps", "1") == 0
     assert _epochs(long) == 40 and "so 40 of 40 epochs fit (all of them)" in capsys.readouterr().out
+
+
+def test_the_demo_fits_its_recipe_to_what_is_left_of_its_minutes(tiny_data, tmp_path, monkeypatch):
+    from attnlab.config.settings import TrainConfig, get_preset
+    from attnlab.experiments import runner
+
+    said = []
+    preset = get_preset("demo").pretrain
+    assert preset.minutes > 0
+    cap = preset.minutes
+    # the demo's 15 minutes less what was spent and what follows the pretraining, never above the preset's
+    spent = runner.DEMO_MINUTES - runner.AFTER_PRETRAINING_MINUTES - cap + 2  # leaves cap - 2
+    fitted = runner.demo_pretraining(preset, tmp_path / "none", spent, said.append)
+    assert fitted.minutes == pytest.approx(cap - 2) and fitted.epochs == preset.epochs
+    assert said == [f"pretraining fitted to {cap - 2:g} minutes: the demo's 15 less {spent:.1f} spent so far "
+                    f"and {runner.AFTER_PRETRAINING_MINUTES:g} for what follows"]
+    assert runner.demo_pretraining(preset, tmp_path / "none", 0.2, said.append) == preset  # all of it fits
+    late = runner.demo_pretraining(preset, tmp_path / "none", 14.9, said.append)
+    assert late.minutes == runner.MIN_PRETRAINING_MINUTES
+    plain = TrainConfig(epochs=3)
+    assert runner.demo_pretraining(plain, tmp_path / "none", 14.9, said.append) is plain  # no --minutes: as it is
+    # a resumed demo keeps the fit its pretraining started with
+    monkeypatch.setattr(pipeline, "step_seconds", lambda *a, **k: 0.5)
+    run = tmp_path / "pretrain"
+    assert _pretrain(tiny_data, run, "--minutes", "0.3", "--max-steps", "1") == 0
+    assert runner.demo_pretraining(preset, run, 0.2, said.append).minutes == 0.3

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from .._version import __version__
 from ..core import datafiles, logs
 from ..model.attention import REGISTRY
-from ..model.checkpoint import CHECKPOINT_NAME, remove_stale_temp_files
+from ..model.checkpoint import CHECKPOINT_NAME, load_checkpoint, remove_stale_temp_files
 from ..config.settings import (
     DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, ModelConfig, TrainConfig, get_preset
 )
@@ -48,6 +48,11 @@ TRAINED_KINDS = ("recipe", "variant", "shipped")
 ROW_FILES = ("row.json", "settings.json", "stages.json")  # a row's record, in its directory
 RUN_FILES = (CHECKPOINT_NAME, "metrics.jsonl", "config.json")  # a training stage's, in its run directory
 RESULT_FILES = ("results.md", "results.json", "dev_accuracy.png")  # the experiment's, in its output directory
+DEMO_MINUTES = 15.0  # what `attnlab demo` takes at most on a 2-core CPU, every row included
+# What the demo does after the recipe's pretraining: its finetuning and the scoring of it and of
+# the shipped model (dev, stored, test predictions), on a slow 2-core CPU.
+AFTER_PRETRAINING_MINUTES = 2.5
+MIN_PRETRAINING_MINUTES = 1.0  # however slow the rest was, the recipe gets this much
 
 
 @dataclass
@@ -555,20 +560,39 @@ def demo(
 
 
 def _demo_rows(run: Runner, preset, model_config: ModelConfig, shipped: str | Path | None) -> list[Row]:
-    log, attention = run.log, model_config.attention
+    log, attention, started = run.log, model_config.attention, time.monotonic()
     log("== 1/4 baseline: the training file's most frequent place")
     rows = [run.baseline()]
     log("== 2/4 finetune without pretraining (the model never reads the corpus)")
     rows.append(run.scratch(f"{attention}, no pretraining", model_config, preset.finetune_scratch))
     log(f"== 3/4 the {preset.name} recipe from scratch: pretrain ({preset.pretrain.objective} objective), then finetune")
+    pretraining = demo_pretraining(preset.pretrain, run.out / "pretrain", (time.monotonic() - started) / 60, log)
     rows.append(run.recipe(f"{attention}, {preset.name} recipe, trained now", "recipe", model_config,
-                           preset.pretrain, preset.finetune, run.out, shown=run.out / "finetune"))
+                           pretraining, preset.finetune, run.out, shown=run.out / "finetune"))
     if shipped and Path(shipped).exists():
         log(f"== 4/4 the shipped model {shipped} ({_shipped_recipe(shipped)}; see its provenance.json)")
         rows.append(run.shipped(shipped))
     else:
         log(f"== 4/4 no shipped model at {shipped!r}: skipped")
     return rows
+
+
+def demo_pretraining(config: TrainConfig, run_dir: Path, spent: float, log: Callable[[str], None] = logs.note
+                     ) -> TrainConfig:
+    """The demo recipe's pretraining, fitted (``--minutes``) to what is left of DEMO_MINUTES after
+    the ``spent`` minutes and AFTER_PRETRAINING_MINUTES, never more than its preset's minutes; a
+    resumed demo keeps the fit its pretraining started with. A preset without minutes runs as it is."""
+    if not config.minutes:
+        return config
+    ckpt = run_dir / CHECKPOINT_NAME
+    if ckpt.exists():
+        return dataclasses.replace(config, minutes=load_checkpoint(ckpt, training_state=False).meta["train_config"]["minutes"])
+    left = round(max(MIN_PRETRAINING_MINUTES, DEMO_MINUTES - spent - AFTER_PRETRAINING_MINUTES), 1)
+    if left >= config.minutes:
+        return config
+    log(f"pretraining fitted to {left:g} minutes: the demo's {DEMO_MINUTES:g} less {spent:.1f} spent so far and "
+        f"{AFTER_PRETRAINING_MINUTES:g} for what follows")
+    return dataclasses.replace(config, minutes=left)
 
 
 def _shipped_recipe(shipped: str | Path) -> str:
