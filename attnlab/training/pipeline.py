@@ -33,9 +33,9 @@ from ..core.devices import resolve_device
 from .trainer import TrainResult, default_loss, step_seconds, total_steps, train
 from ..data.vocab import MASK_CHAR, Vocab
 
-# The share of --minutes the fitted steps may take: the steps of a long run take longer than the
-# first ones timed (a CPU that holds its top clock only for a while; docs/guides/knowledge.md has
-# the measurement), and the run's start, checkpoints and end take a little too.
+# The share of --minutes the fitted steps may take: a shared or virtual CPU's speed drifts while a
+# run goes on, so its steps may take longer than the few timed before it (docs/guides/knowledge.md
+# has the measurement), and the run's start, checkpoints and end take a little too.
 FIT_SHARE = 0.85
 
 
