@@ -334,7 +334,7 @@ _CPU15 = Preset(
     # out of unseen people's own lines improves; docs/guides/knowledge.md has the probe)
     finetune=dataclasses.replace(_CPU.finetune, epochs=1, mix_people=500, read_out_people=1500),
     finetune_scratch=_CPU.finetune_scratch,
-    expected="about 15 minutes on 2 CPU cores",
+    expected="about 15 minutes on 2 CPU cores (a Xeon; --minutes fits it to a slower one)",
 )
 
 _CPU5 = Preset(
@@ -344,7 +344,7 @@ _CPU5 = Preset(
     pretrain=dataclasses.replace(_CPU15.pretrain, epochs=24),
     finetune=_CPU15.finetune,
     finetune_scratch=_CPU.finetune_scratch,
-    expected="about 5 minutes on 2 CPU cores",
+    expected="about 5 minutes on 2 CPU cores (a Xeon; --minutes fits it to a slower one)",
 )
 
 # "cpu60": the shipped model's recipe (models/cpu), what fits an hour of 2 cores: cpu15's, with
@@ -363,7 +363,7 @@ _CPU60 = Preset(
                                  holdout_fraction=0.2),
     finetune=dataclasses.replace(_CPU.finetune, epochs=1, holdout_fraction=0.2, read_out_swaps=8, replay_lines=True),
     finetune_scratch=_CPU.finetune_scratch,
-    expected="about 55 minutes on 2 CPU cores",
+    expected="about 55 minutes on 2 CPU cores (a Xeon; about 75 on an AVX2 laptop-class CPU)",
 )
 
 # "demo": what `attnlab demo` trains while you wait, within its 15 minutes on 2 cores (every
