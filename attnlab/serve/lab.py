@@ -276,14 +276,14 @@ class Lab:
 
     def _edited(self, run: Run, person: str, place: str, method: str | None):
         from ..facts.correction import edit_fact
-        from ..facts.gated_edit import DEFAULT_METHOD, METHODS, EditFailed
+        from ..facts.gated_edit import EditFailed
         from ..facts.settings import EditSettings
         from ..facts.trace import TraceError
 
-        method = method or DEFAULT_METHOD
-        if method not in METHODS:
-            raise LabError(f"unknown edit method {method!r}; choose one of {', '.join(METHODS)}")
-        settings = EditSettings(method=method, stat_lines=self.stat_lines)
+        try:  # the settings check the method themselves (None: their default)
+            settings = EditSettings(stat_lines=self.stat_lines, **({"method": method} if method else {}))
+        except ValueError as e:
+            raise LabError(f"unknown edit method {method!r} ({e})") from None
         try:
             edited, report = edit_fact(run.model.gpt, run.model.vocab, person, place, self.corpus,
                                        settings=settings, places=self.train_places or None)
@@ -291,13 +291,13 @@ class Lab:
             raise LabError(str(e), 422) from None
         except TraceError as e:
             raise LabError(str(e)) from None
-        changed = self._changed_dev_answers(run, edited, person)
+        others, changed = self._changed_dev_answers(run, edited, person)
         return edited, {**report, "source": run.name, "new_answer": report["answer_after"],
-                        "others": sum(person_of(e.question) != person for e in self.dev_examples),
-                        "others_changed": len(changed), "changed": changed}
+                        "others": others, "others_changed": len(changed), "changed": changed}
 
-    def _changed_dev_answers(self, run: Run, edited: Any, person: str) -> list[dict[str, str]]:
-        """The dev answers (other people's) that the edit changed: question, gold, before, after."""
+    def _changed_dev_answers(self, run: Run, edited: Any, person: str) -> tuple[int, list[dict[str, str]]]:
+        """How many dev questions are about other people, and those of their answers the edit
+        changed: question, gold, before, after."""
         from ..facts.edit import changed_answers
 
         keep = [i for i, e in enumerate(self.dev_examples) if person_of(e.question) != person]
@@ -305,8 +305,8 @@ class Lab:
         before = [run.dev_answers[i] for i in keep]
         moved = changed_answers(edited, run.model.vocab, others, before)
         after = answer_questions(edited, run.model.vocab, [others[i] for i in moved]) if moved else []
-        return [{"question": others[i].question, "gold": others[i].answer, "before": before[i].answer,
-                 "after": a.answer} for i, a in zip(moved, after)]
+        return len(others), [{"question": others[i].question, "gold": others[i].answer,
+                              "before": before[i].answer, "after": a.answer} for i, a in zip(moved, after)]
 
     def save_edit(self, edit_id: int, name: str) -> dict[str, Any]:
         """Write the edited copy as the new run directory OUT_DIR/NAME, as ``attnlab edit`` writes
