@@ -58,10 +58,10 @@ def edit_fact(model: GPT, vocab: Vocab, person: str, place: str, docs: list[str]
     for the key statistics and the person's own line) and, with ``eval_file``, specificity (how
     many other answers of that file changed), with the settings used. The new model's ``edits``
     lists every edit it holds. Bad requests raise TraceError; a missed target EditFailed."""
-    check_edit_request(model, vocab, person, place, docs, settings.layer, corpus_name)
+    line = check_edit_request(model, vocab, person, place, docs, settings.layer, corpus_name)
     method = {"grace": _grace, "rome": _rome, "finetune": _finetune}[settings.method]
-    edited, report = method(model, vocab, person, place, docs, places, settings, log)
-    report.update(measure(model, edited, vocab, person, place, docs, report["old_answer"],
+    edited, report = method(model, vocab, person, place, docs, places, settings, log, line)
+    report.update(measure(model, edited, vocab, person, place, line, report["old_answer"],
                           method=settings.method, eval_file=eval_file, log=log))
     report["settings"] = settings.to_dict()
     record = {k: report[k] for k in ("id", "person", "old_answer", "place", "method", "layer", "parameters_added")}
@@ -70,14 +70,15 @@ def edit_fact(model: GPT, vocab: Vocab, person: str, place: str, docs: list[str]
 
 
 def check_edit_request(model: GPT, vocab: Vocab, person: str, place: str, docs: list[str], layer: int | None,
-                       corpus_name: str = "the corpus") -> None:
-    """Refuse, before any work, an edit that cannot be made: an unknown person, a place the
-    vocabulary cannot spell, a second edit of an edited person."""
+                       corpus_name: str = "the corpus") -> str:
+    """The person's corpus line; but first refuse, before any work, an edit that cannot be made:
+    an unknown person, a place the vocabulary cannot spell, a second edit of an edited person."""
     if layer is not None:
         check_layer(model, layer)
     check_place(vocab, place)
     vocab.encode(person, source="--person")
-    if CorpusIndex(docs).line_of(person) is None:
+    line = CorpusIndex(docs).line_of(person)
+    if line is None:
         raise TraceError(f"--person {person!r}: no line of {corpus_name} is about this person, so the "
                          f"model never saw them; an edit corrects what the model learnt of someone it saw")
     for r in getattr(model, "edits", []):
@@ -86,12 +87,15 @@ def check_edit_request(model: GPT, vocab: Vocab, person: str, place: str, docs: 
                              f"{r.get('place')!r}); undo it first (attnlab edit RUN --undo {r['id']} --out-dir NEW)")
 
 
+    return line
+
+
 def next_id(model: GPT) -> int:
     """The number the next edit of ``model`` gets."""
     return 1 + max((r["id"] for r in getattr(model, "edits", [])), default=0)
 
 
-def _grace(model, vocab, person, place, docs, places, s: EditSettings, log: Log):
+def _grace(model, vocab, person, place, docs, places, s: EditSettings, log: Log, line: str):
     """The gated edit (gated_edit.py): the edited model and its report."""
     book = codebook_of(model)
     layer = s.layer if s.layer is not None else book.layer if book is not None else gated_layer(model)
@@ -100,7 +104,7 @@ def _grace(model, vocab, person, place, docs, places, s: EditSettings, log: Log)
     negatives = Negatives.of(model, vocab, stat_texts(model, docs, s.stat_lines, s.seed, places), layer)
     owner = next_id(model)
     edited, g = gated_edit(model, vocab, person, place, negatives, owner=owner,
-                           line=CorpusIndex(docs).line_of(person), radius_fraction=s.radius)
+                           line=line, radius_fraction=s.radius)
     t = g.target
     log(f"edit input: {t.text!r}; the model answered {t.old_answer!r} before")
     log("corpus line: " + ("states no place the model read" if g.line_prompt is None else
@@ -132,7 +136,7 @@ def _rome_layer(model, vocab, person: str, s: EditSettings, log: Log) -> int:
     return layer
 
 
-def _rome(model, vocab, person, place, docs, places, s: EditSettings, log: Log):
+def _rome(model, vocab, person, place, docs, places, s: EditSettings, log: Log, line: str):
     """The rank-one edit (edit.py): the edited model and its report."""
     layer = _rome_layer(model, vocab, person, s, log)
     moment = key_second_moment(model, vocab, stat_texts(model, docs, s.stat_lines, s.seed, places), layer)
@@ -152,7 +156,7 @@ def _rome(model, vocab, person, place, docs, places, s: EditSettings, log: Log):
                     "loss_after": edit.loss_after}
 
 
-def _finetune(model, vocab, person, place, docs, places, s: EditSettings, log: Log):
+def _finetune(model, vocab, person, place, docs, places, s: EditSettings, log: Log, line: str):
     """Plain finetuning of one MLP's output matrix on the one question (finetune_edit.py): the
     edited model and its report."""
     layer = s.layer if s.layer is not None else answer_layer(model)
@@ -167,17 +171,17 @@ def _finetune(model, vocab, person, place, docs, places, s: EditSettings, log: L
                     "steps": f.steps, "loss_before": f.loss_before, "loss_after": f.loss_after}
 
 
-def measure(model: GPT, edited: GPT, vocab: Vocab, person: str, place: str, docs: list[str], old_answer: str, *,
+def measure(model: GPT, edited: GPT, vocab: Vocab, person: str, place: str, line: str, old_answer: str, *,
             method: str, eval_file: str | os.PathLike | None = None, log: Log = _quiet) -> dict[str, Any]:
     """Efficacy (an edit that misses it is an EditFailed), generalisation and, with
-    ``eval_file``, specificity."""
+    ``eval_file``, specificity (``line``: the person's corpus line)."""
     question = f"Where was {person} born?"
     now = answer_questions(edited, vocab, [QAExample(question, place, "<edit>", 1)])[0].answer
     if now != place:
         raise EditFailed(f"the {method} edit did not take: {question!r} is answered {now!r}, not "
                          f"{place!r}; nothing written")
     log(f"efficacy: {question!r} -> {now!r} (the new place)")
-    slot = place_slot(CorpusIndex(docs).line_of(person), person, [old_answer])
+    slot = place_slot(line, person, [old_answer])
     general = None if slot is None else completes_with(edited, vocab, slot, place)
     if slot is None:
         log("generalisation: the person's corpus line does not spell their old answer; not measured")
