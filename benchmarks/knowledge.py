@@ -59,8 +59,12 @@ def stage_seconds(run: Path) -> float:
     """A stage's training wall seconds as its metrics.jsonl recorded them, the evaluations
     during training left out (so a resumed or re-scored pipeline still reports the time its
     training took)."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return max(r.get("elapsed_s", 0.0) for r in rows) - sum(r.get("eval_s", 0.0) for r in rows)
+    seconds, evaluated = 0.0, 0.0
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        seconds = max(seconds, row.get("elapsed_s", 0.0) - evaluated)
+        evaluated += row.get("eval_s", 0.0)  # a scored row's elapsed_s is taken before its own evaluation
+    return seconds
 
 
 def run_pipeline(preset: str, out: Path, resume: bool, eval_every: int = 0, minutes: float = 0) -> float:

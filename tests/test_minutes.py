@@ -85,3 +85,25 @@ def test_the_demo_fits_its_recipe_to_what_is_left_of_its_minutes(tiny_data, tmp_
     run = tmp_path / "pretrain"
     assert _pretrain(tiny_data, run, "--minutes", "0.3", "--max-steps", "1") == 0
     assert runner.demo_pretraining(preset, run, 0.2, said.append).minutes == 0.3
+
+
+def test_a_preset_that_names_its_minutes_is_fitted_to_them_unless_told_otherwise(tiny_data, tmp_path, monkeypatch,
+                                                                                   capsys):
+    # cpu5 names its minutes, so `pretrain --preset cpu5` fits itself to this machine; --minutes 0
+    # trains the preset's epochs as they are (how a fitted run is repeated on another machine)
+    import dataclasses
+
+    from attnlab.config.settings import PRESETS, get_preset
+
+    tiny = get_preset("tiny")
+    monkeypatch.setitem(PRESETS, "timed", dataclasses.replace(
+        tiny, name="timed", pretrain=dataclasses.replace(tiny.pretrain, epochs=40, minutes=0.25)))
+    monkeypatch.setattr(pipeline, "step_seconds", lambda *a, **k: 0.5)
+    common = ["pretrain", "--preset", "timed", "--batch-size", "4", "--device", "cpu", "--eval-file", "",
+              "--no-cpu-settings", "--max-steps", "1", "--corpus", str(tiny_data["corpus"])]
+    assert cli.main([*common, "--out-dir", str(tmp_path / "fitted")]) == 0
+    assert "--minutes 0.25: a step takes 0.500 s here" in capsys.readouterr().out
+    assert 0 < _epochs(tmp_path / "fitted") < 40
+    assert cli.main([*common, "--minutes", "0", "--out-dir", str(tmp_path / "as-is")]) == 0
+    assert _epochs(tmp_path / "as-is") == 40 and "--minutes" not in capsys.readouterr().out
+    assert 0 < get_preset("cpu5").pretrain.minutes < 5  # finetuning must fit in what is left of the 5
