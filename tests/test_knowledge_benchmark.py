@@ -82,3 +82,14 @@ def test_one_open_book_scorer_for_both_benchmarks(knowledge):
     asked = [QAExample("Where was Ada Brook born?", "Paris", "dev.tsv", 1),
              QAExample("Where was Bela Kron born?", "Rome", "dev.tsv", 2)]  # the line says Lima
     assert knowledge.open_book_right(model, vocab, CorpusIndex(lines), asked) == [True, False]
+
+
+def test_a_stages_time_leaves_out_each_evaluation_once(knowledge, tmp_path):
+    # a scored row's elapsed_s is taken before its own evaluation: the last evaluation is not in
+    # any row's elapsed_s, so it must not be subtracted (the bug: 100 s of training read as 90)
+    rows = ['{"step": 10, "elapsed_s": 40.0}', '{"step": 20, "elapsed_s": 50.0, "eval_s": 10.0}',
+            '{"step": 30, "elapsed_s": 85.0}', '{"step": 40, "elapsed_s": 110.0, "eval_s": 10.0}']
+    (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    assert knowledge.stage_seconds(tmp_path) == 100.0
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "elapsed_s": 12.5}\n')  # a stage scored never
+    assert knowledge.stage_seconds(tmp_path) == 12.5

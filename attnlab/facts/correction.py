@@ -85,8 +85,6 @@ def check_edit_request(model: GPT, vocab: Vocab, person: str, place: str, docs: 
         if r.get("person") == person:
             raise TraceError(f"--person {person!r} was already edited (edit {r['id']}: {r.get('old_answer')!r} -> "
                              f"{r.get('place')!r}); undo it first (attnlab edit RUN --undo {r['id']} --out-dir NEW)")
-
-
     return line
 
 
