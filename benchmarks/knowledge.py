@@ -58,13 +58,17 @@ def stage_commands(preset: str, out: Path, eval_every: int = 0, minutes: float =
 def stage_seconds(run: Path) -> float:
     """A stage's training wall seconds as its metrics.jsonl recorded them, the evaluations
     during training left out (so a resumed or re-scored pipeline still reports the time its
-    training took)."""
-    seconds, evaluated = 0.0, 0.0
+    training took: elapsed_s starts again at each resume, so each process's part is added)."""
+    earlier, seconds, evaluated, last = 0.0, 0.0, 0.0, 0.0
     for line in (run / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
-        seconds = max(seconds, row.get("elapsed_s", 0.0) - evaluated)
+        elapsed = row.get("elapsed_s", 0.0)
+        if elapsed < last:  # a resumed process's first row
+            earlier, seconds, evaluated = earlier + seconds, 0.0, 0.0
+        seconds = max(seconds, elapsed - evaluated)
         evaluated += row.get("eval_s", 0.0)  # a scored row's elapsed_s is taken before its own evaluation
-    return seconds
+        last = elapsed
+    return earlier + seconds
 
 
 def run_pipeline(preset: str, out: Path, resume: bool, eval_every: int = 0, minutes: float = 0) -> float:

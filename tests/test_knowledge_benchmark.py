@@ -93,3 +93,7 @@ def test_a_stages_time_leaves_out_each_evaluation_once(knowledge, tmp_path):
     assert knowledge.stage_seconds(tmp_path) == 100.0
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "elapsed_s": 12.5}\n')  # a stage scored never
     assert knowledge.stage_seconds(tmp_path) == 12.5
+    resumed = rows + ['{"step": 35, "elapsed_s": 20.0}', '{"step": 40, "elapsed_s": 30.0, "eval_s": 10.0}',
+                      '{"step": 50, "elapsed_s": 45.0}']  # a second process: 35 s of training
+    (tmp_path / "metrics.jsonl").write_text("\n".join(resumed) + "\n")
+    assert knowledge.stage_seconds(tmp_path) == 135.0
