@@ -33,6 +33,7 @@ from attnlab.probing.attention_maps import statistics_over  # noqa: E402
 from attnlab.data.datasets import read_qa, read_texts  # noqa: E402
 from attnlab.config.settings import DEFAULT_DEV  # noqa: E402
 from attnlab.training.pipeline import evaluate_file, finetune, pretrain  # noqa: E402
+from attnlab.experiments.runner import equal_passes  # noqa: E402
 from attnlab.core.devices import resolve_device  # noqa: E402
 from attnlab.data.vocab import MASK_CHAR  # noqa: E402
 
@@ -102,8 +103,8 @@ def train_row(run: Path, setting: str, k: int, args, preset, model_config) -> di
     if args.epochs:
         overrides["epochs"] = args.epochs
     start = time.perf_counter()
-    _, _, pre = pretrain(model_config, dataclasses.replace(preset.pretrain, **overrides, seed=preset.pretrain.seed + k),
-                         run_dir=run / "pretrain")
+    pretrain_config = equal_passes(dataclasses.replace(preset.pretrain, **overrides, seed=preset.pretrain.seed + k))
+    _, _, pre = pretrain(model_config, pretrain_config, run_dir=run / "pretrain")
     _, _, fin = finetune(dataclasses.replace(preset.finetune, **overrides, seed=preset.finetune.seed + k),
                          run_dir=run / "finetune", init=run / "pretrain")
     seconds = time.perf_counter() - start

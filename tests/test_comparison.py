@@ -303,3 +303,26 @@ def test_gathering_touches_no_run_directory(tmp_path, capsys):
     assert writing.exists()
     out_ = capsys.readouterr()
     assert "missing (neither a record nor a finished run): vanilla seed 0, rotary seed 0" in out_.out + out_.err
+
+
+def test_compare_trains_a_fitted_presets_epochs_in_every_run(tmp_path, monkeypatch, capsys):
+    # a preset fitted to --minutes (cpu5) would give each compared run the passes its own moment's
+    # speed allows; compare trains the preset's epochs in every run instead, and says so
+    import dataclasses
+
+    from attnlab.config.settings import PRESETS, get_preset
+    from attnlab.training import pipeline
+
+    tiny = get_preset("tiny")
+    monkeypatch.setitem(PRESETS, "timed", dataclasses.replace(
+        tiny, name="timed", pretrain=dataclasses.replace(tiny.pretrain, epochs=2, minutes=0.25)))
+    monkeypatch.setattr(pipeline, "step_seconds", lambda *a, **k: pytest.fail("compare fitted a run to --minutes"))
+    paths, out = write_data(tmp_path), tmp_path / "compare"
+    argv = _compare_argv(paths, out)
+    argv[argv.index("tiny")] = "timed"
+    assert run_cli(argv) == 0
+    said = capsys.readouterr()
+    assert "every run trains the 2 epochs given, not fitted to --minutes 0.25" in said.out + said.err
+    for variant in ("vanilla", "rotary"):
+        config = json.loads((out / variant / "pretrain" / "config.json").read_text())["train"]
+        assert config["epochs"] == 2 and config["minutes"] == 0

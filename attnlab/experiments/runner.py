@@ -654,6 +654,7 @@ def compare(
     ``gather`` trains nothing: the table of the records and the rows finished in ``out``."""
     variants = list(variants or REGISTRY)
     reference = _check_variants(variants, reference, seeds)
+    pretrain_config = equal_passes(pretrain_config, log)
     data = {"corpus": corpus, "train": train_file, "dev": dev_file, "test": DEFAULT_TEST}  # test: held out
     settings = experiment_settings(preset, model_config, pretrain_config, finetune_config, scratch_config, data)
     run = Runner(Path(out), corpus, train_file, dev_file, held_out=(dev_file, DEFAULT_TEST), device=device,
@@ -679,6 +680,16 @@ def compare(
     logs.results_via(log)(f"\nwrote {run.out / 'results.md'}, {run.out / 'results.json'} and {run.out / 'dev_accuracy.png'}; "
         f"runs in {run.out}/*/")
     return rows
+
+
+def equal_passes(config: TrainConfig, log: Callable[[str], None] = logs.note) -> TrainConfig:
+    """A comparison's pretraining: its epochs as given, never fitted to --minutes (a fit follows
+    the speed of its own moment and machine, so compared runs would differ in passes)."""
+    if not config.minutes:
+        return config
+    log(f"every run trains the {config.epochs:g} epochs given, not fitted to --minutes {config.minutes:g}: "
+        "a fit follows the machine's speed at that moment, so compared runs would differ in passes")
+    return dataclasses.replace(config, minutes=0.0)
 
 
 def _check_variants(variants: list[str], reference: str | None, seeds: int) -> str:
