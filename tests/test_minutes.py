@@ -3,6 +3,7 @@ on this machine by a few timed steps, which leave the run itself untouched."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -48,8 +49,10 @@ def test_the_fit_is_the_budget_over_the_step_time_and_never_more_than_given(tiny
     run = tmp_path / "run"
     assert _pretrain(tiny_data, run, "--minutes", "0.25", "--max-steps", "1") == 0  # 15 s
     steps_per_epoch = 4  # 13 lines, batch 4
-    fitted = int(100 * pipeline.FIT_SHARE * 15 / (0.5 * steps_per_epoch)) / 100
-    assert 0 < fitted < 40 and _epochs(run) == pytest.approx(fitted)
+    # the budget counts from the start of the command: what preparing the data took is not left
+    most = math.floor(100 * pipeline.FIT_SHARE * 15 / (0.5 * steps_per_epoch)) / 100
+    fitted = _epochs(run)
+    assert most - 0.1 <= fitted <= most and 0 < fitted < 40
     assert f"--minutes 0.25: a step takes 0.500 s here (4 a pass), so {fitted:g} of 40 epochs fit" in capsys.readouterr().out
     # the same command resumes it with the fitted epochs (not the 40 given), and times nothing again
     monkeypatch.setattr(pipeline, "step_seconds", lambda *a, **k: pytest.fail("a resumed run is not re-timed"))
@@ -107,3 +110,89 @@ def test_a_preset_that_names_its_minutes_is_fitted_to_them_unless_told_otherwise
     assert cli.main([*common, "--minutes", "0", "--out-dir", str(tmp_path / "as-is")]) == 0
     assert _epochs(tmp_path / "as-is") == 40 and "--minutes" not in capsys.readouterr().out
     assert 0 < get_preset("cpu5").pretrain.minutes < 5  # finetuning must fit in what is left of the 5
+
+
+# ---- the re-fit as the run goes (attnlab/training/deadline.py) ---------------------------------
+def _timed(deadline, first_step: int = 0):
+    """A deadline whose warm-up step is ``first_step`` and whose clock starts at the next one, at
+    moment 0 with no evaluation yet."""
+    assert not deadline.due(first_step, 1000, -1.0, 0.0)  # the warm-up step is not timed
+    assert not deadline.due(first_step + 1, 1000, 0.0, 0.0)  # the clock starts
+    return deadline
+
+
+def test_a_re_fit_ends_the_run_at_the_deadline_at_its_own_pace():
+    from attnlab.training.deadline import REFIT_EVERY, REFIT_FIRST, Deadline
+
+    d = _timed(Deadline(end=300.0, most_steps=1000))
+    first = 1 + REFIT_FIRST
+    assert not d.due(first - 1, 1000, 49.0, 0.0) and d.due(first, 1000, 50.0, 0.0)
+    assert not d.due(first + 1, 1000, 51.0, 0.0) and d.due(first + REFIT_EVERY, 1000, 60.0, 0.0)
+    # 50 steps in 50 s: 1 s a step, 250 s left, so 250 steps more
+    assert d.steps_for(first, 50.0, 0.0) == first + 250 and d.pace == 1.0
+    # evaluations are not training: 20 s of them slow no step, and move the deadline by 20 s
+    assert d.steps_for(first, 70.0, 20.0) == first + 250
+    # slower steps: 2 s a step, 200 s left, 100 steps more
+    assert d.steps_for(first, 100.0, 0.0) == first + 100 and d.refits == 3
+    # never more than the epochs given, and at least one more step when the time is up
+    assert d.steps_for(first, 0.5, 0.0) == 1000
+    assert d.steps_for(first, 400.0, 0.0) == first + 1
+
+
+def test_no_re_fit_in_the_runs_last_tenth_nor_before_its_first_timed_steps():
+    from attnlab.training.deadline import REFIT_EVERY, REFIT_FIRST, REFIT_UNTIL, Deadline
+
+    d = _timed(Deadline(end=1e9, most_steps=10 ** 6), first_step=100)  # a resumed process starts late
+    assert not any(d.due(step, 10 ** 6, 1.0, 0.0) for step in range(102, 101 + REFIT_FIRST))
+    assert d.due(101 + REFIT_FIRST, 10 ** 6, 1.0, 0.0)
+    late = 101 + REFIT_EVERY * math.ceil((REFIT_UNTIL * 1000 - 101) / REFIT_EVERY)  # a re-fit step past 90% of 1000
+    assert not d.due(late, 1000, 1.0, 0.0) and d.due(late, 2000, 1.0, 0.0)
+
+
+@pytest.mark.parametrize("steps_per_epoch", [1, 3, 4, 7, 97, 1181])
+def test_re_fitted_epochs_give_back_their_steps(steps_per_epoch):
+    from attnlab.config.settings import TrainConfig
+    from attnlab.training.deadline import epochs_for
+    from attnlab.training.trainer import total_steps
+
+    for steps in [1, 2, 5, 33, 999, 12345, 47011]:
+        assert total_steps(TrainConfig(epochs=epochs_for(steps, steps_per_epoch)), steps_per_epoch) == steps
+
+
+def test_a_slower_run_than_its_timed_steps_is_cut_to_its_minutes_and_anneals_over_what_it_trains(
+        tiny_data, tmp_path, monkeypatch, capsys):
+    import time
+
+    from attnlab.training import deadline, trainer
+
+    # the timed steps say the run is fast (all 40 epochs fit); its own steps are slow (a shared
+    # CPU): the re-fit shortens the run, and the learning rate still ends at its floor
+    monkeypatch.setattr(pipeline, "step_seconds", lambda *a, **k: 1e-6)
+    monkeypatch.setattr(deadline, "REFIT_FIRST", 5)
+    real_step = trainer.train_step
+
+    def slow_step(*args, **kwargs):
+        time.sleep(0.02)
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "train_step", slow_step)
+    run = tmp_path / "run"
+    assert _pretrain(tiny_data, run, "--objective", "lm", "--minutes", "0.02", "--learning-rate", "1e-3",
+                     "--warmup-tokens", "0") == 0
+    said = capsys.readouterr().out
+    assert "so 40 of 40 epochs fit (all of them)" in said and "re-fitted" in said
+    meta = load_checkpoint(run).meta
+    epochs, steps = meta["train_config"]["epochs"], meta["step"]
+    assert epochs < 40 and steps == math.ceil(epochs * 4) < 160
+    assert f"-> {epochs:g} epochs" in said
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+    # the schedule anneals over the steps trained: the last one's rate is near the floor (0.1 x peak),
+    # where the 160 steps first fitted would have left it near the peak
+    assert rows[-1]["step"] == steps and 1e-4 <= rows[-1]["lr"] < 2e-4
+    model = json.loads((run / "config.json").read_text())["model"]
+    assert meta["final_tokens"] == steps * meta["train_config"]["batch_size"] * model["block_size"]
+    # the same command resumes it as it stands: complete, with the last fit's epochs, nothing re-timed
+    monkeypatch.setattr(pipeline, "step_seconds", lambda *a, **k: pytest.fail("a resumed run is not re-timed"))
+    assert _pretrain(tiny_data, run, "--objective", "lm", "--minutes", "0.02", "--learning-rate", "1e-3",
+                     "--warmup-tokens", "0", "--resume") == 0
+    assert load_checkpoint(run).meta["step"] == steps

@@ -179,8 +179,9 @@ class TrainConfig(_Serialisable):
                         "more steps); for a whole, shorter schedule give fewer --epochs (fractions allowed) or, "
                         "for span, --final-tokens (0 = run all epochs)", bound=b.NON_NEGATIVE_INT)
     minutes: float = _f(0.0, "fit pretraining into this many minutes of training on this machine: a few timed "
-                        "steps before the first set --epochs (never more than given) so that the run, annealed "
-                        "over itself, ends in time; evaluations come on top (0 = run all --epochs)",
+                        "steps before the first set --epochs (never more than given), and the run re-fits them to "
+                        "its own pace as it goes, so that it ends in time annealed over itself; evaluations come on "
+                        "top (0 = run all --epochs)",
                         stages=("pretrain",), bound=b.NON_NEGATIVE)
     checkpoint_every: int = _f(500, "write a checkpoint every N steps (0 = only at the end)", bound=b.NON_NEGATIVE_INT)
     log_every: int = _f(10, "append metrics to metrics.jsonl every N steps", bound=b.POSITIVE_INT)

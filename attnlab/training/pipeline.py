@@ -30,13 +30,14 @@ from ..data.objectives import (corpus_sequences, mixed, pack, qa_sequences, refu
 from .shaping import shaping_loss_fn
 from ..model.shipped import output_dir
 from ..core.devices import resolve_device
+from .deadline import Deadline
 from .trainer import TrainResult, default_loss, step_seconds, total_steps, train
 from ..data.vocab import MASK_CHAR, Vocab
 
-# The share of --minutes the fitted steps may take: a shared or virtual CPU's speed drifts while a
-# run goes on, so its steps may take longer than the few timed before it (docs/guides/knowledge.md
-# has the measurement), and the run's start, checkpoints and end take a little too.
-FIT_SHARE = 0.85
+# The share of --minutes a fitted pretraining aims at: the run re-fits itself to its own pace as
+# it goes (attnlab/training/deadline.py), but not in its last tenth, whose steps may still drift,
+# and its final checkpoint and the process's end take a little too.
+FIT_SHARE = 0.95
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,10 @@ def pretrain(
     ``train_config.eval_every`` steps. A ``run_dir`` holding a checkpoint needs ``resume``
     (continue that run: the configs and data must be its own, rundir.resumed) or
     ``overwrite`` (replace it)."""
+    began = time.perf_counter()  # --minutes counts the data's preparation too
     run_dir = Path(run_dir)
     with rundir.claim(run_dir, resume=resume, overwrite=overwrite, log=log):
-        ckpt = None
+        ckpt = deadline = None
         if resume:
             ckpt, model_config, train_config = _resumed(run_dir, "pretrain", model_config.to_dict(), train_config)
         text = read_text(corpus)
@@ -95,7 +97,7 @@ def pretrain(
             batches = CorruptionBatches(dataset, train_config.batch_size, dev, train_config.seed)
             described = f"{len(dataset):,} documents, span corruption"
         if train_config.minutes and not resume:
-            train_config = fit_to_minutes(model, batches, train_config, model_config, log)
+            train_config, deadline = fit_to_minutes(model, batches, train_config, model_config, began, log)
         if train_config.objective == "lm":
             # The course's decay length is defined for span corruption; lm runs anneal over themselves.
             final_tokens = train_config.final_tokens or _run_tokens(batches, train_config, model_config)
@@ -114,7 +116,7 @@ def pretrain(
                        settings={"stage": "pretrain", "corpus": str(corpus),
                                  "mix_qa": str(mix_qa) if train_config.mix_ratio else None},
                        desc="pretrain", log=log, loss_fn=_loss_fn(train_config),
-                       evaluator=_dev_evaluator(eval_file, corpus, dataset.vocab, train_config))
+                       evaluator=_dev_evaluator(eval_file, corpus, dataset.vocab, train_config), deadline=deadline)
     return model, dataset.vocab, result
 
 
@@ -130,22 +132,28 @@ def _resumed(run_dir: Path, stage: str, model_given: dict[str, Any], train_confi
     return (ckpt, *rundir.resumed_configs(ckpt, model_given, train_config.to_dict(), run_dir / CHECKPOINT_NAME))
 
 
-def fit_to_minutes(model: GPT, batches, config: TrainConfig, model_config: ModelConfig,
-                   log: Callable[[str], None] = logs.note) -> TrainConfig:
-    """``config`` with the epochs that fit ``config.minutes`` of training on this machine (never
-    more than its own), from the time of a few steps of a copy of ``model`` (trainer.step_seconds:
-    the run itself, its data order and random state are untouched)."""
+def fit_to_minutes(model: GPT, batches, config: TrainConfig, model_config: ModelConfig, began: float,
+                   log: Callable[[str], None] = logs.note) -> tuple[TrainConfig, Deadline]:
+    """``config`` with the epochs that fit what is left of ``config.minutes`` since ``began`` on
+    this machine (never more than its own), from the time of a few steps of a copy of ``model``
+    (trainer.step_seconds: the run itself, its data order and random state are untouched), and
+    the deadline the run re-fits itself to as it goes (attnlab/training/deadline.py)."""
     if distributed.environment().world_size > 1:
         raise ValueError("--minutes fits a one-process run (each process would time itself); give --epochs")
+    whole = dataclasses.replace(config, max_steps=0)
     seconds = step_seconds(model, batches, config, _run_tokens(batches, config, model_config),
                            loss_fn=_loss_fn(config), trim=model_config.causal and config.objective == "span")
-    budget = FIT_SHARE * 60 * config.minutes
+    end = began + FIT_SHARE * 60 * config.minutes
+    budget = end - time.perf_counter()
     fitted = math.floor(100 * budget / (seconds * batches.steps_per_epoch)) / 100
     epochs = max(min(config.epochs, fitted), 0.01)
     log(f"--minutes {config.minutes:g}: a step takes {seconds:.3f} s here ({batches.steps_per_epoch} a pass), "
         f"so {epochs:g} of {config.epochs:g} epochs fit"
-        + ("" if epochs < config.epochs else " (all of them)"))
-    return dataclasses.replace(config, epochs=epochs)
+        + (" (all of them)" if epochs >= config.epochs else "; the run re-fits them to its own pace as it goes"))
+    anneals_over_run = config.objective == "lm" and not config.final_tokens
+    deadline = Deadline(end, total_steps(whole, batches.steps_per_epoch), timed_pace=seconds,
+                        tokens_per_step=config.batch_size * model_config.block_size if anneals_over_run else 0)
+    return dataclasses.replace(config, epochs=epochs), deadline
 
 
 def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: TrainConfig,

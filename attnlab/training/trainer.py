@@ -13,6 +13,7 @@ A loss or weights that are no longer finite stop the run (``Diverged``) without 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from copy import deepcopy
 import json
@@ -36,6 +37,7 @@ from ..core.devices import allow_tf32, fast_bfloat16, switch
 from ..model.fastpath import set_fast
 from .metrics_sinks import MetricsSink, NoSink, metrics_sink
 from .muon import Muon
+from .deadline import Deadline, epochs_for
 from ..model.gpt import lm_loss
 from ..data.vocab import PAD_ID, Vocab
 
@@ -409,14 +411,15 @@ def train(
     desc: str = "train",
     log: Callable[[str], None] = logs.note,
     evaluator: Callable[[nn.Module], dict[str, Any]] | None = None,
+    deadline: Deadline | None = None,
 ) -> TrainResult:
     """Train ``model`` in place; checkpoints and metrics.jsonl go to ``run_dir``, which the run
     holds (rundir.claim). A directory holding a checkpoint needs ``resume`` (continue it: the
     model and ``config`` must agree with it but for rundir.RESUMABLE, and the schedule keeps
     its final_tokens) or ``overwrite`` (replace it). Once the run starts, config.json records
     ``settings`` with the model and training configs. ``evaluator`` (with
-    ``config.eval_every``): scores the model every N steps and at the end; its numbers join
-    metrics.jsonl with the training CPU time so far (evaluation excluded)."""
+    ``config.eval_every``): scores the model every N steps and at the end, into metrics.jsonl.
+    ``deadline`` (--minutes): the run's length is re-fitted to it as it goes (``_refit``)."""
     with rundir.claim(run_dir, resume=resume, overwrite=overwrite, log=log) as run:
         env = dist.environment()
         device = batches.device
@@ -437,7 +440,8 @@ def train(
         checkpoint = functools.partial(_checkpoint, run.checkpoint, stepper, vocab, meta, state, metrics)
         scores = None if evaluator is None or not config.eval_every or not env.is_main else (lambda: evaluator(model))
         start_tokens = state.tokens
-        _steps(stepper, batches, state, steps, metrics, checkpoint, scores, run.checkpoint, desc, log)
+        refit = deadline and functools.partial(_refit, deadline, stepper, meta, metrics, config, batches.steps_per_epoch, log)
+        steps = _steps(stepper, batches, state, steps, metrics, checkpoint, scores, run.checkpoint, desc, log, refit)
         with _stop_on_interrupt() as stop:  # a Ctrl-C now lets the last checkpoint finish first
             checkpoint(steps)
         if stop.requested:
@@ -468,22 +472,51 @@ def _check_steps(steps: int, at: int, config: TrainConfig, ckpt_path: Path) -> N
                              f"({ckpt_path}); give a later end, or start a new run")
 
 
+def _refit(deadline: Deadline, stepper: Stepper, meta: dict[str, Any], metrics: MetricsLog, config: TrainConfig,
+           steps_per_epoch: int, log, step: int, steps: int, last: bool = False) -> int:
+    """The run's steps, re-fitted to ``deadline`` when one is due: the epochs that give them
+    go into the checkpoints (a resumed run keeps the last fit) and, where the run anneals over
+    itself (``deadline.tokens_per_step``), its schedule's final_tokens follow. ``last``: the
+    run has ended; say what the re-fits made of it."""
+    if last:
+        if deadline.refits:
+            log(f"--minutes: re-fitted {deadline.refits} times to this run's own pace ({deadline.pace:.3f} s a "
+                f"step; the timed steps said {deadline.timed_pace:.3f}): {config.epochs:g} -> "
+                f"{meta['train_config']['epochs']:g} epochs")
+        return steps
+    now = time.perf_counter()
+    if not deadline.due(step, steps, now, metrics.eval_wall):
+        return steps
+    fitted = dataclasses.replace(config, epochs=epochs_for(deadline.steps_for(step, now, metrics.eval_wall),
+                                                           steps_per_epoch))
+    meta["train_config"]["epochs"] = fitted.epochs
+    if deadline.tokens_per_step:
+        whole = total_steps(dataclasses.replace(fitted, max_steps=0), steps_per_epoch)
+        stepper.final_tokens = meta["final_tokens"] = whole * deadline.tokens_per_step
+    return total_steps(fitted, steps_per_epoch)
+
+
 def _steps(stepper: Stepper, batches: Batches, state: TrainState, steps: int, metrics: MetricsLog,
-           checkpoint: Callable[[int], None], scores, ckpt_path: Path, desc: str, log) -> None:
-    """The optimiser steps from ``state.step`` to ``steps``, with logging, evaluations and
-    checkpoints; a non-finite loss stops them (Diverged)."""
+           checkpoint: Callable[[int], None], scores, ckpt_path: Path, desc: str, log,
+           refit: Callable[[int, int], int] | None = None) -> int:
+    """The optimiser steps from ``state.step`` to ``steps`` (or to what ``refit`` makes of
+    them before each step), with logging, evaluations and checkpoints; a non-finite loss stops
+    them (Diverged). Returns the steps the run ended at."""
     config, env = stepper.config, stepper.env
     # Under the `attnlab` program: fewer threads while another process takes a core (a team
     # thread sharing a core stalls every parallel region; docs/benchmarks.md "Training next to a
     # busy core"), all of them again when it is free.
     threads = cpu_settings.thread_adapter() if stepper.device.type == "cpu" else None
     stepper.model.train()
-    bar = progress_bar(range(state.step, steps), initial=state.step, total=steps, desc=desc,
+    bar = progress_bar(None, initial=state.step, total=steps, desc=desc,
                disable=not env.is_main, dynamic_ncols=True, leave=True)
+    step = state.step
     # Ctrl-C finishes the current step, writes a checkpoint and stops: no work is lost.
     try:
         with _stop_on_interrupt() as stop:
-            for step in bar:
+            while step < steps:
+                if refit is not None and steps != (steps := refit(step, steps)):
+                    bar.total = steps
                 out = train_step(stepper, batches, step, state.tokens, stop.requested)
                 if threads is not None:
                     threads.check()
@@ -503,9 +536,12 @@ def _steps(stepper: Stepper, batches: Batches, state: TrainState, steps: int, me
                     _stop(checkpoint, step + 1, bar, ckpt_path, log)
                 if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0 and step + 1 < steps:
                     checkpoint(step + 1)
+                step += 1
+                bar.update(1)
     finally:
         bar.close()
         metrics.close()
+    return refit(step, steps, last=True) if refit else steps
 
 
 def _diverged(ckpt_path: Path, what: str, state: TrainState) -> Diverged:
