@@ -97,3 +97,26 @@ def test_a_stages_time_leaves_out_each_evaluation_once(knowledge, tmp_path):
                       '{"step": 50, "elapsed_s": 45.0}']  # a second process: 35 s of training
     (tmp_path / "metrics.jsonl").write_text("\n".join(resumed) + "\n")
     assert knowledge.stage_seconds(tmp_path) == 135.0
+
+
+def test_the_commands_wall_time_adds_what_the_loops_leave_out_but_not_the_evaluations(knowledge, tmp_path,
+                                                                                    monkeypatch):
+    # each fake stage takes 10 s of the clock: 3 s preparing, 5 s training, 2 s evaluating
+    clock = [0.0]
+
+    def stage(argv):
+        run = Path(argv[argv.index("--out-dir") + 1])
+        run.mkdir(parents=True, exist_ok=True)
+        rows = ['{"step": 1, "elapsed_s": 5.0, "train_wall_s": 5.0}', '{"step": 1, "elapsed_s": 5.0, "eval_s": 2.0}']
+        (run / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+        (run / "checkpoint.safetensors").write_text("")
+        clock[0] += 10.0
+        return 0
+
+    monkeypatch.setattr(knowledge.cli, "main", stage)
+    monkeypatch.setattr(knowledge.time, "perf_counter", lambda: clock[0])
+    loops, commands = knowledge.run_pipeline("cpu5", tmp_path / "k", resume=False)
+    assert loops == 10.0 and commands == 16.0  # two stages of (10 - 2) s; the loops' own 5 s each
+    # finished stages resumed by another process: their commands' time is not this process's to tell
+    loops, commands = knowledge.run_pipeline("cpu5", tmp_path / "k", resume=True)
+    assert loops == 10.0 and commands is None
