@@ -35,6 +35,7 @@ def _epochs(run: Path) -> float:
 @pytest.mark.parametrize("objective", ["span", "lm"])
 def test_a_fitted_run_is_the_run_given_its_epochs(tiny_data, tmp_path, objective):
     # the timed steps (real ones here) change nothing: the same weights as --epochs E given directly
+    # (a run this short ends before its first re-fit, which would move its schedule's length)
     fitted, given = tmp_path / "fitted", tmp_path / "given"
     assert _pretrain(tiny_data, fitted, "--objective", objective, "--minutes", "0.002") == 0
     epochs = _epochs(fitted)
