@@ -457,10 +457,11 @@ def _from_score(dev: Score) -> list[bool]:
     return [True] * dev.correct + [False] * (dev.total - dev.correct)
 
 
-def comparison_table(compared: dict[str, Compared], reference: str) -> str:
-    """One line per variant: its seeds' mean with the interval, each seed's count, stored, and
-    the paired test against the reference with its verdict; a note says which methods."""
-    lines = [f"| variant | seeds | dev extracted, mean over seeds (95% CI) | each seed | dev stored (mean) "
+def comparison_table(compared: dict[str, Compared], reference: str, label: str = "variant") -> str:
+    """One line per variant (or what ``label`` names: the compared models): its seeds' mean with
+    the interval, each seed's count, stored, and the paired test against the reference with its
+    verdict; a note says which methods."""
+    lines = [f"| {label} | seeds | dev extracted, mean over seeds (95% CI) | each seed | dev stored (mean) "
              f"| right only here / only in {reference} | p | verdict vs {reference} |",
              "| --- | --- | ---: | --- | ---: | ---: | ---: | --- |"]
     for name, c in compared.items():
