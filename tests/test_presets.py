@@ -46,7 +46,7 @@ def test_help_lists_each_preset_on_its_own_line_with_size_and_time():
         line = next(ln for ln in text.splitlines() if ln.strip().startswith(f"{name}: "))
         assert p.description.split()[0] in line
     joined = " ".join(text.split())
-    assert "4 layers x 128 wide; about 15 minutes on 2 CPU cores" in joined
+    assert "4 layers x 128 wide; 15 minutes on 2 CPU cores" in joined
 
 
 def test_every_run_records_its_preset(tmp_path):
