@@ -26,14 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import replace_section  # noqa: E402
 from attnlab.model.checkpoint import load_model  # noqa: E402
-from attnlab.config.settings import ModelConfig, get_preset  # noqa: E402
+from attnlab.config.settings import ModelConfig, TrainConfig, get_preset  # noqa: E402
 from attnlab.answering.evaluate import Score  # noqa: E402
 from attnlab.experiments.comparison import INTERVAL_METHOD, TEST_METHOD, compare_models, correctness, read_correctness  # noqa: E402
 from attnlab.probing.attention_maps import statistics_over  # noqa: E402
 from attnlab.data.datasets import read_qa, read_texts  # noqa: E402
 from attnlab.config.settings import DEFAULT_DEV  # noqa: E402
 from attnlab.training.pipeline import evaluate_file, finetune, pretrain  # noqa: E402
-from attnlab.experiments.runner import equal_passes  # noqa: E402
+from attnlab.experiments.runner import check_settings, equal_passes, stage_settings  # noqa: E402
 from attnlab.core.devices import resolve_device  # noqa: E402
 from attnlab.data.vocab import MASK_CHAR  # noqa: E402
 
@@ -67,14 +67,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="reuse settings already finished in --out (their row.json) instead of retraining, so "
                         "settings can be trained by separate processes and gathered (default: retrain)")
     p.add_argument("--none-from", default=None, metavar="RUN",
-                   help="take the 'none' row from a finished `attnlab compare` run of the same preset and "
-                        "variant (e.g. runs/compare/vanilla): lambda = 0 trains bit-identically to the plain "
-                        "loss, so it is the same run; one seed only (default: train it)")
+                   help="take the 'none' rows from a finished `attnlab compare` run of the same preset and "
+                        "variant (e.g. runs/compare/vanilla; with --seeds N, its seed-K directories, whose "
+                        "settings are checked): lambda = 0 trains bit-identically to the plain loss, so it is "
+                        "the same run (default: train it)")
     args = p.parse_args(argv)
     if args.seeds < 1:
         p.error(f"--seeds must be at least 1, got {args.seeds}")
-    if args.none_from and args.seeds > 1:
-        p.error("--none-from takes one run: it cannot stand for several seeds")
     return args
 
 
@@ -93,20 +92,36 @@ def dev_each_of(run: Path) -> str:
     return "".join("1" if c else "0" for c in read_correctness(predictions, DEFAULT_DEV))
 
 
-def train_row(run: Path, setting: str, k: int, args, preset, model_config) -> dict:
-    """Pretrain and finetune one setting with seed k (each stage's seed plus k) in ``run``; its
-    row (dev_each: one 0/1 per dev question) is written to run/row.json."""
+def stage_configs(setting: str, k: int, args, preset) -> tuple[TrainConfig, TrainConfig]:
+    """The pretraining and finetuning configs of one setting with seed k (each stage's seed plus
+    k; the pretraining's epochs as given, never fitted to --minutes, as `compare` trains them)."""
     name, weight = parse_setting(setting)
-    overrides = dict(device=args.device, attn_loss=name, attn_loss_weight=weight, near_max=args.near_max)
+    overrides = dict(device=args.device, attn_loss=name, attn_loss_weight=weight, near_max=args.near_max,
+                     preset=preset.name)
     if args.max_steps:
         overrides["max_steps"] = args.max_steps
     if args.epochs:
         overrides["epochs"] = args.epochs
+    return (equal_passes(dataclasses.replace(preset.pretrain, **overrides, seed=preset.pretrain.seed + k)),
+            dataclasses.replace(preset.finetune, **overrides, seed=preset.finetune.seed + k))
+
+
+def check_none_run(run: Path, k: int, args, preset, model_config) -> None:
+    """A --none-from run must have been made with the settings ``none`` would train with seed k
+    (a one-line error names what differs)."""
+    stored = json.loads((run / "settings.json").read_text()) if (run / "settings.json").is_file() else None
+    pre, fin = stage_configs("none", k, args, preset)
+    current = {"model": model_config.to_dict(), "pretrain": stage_settings(pre), "finetune": stage_settings(fin)}
+    check_settings(run / "settings.json", stored and {key: stored.get(key) for key in current}, current)
+
+
+def train_row(run: Path, setting: str, k: int, args, preset, model_config) -> dict:
+    """Pretrain and finetune one setting with seed k (each stage's seed plus k) in ``run``; its
+    row (dev_each: one 0/1 per dev question) is written to run/row.json."""
+    pretrain_config, finetune_config = stage_configs(setting, k, args, preset)
     start = time.perf_counter()
-    pretrain_config = equal_passes(dataclasses.replace(preset.pretrain, **overrides, seed=preset.pretrain.seed + k))
     _, _, pre = pretrain(model_config, pretrain_config, run_dir=run / "pretrain")
-    _, _, fin = finetune(dataclasses.replace(preset.finetune, **overrides, seed=preset.finetune.seed + k),
-                         run_dir=run / "finetune", init=run / "pretrain")
+    _, _, fin = finetune(finetune_config, run_dir=run / "finetune", init=run / "pretrain")
     seconds = time.perf_counter() - start
     answers, dev, _ = evaluate_file(run / "finetune", DEFAULT_DEV, device=args.device)
     labels = [e.answer for e in read_qa(DEFAULT_DEV, labelled=True)]
@@ -125,9 +140,11 @@ def setting_rows(setting: str, args, preset, model_config, questions: list[str])
         run = Path(args.out) / setting.replace(":", "-")
         run = run if args.seeds == 1 else run / f"seed-{k}"
         if setting == "none" and args.none_from:
-            run = Path(args.none_from)
+            run = Path(args.none_from) if args.seeds == 1 else Path(args.none_from) / f"seed-{k}"
+            if args.seeds > 1:
+                check_none_run(run, k, args, preset, model_config)
             row = none_from(run)
-            print(f"== none: taken from {run}")
+            print(f"== none, seed {preset.pretrain.seed + k}: taken from {run}")
         elif args.reuse and (run / "row.json").exists():
             row = json.loads((run / "row.json").read_text())
             row["dev_each"] = row.get("dev_each") or dev_each_of(run)

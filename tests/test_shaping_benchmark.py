@@ -1,0 +1,55 @@
+"""benchmarks/shaping.py: each setting's configs (the preset's, its loss, seed k, the epochs as
+given) and the 'none' rows taken from a compare run only when its settings are those."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnlab.config.settings import ModelConfig, get_preset
+from attnlab.experiments.runner import stage_settings
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def shaping():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("shaping")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def _args(shaping, *extra):
+    return shaping.parse_args(["--preset", "cpu5", "--seeds", "3", "--device", "cpu", *extra])
+
+
+def test_a_setting_trains_the_presets_epochs_with_its_loss_and_seed(shaping):
+    preset = get_preset("cpu5")
+    assert preset.pretrain.minutes > 0  # a fitted preset: the comparison trains its epochs instead
+    pre, fin = shaping.stage_configs("focus:0.02", 2, _args(shaping), preset)
+    assert (pre.attn_loss, pre.attn_loss_weight, fin.attn_loss, fin.attn_loss_weight) == ("focus", 0.02, "focus", 0.02)
+    assert pre.seed == preset.pretrain.seed + 2 and fin.seed == preset.finetune.seed + 2
+    assert pre.minutes == 0 and pre.epochs == preset.pretrain.epochs and fin.epochs == preset.finetune.epochs
+
+
+def test_none_is_taken_from_a_compare_run_only_if_made_with_its_settings(shaping, tmp_path):
+    preset, args = get_preset("cpu5"), _args(shaping, "--none-from", str(tmp_path / "vanilla"))
+    model = ModelConfig(**{**preset.model, "attention": "vanilla"})
+    run = tmp_path / "vanilla" / "seed-1"
+    run.mkdir(parents=True)
+    pre, fin = shaping.stage_configs("none", 1, args, preset)
+    settings = {"preset": "cpu5", "model": model.to_dict(), "pretrain": stage_settings(pre),
+                "finetune": stage_settings(fin), "attnlab": "0"}
+    (run / "settings.json").write_text(json.dumps(settings))
+    shaping.check_none_run(run, 1, args, preset, model)  # seed 1's settings: taken
+    with pytest.raises(ValueError, match="pretrain.seed was 1 there, 2 now"):
+        shaping.check_none_run(run, 2, args, preset, model)
+    (run / "settings.json").write_text(json.dumps({**settings, "pretrain": {**settings["pretrain"], "epochs": 30}}))
+    with pytest.raises(ValueError, match="pretrain.epochs was 30 there, 24 now"):
+        shaping.check_none_run(run, 1, args, preset, model)
