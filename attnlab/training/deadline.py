@@ -8,7 +8,7 @@ follows it: the lm objective anneals over the run itself)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # The first re-fit waits for this many timed steps (the fit made before the run holds until
 # then); re-fits follow every REFIT_EVERY steps and stop before the last REFIT_UNTIL share of the
@@ -34,8 +34,9 @@ class Deadline:
     timed_pace: float = 0.0
     refits: int = 0
     pace: float = 0.0  # seconds a step this run has taken so far (evaluations excluded)
-    _warm_step: int | None = None  # the first step of this process: a warm-up, not timed
-    _clock: tuple[int, float, float] | None = None  # (step, moment, evaluation seconds) when timing began
+    # the first step of this process (a warm-up, not timed); (step, moment, evaluation seconds) when timing began
+    _warm_step: int | None = field(default=None, init=False, repr=False)
+    _clock: tuple[int, float, float] | None = field(default=None, init=False, repr=False)
 
     def due(self, step: int, steps: int, now: float, eval_seconds: float) -> bool:
         """Whether to re-fit before step ``step`` of a run now ``steps`` long (``eval_seconds``:
