@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,3 +49,19 @@ def tiny_data(tmp_path: Path) -> dict[str, Path]:
     (tmp_path / "test.tsv").write_text("".join(f"Where was {n} born?\n" for n, _ in PEOPLE), encoding="utf-8")
     return {k: tmp_path / f for k, f in
             [("corpus", "wiki.txt"), ("train", "train.tsv"), ("dev", "dev.tsv"), ("test", "test.tsv")]}
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def benchmark_fixture(name: str):
+    """A module-scoped fixture giving benchmarks/NAME.py as a module (its folder is on sys.path
+    while it is imported, as when the script runs)."""
+    @pytest.fixture(scope="module")
+    def script():
+        sys.path.insert(0, str(BENCHMARKS))
+        try:
+            yield importlib.import_module(name)
+        finally:
+            sys.path.remove(str(BENCHMARKS))
+    return script

@@ -3,24 +3,15 @@ that explains it (the figures in docs/guides/knowledge.md come from it)."""
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
 
 import pytest
 
 from attnlab.answering.knowledge import RecallAnswer
+from tests.conftest import benchmark_fixture
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-@pytest.fixture(scope="module")
-def knowledge():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("knowledge")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+knowledge = benchmark_fixture("knowledge")
+read_out = benchmark_fixture("read_out")
 
 
 LINE = "Ann Lee. Ann Lee was born in Paris, France, and later lived in a very long street name."
@@ -60,7 +51,7 @@ def test_label_convention_counts_which_place_of_a_comma_pair_the_labels_name(kno
     assert knowledge.label_convention(str(train), index) == (2, 1)  # Di Eng's "Rome." is no pair
 
 
-def test_one_open_book_scorer_for_both_benchmarks(knowledge):
+def test_one_open_book_scorer_for_both_benchmarks(knowledge, read_out):
     """benchmarks/knowledge.py --open-book and benchmarks/read_out.py score the read-out alike."""
     import torch
 
@@ -71,7 +62,6 @@ def test_one_open_book_scorer_for_both_benchmarks(knowledge):
     from attnlab.model.gpt import GPT
     from tests.tiny_runs import memorise
 
-    read_out = importlib.import_module("read_out")
     assert knowledge.open_book_right is read_out.open_book_right
     lines = ["Ada Brook. Ada Brook was born in Paris.", "Bela Kron. Bela Kron was born in Lima."]
     vocab = Vocab.from_text("\n".join(lines))

@@ -3,25 +3,15 @@ tested against the first run's rows on the same questions and seeds."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from attnlab.experiments import comparison
+from tests.conftest import benchmark_fixture
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-@pytest.fixture(scope="module")
-def schemes():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("schemes")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+schemes = benchmark_fixture("schemes")
 
 
 def _row(variant: str, seed: int, each: str) -> dict:

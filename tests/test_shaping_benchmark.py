@@ -3,26 +3,16 @@ given) and the 'none' rows taken from a compare run only when its settings are t
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from attnlab.config.settings import ModelConfig, get_preset
 from attnlab.experiments.runner import stage_settings
+from tests.conftest import benchmark_fixture
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-@pytest.fixture(scope="module")
-def shaping():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("shaping")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+shaping = benchmark_fixture("shaping")
 
 
 def _args(shaping, *extra):
