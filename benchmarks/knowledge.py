@@ -84,9 +84,10 @@ def run_pipeline(preset: str, out: Path, resume: bool, eval_every: int = 0, minu
     stages' wall seconds as their metrics recorded them (the training loops), and the stage
     commands' whole wall seconds (preparing the data and timing steps included, evaluations
     left out), or None when a stage ran in an earlier process."""
-    commands, whole = 0.0, True
+    commands, whole, runs = 0.0, True, []
     for argv in stage_commands(preset, out, eval_every, minutes):
         run = Path(argv[argv.index("--out-dir") + 1])
+        runs.append(run)
         done = (run / "checkpoint.safetensors").exists()
         if done and not resume:
             raise SystemExit(f"error: {out} already holds runs; pass --resume to continue or use another --out")
@@ -94,8 +95,7 @@ def run_pipeline(preset: str, out: Path, resume: bool, eval_every: int = 0, minu
         if cli.main(argv + (["--resume"] if done else [])) != 0:
             raise SystemExit(f"error: `attnlab {' '.join(argv)}` failed")
         commands += time.perf_counter() - start - (evaluation_seconds(run) - evaluated)
-    loops = sum(stage_seconds(Path(argv[argv.index("--out-dir") + 1])) for argv in stage_commands(preset, out))
-    return loops, commands if whole else None
+    return sum(stage_seconds(run) for run in runs), commands if whole else None
 
 
 def score_run(run: Path, eval_file: str = DEV) -> dict:
