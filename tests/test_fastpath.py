@@ -348,3 +348,19 @@ def test_every_caller_follows_the_models_path(monkeypatch) -> None:
     assert calls == [] and plain.tokens == fast.tokens
     attention_weights(model, [[3, 4, 5]])
     assert calls == [] and model.fast is False and all(not b.attn.fast for b in model.blocks)
+
+
+def test_tf32_follows_autocast_on_a_gpu_and_leaves_the_cpu_alone() -> None:
+    """--amp off asks for float32: TF32 (a process-wide flag an earlier run may have set) is
+    turned off for it, on for bf16 autocast; a CPU run touches neither flag."""
+    from attnlab.core.devices import allow_tf32
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        allow_tf32(torch.device("cuda"), amp=True)
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        allow_tf32(torch.device("cuda"), amp=False)
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+        allow_tf32(torch.device("cpu"), amp=True)
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before

@@ -45,11 +45,14 @@ def switch(value: str, device: torch.device) -> bool:
     return value == "on" or (value == "auto" and device.type == "cuda")
 
 
-def allow_tf32(device: torch.device) -> None:
-    """TF32 for the fp32 matmuls that autocast leaves on a GPU (a process-wide PyTorch setting)."""
+def allow_tf32(device: torch.device, amp: bool) -> None:
+    """TF32 for the fp32 matmuls that bf16 autocast leaves on a GPU; with autocast off the run
+    asked for float32, so TF32 (10-bit mantissas in the matmul inputs) is turned off. A
+    process-wide PyTorch setting, hence set both ways: an earlier run in the same process may
+    have turned it on."""
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = amp
+        torch.backends.cudnn.allow_tf32 = amp
 
 
 def fast_bfloat16(device: torch.device) -> bool:

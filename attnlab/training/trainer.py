@@ -237,11 +237,12 @@ def prepare_step(model: nn.Module, optimizer: torch.optim.Optimizer, config: Tra
     # 0 = auto: on CPU compute is the limit and padding is half of it; on a GPU many small
     # micro-batches would leave it idle (untested there, so the GPU default is the safe one).
     buckets = config.length_buckets or (8 if device.type == "cpu" else 1)
-    allow_tf32(device)
+    amp = switch(config.amp, device)
+    allow_tf32(device, amp)
     set_fast(model, config.fast)  # fused attention and cheap dropout masks, or the plain code
     compiled = torch.compile(model) if switch(config.compile, device) else model
     return Stepper(model, dist.wrap(compiled, device, env), optimizer, config, final_tokens, loss_fn,
-                   trim, buckets, switch(config.amp, device), env)
+                   trim, buckets, amp, env)
 
 
 @dataclass
