@@ -370,7 +370,9 @@ def open_book_table(specs: list[str], eval_file: str, write: bool) -> None:
 
 
 def _metrics(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    """The run's metrics.jsonl records; none for a shipped model (weights and provenance only)."""
+    path = run / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
 
 def main() -> None:

@@ -110,3 +110,11 @@ def test_the_commands_wall_time_adds_what_the_loops_leave_out_but_not_the_evalua
     # finished stages resumed by another process: their commands' time is not this process's to tell
     loops, commands = knowledge.run_pipeline("cpu5", tmp_path / "k", resume=True)
     assert loops == 10.0 and commands is None
+
+
+def test_a_shipped_model_has_no_training_curve_but_its_run_does(knowledge, tmp_path):
+    """--ablation reads each probe's curve from metrics.jsonl; a shipped model directory keeps
+    weights and provenance only, so its curve is empty instead of a crash."""
+    assert knowledge._metrics(tmp_path) == []
+    (tmp_path / "metrics.jsonl").write_text('{"step": 10, "dev_correct": 3}\n{"step": 20}\n')
+    assert knowledge._metrics(tmp_path) == [{"step": 10, "dev_correct": 3}, {"step": 20}]

@@ -59,6 +59,11 @@ class Deadline:
         self.refits += 1
         return min(self.most_steps, step + max(1, math.floor(left / self.pace)))
 
+    def summary(self, given_epochs: float, fitted_epochs: float) -> str:
+        """What the re-fits made of the run, for its log."""
+        return (f"--minutes: re-fitted {self.refits} times to this run's own pace ({self.pace:.3f} s a step; "
+                f"the timed steps said {self.timed_pace:.3f}): {given_epochs:g} -> {fitted_epochs:g} epochs")
+
 
 def epochs_for(steps: int, steps_per_epoch: int) -> float:
     """Epochs whose ceiling in steps (trainer.total_steps) is ``steps``: rounded down to six

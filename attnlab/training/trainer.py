@@ -414,13 +414,12 @@ def train(
     evaluator: Callable[[nn.Module], dict[str, Any]] | None = None,
     deadline: Deadline | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place; checkpoints and metrics.jsonl go to ``run_dir``, which the run
-    holds (rundir.claim). A directory holding a checkpoint needs ``resume`` (continue it: the
-    model and ``config`` must agree with it but for rundir.RESUMABLE, and the schedule keeps
-    its final_tokens) or ``overwrite`` (replace it). Once the run starts, config.json records
-    ``settings`` with the model and training configs. ``evaluator`` (with
-    ``config.eval_every``): scores the model every N steps and at the end, into metrics.jsonl.
-    ``deadline`` (--minutes): the run's length is re-fitted to it as it goes (``_refit``)."""
+    """Train ``model`` in place; checkpoints and metrics.jsonl go to ``run_dir``, which the run holds
+    (rundir.claim). A directory holding a checkpoint needs ``resume`` (continue it: the model and
+    ``config`` must agree with it but for rundir.RESUMABLE, and the schedule keeps its final_tokens)
+    or ``overwrite`` (replace it). Once the run starts, config.json records ``settings`` with the
+    model and training configs. ``evaluator`` (with ``config.eval_every``): scores the model every N
+    steps and at the end. ``deadline`` (--minutes): the run's length is re-fitted to it (``_refit``)."""
     with rundir.claim(run_dir, resume=resume, overwrite=overwrite, log=log) as run:
         env = dist.environment()
         device = batches.device
@@ -441,8 +440,10 @@ def train(
         checkpoint = functools.partial(_checkpoint, run.checkpoint, stepper, vocab, meta, state, metrics)
         scores = None if evaluator is None or not config.eval_every or not env.is_main else (lambda: evaluator(model))
         start_tokens = state.tokens
-        refit = deadline and functools.partial(_refit, deadline, stepper, meta, metrics, config, batches.steps_per_epoch, log)
+        refit = deadline and functools.partial(_refit, deadline, stepper, meta, metrics, config, batches.steps_per_epoch)
         steps = _steps(stepper, batches, state, steps, metrics, checkpoint, scores, run.checkpoint, desc, log, refit)
+        if deadline and deadline.refits:
+            log(deadline.summary(config.epochs, meta["train_config"]["epochs"]))
         with _stop_on_interrupt() as stop:  # a Ctrl-C now lets the last checkpoint finish first
             checkpoint(steps)
         if stop.requested:
@@ -450,11 +451,9 @@ def train(
             raise KeyboardInterrupt
         dist.barrier(env)
     seconds = time.perf_counter() - metrics.start
-    return TrainResult(
-        steps=steps, tokens=state.tokens, final_loss=metrics.loss, seconds=seconds,
-        tokens_per_second=(state.tokens - start_tokens) / max(seconds, 1e-9),
-        checkpoint=run.checkpoint if env.is_main else None, history=metrics.history,
-    )
+    return TrainResult(steps=steps, tokens=state.tokens, final_loss=metrics.loss, seconds=seconds,
+                       tokens_per_second=(state.tokens - start_tokens) / max(seconds, 1e-9),
+                       checkpoint=run.checkpoint if env.is_main else None, history=metrics.history)
 
 
 def _resumed(run_dir: Path, model: nn.Module, config: TrainConfig, meta: dict[str, Any] | None) -> Checkpoint:
@@ -474,17 +473,10 @@ def _check_steps(steps: int, at: int, config: TrainConfig, ckpt_path: Path) -> N
 
 
 def _refit(deadline: Deadline, stepper: Stepper, meta: dict[str, Any], metrics: MetricsLog, config: TrainConfig,
-           steps_per_epoch: int, log, step: int, steps: int, last: bool = False) -> int:
+           steps_per_epoch: int, step: int, steps: int) -> int:
     """The run's steps, re-fitted to ``deadline`` when one is due: the epochs that give them
     go into the checkpoints (a resumed run keeps the last fit) and, where the run anneals over
-    itself (``deadline.tokens_per_step``), its schedule's final_tokens follow. ``last``: the
-    run has ended; say what the re-fits made of it."""
-    if last:
-        if deadline.refits:
-            log(f"--minutes: re-fitted {deadline.refits} times to this run's own pace ({deadline.pace:.3f} s a "
-                f"step; the timed steps said {deadline.timed_pace:.3f}): {config.epochs:g} -> "
-                f"{meta['train_config']['epochs']:g} epochs")
-        return steps
+    itself (``deadline.tokens_per_step``), its schedule's final_tokens follow."""
     now = time.perf_counter()
     if not deadline.due(step, steps, now, metrics.eval_wall):
         return steps
@@ -542,7 +534,7 @@ def _steps(stepper: Stepper, batches: Batches, state: TrainState, steps: int, me
     finally:
         bar.close()
         metrics.close()
-    return refit(step, steps, last=True) if refit else steps
+    return steps
 
 
 def _diverged(ckpt_path: Path, what: str, state: TrainState) -> Diverged:
