@@ -33,7 +33,7 @@ from attnlab.probing.attention_maps import statistics_over  # noqa: E402
 from attnlab.data.datasets import read_qa, read_texts  # noqa: E402
 from attnlab.config.settings import DEFAULT_DEV  # noqa: E402
 from attnlab.training.pipeline import evaluate_file, finetune, pretrain  # noqa: E402
-from attnlab.experiments.runner import check_settings, equal_passes, stage_settings  # noqa: E402
+from attnlab.experiments.runner import check_settings, equal_passes, seed_dir, stage_settings  # noqa: E402
 from attnlab.core.devices import resolve_device  # noqa: E402
 from attnlab.data.vocab import MASK_CHAR  # noqa: E402
 
@@ -137,10 +137,9 @@ def setting_rows(setting: str, args, preset, model_config, questions: list[str])
     averaged over the seeds' models."""
     rows, ents, dists = [], [], []
     for k in range(args.seeds):
-        run = Path(args.out) / setting.replace(":", "-")
-        run = run if args.seeds == 1 else run / f"seed-{k}"
+        run = seed_dir(Path(args.out) / setting.replace(":", "-"), k, args.seeds)
         if setting == "none" and args.none_from:
-            run = Path(args.none_from) if args.seeds == 1 else Path(args.none_from) / f"seed-{k}"
+            run = seed_dir(Path(args.none_from), k, args.seeds)
             if args.seeds > 1:
                 check_none_run(run, k, args, preset, model_config)
             row = none_from(run)

@@ -662,7 +662,7 @@ def compare(
                  reuse=reuse or gather, resume=resume, overwrite=overwrite, settings=settings, log=log)
     # gathering touches no run directory: other processes may be training in them
     run.start([] if gather else ([run.out / "scratch"] if scratch else [])
-              + [_seed_dir(run.out, name, k, seeds) for name in variants for k in range(seeds)])
+              + [seed_dir(run.out / name, k, seeds) for name in variants for k in range(seeds)])
     run.out.mkdir(parents=True, exist_ok=True)
     log(f"== attnlab compare: {', '.join(variants)}; outputs in {run.out}")
     try:
@@ -708,10 +708,11 @@ def _check_variants(variants: list[str], reference: str | None, seeds: int) -> s
     return reference
 
 
-def _seed_dir(out: Path, variant: str, k: int, seeds: int) -> Path:
+def seed_dir(variant_dir: Path, k: int, seeds: int) -> Path:
     """Where seed k of a variant trains: VARIANT/ with one seed (as before seeds existed),
-    VARIANT/seed-K/ with several."""
-    return out / variant if seeds == 1 else out / variant / f"seed-{k}"
+    VARIANT/seed-K/ with several (benchmarks/shaping.py lays out its settings alike and finds a
+    compare run's seeds by it)."""
+    return variant_dir if seeds == 1 else variant_dir / f"seed-{k}"
 
 
 def _compare_rows(run: Runner, model_config: ModelConfig, pretrain_config: TrainConfig,
@@ -734,7 +735,7 @@ def _compare_rows(run: Runner, model_config: ModelConfig, pretrain_config: Train
                     f": pretrain, finetune, evaluate on {run.dev_file}"))
             row = _variant_row(run, name + shown, dataclasses.replace(model_config, attention=name),
                                _seeded(pretrain_config, k), _seeded(finetune_config, k),
-                               _seed_dir(run.out, name, k, seeds), records, gather)
+                               seed_dir(run.out / name, k, seeds), records, gather)
             if row is not None:
                 done[name, k] = row
     missing = [f"{name} seed {pretrain_config.seed + k}" for k in range(seeds) for name in variants
