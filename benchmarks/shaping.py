@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "settings can be trained by separate processes and gathered (default: retrain)")
     p.add_argument("--none-from", default=None, metavar="RUN",
                    help="take the 'none' rows from a finished `attnlab compare` run of the same preset and "
-                        "variant (e.g. runs/compare/vanilla; with --seeds N, its seed-K directories, whose "
+                        "variant (e.g. runs/compare/vanilla; with --seeds N, its seed-K directories; its "
                         "settings are checked): lambda = 0 trains bit-identically to the plain loss, so it is "
                         "the same run (default: train it)")
     args = p.parse_args(argv)
@@ -140,8 +140,10 @@ def setting_rows(setting: str, args, preset, model_config, questions: list[str])
         run = seed_dir(Path(args.out) / setting.replace(":", "-"), k, args.seeds)
         if setting == "none" and args.none_from:
             run = seed_dir(Path(args.none_from), k, args.seeds)
-            if args.seeds > 1:
+            try:
                 check_none_run(run, k, args, preset, model_config)
+            except ValueError as e:
+                raise SystemExit(f"error: --none-from: {e}") from None
             row = none_from(run)
             print(f"== none, seed {preset.pretrain.seed + k}: taken from {run}")
         elif args.reuse and (run / "row.json").exists():

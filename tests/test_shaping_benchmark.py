@@ -43,3 +43,17 @@ def test_none_is_taken_from_a_compare_run_only_if_made_with_its_settings(shaping
     (run / "settings.json").write_text(json.dumps({**settings, "pretrain": {**settings["pretrain"], "epochs": 30}}))
     with pytest.raises(ValueError, match="pretrain.epochs was 30 there, 24 now"):
         shaping.check_none_run(run, 1, args, preset, model)
+
+
+def test_none_from_a_single_seed_run_is_checked_too(shaping, tmp_path):
+    preset = get_preset("cpu5")
+    args = shaping.parse_args(["--preset", "cpu5", "--device", "cpu", "--none-from", str(tmp_path / "vanilla")])
+    model = ModelConfig(**{**preset.model, "attention": "vanilla"})
+    run = tmp_path / "vanilla"  # one seed: the variant's own directory, as compare lays it out
+    run.mkdir()
+    pre, fin = shaping.stage_configs("none", 0, args, preset)
+    settings = {"model": model.to_dict(), "pretrain": {**stage_settings(pre), "epochs": 30},
+                "finetune": stage_settings(fin)}
+    (run / "settings.json").write_text(json.dumps(settings))
+    with pytest.raises(SystemExit, match="--none-from: .*pretrain.epochs was 30 there, 24 now"):
+        shaping.setting_rows("none", args, preset, model, questions=[])
