@@ -130,6 +130,36 @@ def test_mix_people_keeps_the_first_n_trainees_held_out_and_unlisted_people(tiny
     assert "6 lines of other training-file people left out" in logged[-1]
 
 
+def test_read_out_swaps_in_pretraining_add_swapped_places_of_the_mixed_people_only(tiny_data):
+    from attnlab.data.datasets import read_text
+    from attnlab.data.vocab import PAD_ID
+    from attnlab.training.pipeline import _lm_batches
+    from tests.conftest import PEOPLE
+
+    text = read_text(tiny_data["corpus"])
+    vocab = Vocab.from_text(text)
+    model = ModelConfig(vocab_size=len(vocab), block_size=80, n_layer=1, n_head=1, n_embd=8,
+                        qa_format="recall", recall_chars=60)
+    config = TrainConfig(objective="lm", mix_ratio=3 / 13, mix_people=3, holdout_fraction=0.25, batch_size=4,
+                         read_out_swaps=2)
+    batches, described = _lm_batches(text, vocab, model, config, tiny_data["corpus"], tiny_data["train"],
+                                     (), "cpu", log=lambda _m: None)
+    inputs = "".join(vocab.decode([t for t in row.tolist() if t]) for row in batches.x)
+    scored = "".join(vocab.decode([t for t in row.tolist() if t != PAD_ID]) for row in batches.y)
+    assert "6 swapped-place read-outs" in described
+    places = {place for _, place in PEOPLE[:3]}
+    for name, place in PEOPLE[:3]:  # the true line once, scored whole; two swapped copies
+        copies = inputs.split(f"{name}. {name} was born in ")[1:]
+        assert len(copies) == 3 and sum(not c.startswith(place + " ") for c in copies) == 2
+        assert all(c.split(" ")[0] in places for c in copies)
+        assert scored.count(f" {name} was born in ") == 1  # a swapped line is context, never a target
+    for name, _ in PEOPLE[3:9]:  # people outside the mix are neither mixed nor swapped
+        assert f"{name}." not in inputs
+    with pytest.raises(ValueError, match="needs --mix-ratio"):
+        _lm_batches(text, vocab, model, TrainConfig(objective="lm", read_out_swaps=2), tiny_data["corpus"],
+                    tiny_data["train"], (), "cpu")
+
+
 def test_read_out_people_add_place_only_examples_of_the_other_trainees(tiny_data):
     from attnlab.data.datasets import read_text
     from attnlab.data.vocab import PAD_ID

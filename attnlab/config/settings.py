@@ -214,10 +214,10 @@ class TrainConfig(_Serialisable):
                               "their corpus line is given and only the place is scored, so the model learns "
                               "to read places out of lines without learning lines it never pretrained on "
                               "(0 = none)", stages=("finetune",), bound=b.NON_NEGATIVE_INT)
-    read_out_swaps: int = _f(0, "recall-format finetuning: also teach the read-out on this many copies of each "
-                             "finetuning person's line with their place replaced by another training place "
-                             "(only the place scored), so the model reads the place the line states rather "
-                             "than the one it remembers (0 = none)", stages=("finetune",),
+    read_out_swaps: int = _f(0, "recall format: also teach the read-out on this many copies of each finetuning "
+                             "(or, in pretraining, mixed-in) person's line with their place replaced by another "
+                             "training place (only the place scored), so the model reads the place the line "
+                             "states rather than the one it remembers (0 = none)", stages=("pretrain", "finetune"),
                              bound=b.NON_NEGATIVE_INT)
     replay_lines: bool = _f(False, "recall-format finetuning: also train on every corpus line as pretraining did "
                             "(cut at the recalled characters, no place), so that the finetuning's read-out "

@@ -164,6 +164,9 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
     fmt, K, block = model_config.qa_format, model_config.recall_chars, model_config.block_size
     sequences = corpus_sequences(docs, vocab, block, fmt, K, source=str(corpus))
     described = f"{len(docs):,} lines"
+    if config.read_out_swaps and not (config.mix_ratio > 0 and text_format(fmt).recalls):
+        raise ValueError("--read-out-swaps in pretraining swaps the places of mixed-in people: "
+                         "it needs --mix-ratio and the recall format")
     if config.mix_ratio > 0:
         if mix_qa is None:
             raise ValueError("--mix-ratio needs --mix-qa FILE (questions of training-file people)")
@@ -187,6 +190,10 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
             sequences = [s for n, s in enumerate(sequences, 1) if n not in mixed_lines]
         sequences = mixed(sequences, qa, count, config.seed)
         described = f"{len(sequences) - count:,} lines + {count:,} QA examples of {mix_qa} per epoch"
+        if config.read_out_swaps:
+            swaps = swapped_place_read_outs(mix, index, vocab, block, K, config.read_out_swaps, config.seed)
+            sequences += swaps
+            described += f" + {len(swaps):,} swapped-place read-outs of its people"
     rows = pack(sequences, block)
     return PackedBatches(rows, config.batch_size, device, config.seed), f"{described}, packed in {len(rows):,} rows"
 
