@@ -218,6 +218,14 @@ def test_read_out_swaps_add_swapped_place_examples_of_the_finetuning_people_only
         assert f"{name}." not in text(swapped)
 
 
+def test_a_fractional_read_out_swaps_count_draws_once_more_for_that_share_of_the_people(tiny_data):
+    vocab, plain, swapped, _ = _finetuning_rows(tiny_data, read_out_swaps=1.34)
+    text = lambda b: "".join(vocab.decode([t for t in row.tolist() if t]) for row in b.x)  # noqa: E731
+    assert text(swapped).count(" was born in ") == 3 + 3 + 1  # one copy each, and one more for 1 of 3
+    _, _, third, _ = _finetuning_rows(tiny_data, read_out_swaps=1 / 3)
+    assert text(third).count(" was born in ") == 3 + 1
+
+
 def test_replay_lines_adds_every_corpus_line_as_pretraining_read_it(tiny_data):
     from attnlab.data.datasets import documents, read_text
     from attnlab.data.vocab import PAD_ID

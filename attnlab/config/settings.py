@@ -214,11 +214,12 @@ class TrainConfig(_Serialisable):
                               "their corpus line is given and only the place is scored, so the model learns "
                               "to read places out of lines without learning lines it never pretrained on "
                               "(0 = none)", stages=("finetune",), bound=b.NON_NEGATIVE_INT)
-    read_out_swaps: int = _f(0, "recall format: also teach the read-out on this many copies of each finetuning "
-                             "(or, in pretraining, mixed-in) person's line with their place replaced by another "
-                             "training place (only the place scored), so the model reads the place the line "
-                             "states rather than the one it remembers (0 = none)", stages=("pretrain", "finetune"),
-                             bound=b.NON_NEGATIVE_INT)
+    read_out_swaps: float = _f(0, "recall format: also teach the read-out on this many copies of each finetuning "
+                               "(or, in pretraining, mixed-in) person's line with their place replaced by another "
+                               "training place (only the place scored), so the model reads the place the line "
+                               "states rather than the one it remembers; a fraction gives one copy for that "
+                               "share of the people (0 = none)", stages=("pretrain", "finetune"),
+                               bound=b.NON_NEGATIVE)
     replay_lines: bool = _f(False, "recall-format finetuning: also train on every corpus line as pretraining did "
                             "(cut at the recalled characters, no place), so that the finetuning's read-out "
                             "examples do not wear away the lines pretraining stored", stages=("finetune",))

@@ -62,24 +62,28 @@ def qa_sequences(examples: list[QAExample], vocab: Vocab, block_size: int, qa_fo
 
 
 def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab: Vocab, block_size: int,
-                            recall_chars: int, per_person: int, seed: int) -> list[Sequence]:
+                            recall_chars: int, per_person: float, seed: int) -> list[Sequence]:
     """Read-out examples made from training people's own lines: each line with its place
-    replaced by another of the training file's places (``per_person`` draws), cut at
-    ``recall_chars``, then that place, and only the place scored. The model learns to read
-    whichever place stands where the birthplace stands, not the place it remembers; no label
-    outside the given examples is used. A line whose place is not within the recalled
-    characters (or whose example would not fit the block) gives none."""
+    replaced by another of the training file's places (``per_person`` draws; a fraction draws
+    once more for that share of the people, chosen by the seed), cut at ``recall_chars``, then
+    that place, and only the place scored. The model learns to read whichever place stands
+    where the birthplace stands, not the place it remembers; no label outside the given
+    examples is used. A line whose place is not within the recalled characters (or whose
+    example would not fit the block) gives none."""
     rng = random.Random(seed)
     places = sorted({e.answer for e in examples})
+    whole, share = int(per_person), per_person - int(per_person)
+    # only a fractional count draws the extra people, so whole counts keep their seeded draws
+    once_more = set(rng.sample(range(len(examples)), round(share * len(examples)))) if share else set()
     out = []
-    for ex in examples:
+    for n, ex in enumerate(examples):
         name = require_person(ex)
         line = index.line_of(name) or ""
         at = place_in_line(line, name, ex.answer)
         if at < 0 or len(places) < 2:
             continue
         others = [p for p in places if p != ex.answer]
-        for _ in range(per_person):
+        for _ in range(whole + (n in once_more)):
             new = rng.choice(others)
             swapped = line[:at] + new + line[at + len(ex.answer):]
             text = recall_string(swapped, recall_chars, new)
