@@ -155,9 +155,14 @@ def test_read_out_swaps_in_pretraining_add_swapped_places_of_the_mixed_people_on
         assert scored.count(f" {name} was born in ") == 1  # a swapped line is context, never a target
     for name, _ in PEOPLE[3:9]:  # people outside the mix are neither mixed nor swapped
         assert f"{name}." not in inputs
-    with pytest.raises(ValueError, match="needs --mix-ratio"):
-        _lm_batches(text, vocab, model, TrainConfig(objective="lm", read_out_swaps=2), tiny_data["corpus"],
-                    tiny_data["train"], (), "cpu")
+
+
+
+@pytest.mark.parametrize("objective", ["lm", "span"])
+def test_read_out_swaps_in_pretraining_without_mixed_people_is_an_error(tiny_data, tmp_path, tiny_config, objective):
+    config = TrainConfig(objective=objective, read_out_swaps=2, epochs=1, batch_size=4, checkpoint_every=0)
+    with pytest.raises(ValueError, match="needs the lm objective with --mix-ratio"):
+        pretrain(tiny_config, config, corpus=tiny_data["corpus"], run_dir=tmp_path / objective, log=lambda _m: None)
 
 
 def test_read_out_people_add_place_only_examples_of_the_other_trainees(tiny_data):

@@ -90,6 +90,9 @@ def pretrain(
         dev = resolve_device(device or train_config.device)
         model = build_model(model_config, train_config.seed).to(dev)
         mixing = train_config.objective == "lm" and train_config.mix_ratio > 0
+        if train_config.read_out_swaps and not (mixing and text_format(model_config.qa_format).recalls):
+            raise ValueError("--read-out-swaps in pretraining swaps the places of mixed-in people: "
+                             "it needs the lm objective with --mix-ratio and the recall format")
         if train_config.objective == "lm":
             batches, described = _lm_batches(text, dataset.vocab, model_config, train_config, corpus,
                                               mix_qa, held_out, dev, log)
@@ -164,9 +167,6 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
     fmt, K, block = model_config.qa_format, model_config.recall_chars, model_config.block_size
     sequences = corpus_sequences(docs, vocab, block, fmt, K, source=str(corpus))
     described = f"{len(docs):,} lines"
-    if config.read_out_swaps and not (config.mix_ratio > 0 and text_format(fmt).recalls):
-        raise ValueError("--read-out-swaps in pretraining swaps the places of mixed-in people: "
-                         "it needs --mix-ratio and the recall format")
     if config.mix_ratio > 0:
         if mix_qa is None:
             raise ValueError("--mix-ratio needs --mix-qa FILE (questions of training-file people)")
