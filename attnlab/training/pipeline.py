@@ -90,15 +90,8 @@ def pretrain(
         dev = resolve_device(device or train_config.device)
         model = build_model(model_config, train_config.seed).to(dev)
         mixing = train_config.objective == "lm" and train_config.mix_ratio > 0
-        if train_config.read_out_swaps and not (mixing and text_format(model_config.qa_format).recalls):
-            raise ValueError("--read-out-swaps in pretraining swaps the places of mixed-in people: "
-                             "it needs the lm objective with --mix-ratio and the recall format")
-        if train_config.objective == "lm":
-            batches, described = _lm_batches(text, dataset.vocab, model_config, train_config, corpus,
-                                              mix_qa, held_out, dev, log)
-        else:
-            batches = CorruptionBatches(dataset, train_config.batch_size, dev, train_config.seed)
-            described = f"{len(dataset):,} documents, span corruption"
+        batches, described = _pretraining_batches(text, dataset, model_config, train_config, corpus, mix_qa,
+                                                  held_out, dev, log)
         if train_config.minutes and not resume:
             train_config, deadline = fit_to_minutes(model, batches, train_config, model_config, began, log)
         if train_config.objective == "lm":
@@ -157,6 +150,19 @@ def fit_to_minutes(model: GPT, batches, config: TrainConfig, model_config: Model
     deadline = Deadline(end, total_steps(whole, batches.steps_per_epoch), timed_pace=seconds,
                         tokens_per_step=config.batch_size * model_config.block_size if anneals_over_run else 0)
     return dataclasses.replace(config, epochs=epochs), deadline
+
+
+def _pretraining_batches(text: str, dataset: SpanCorruptionDataset, model_config: ModelConfig,
+                         config: TrainConfig, corpus, mix_qa, held_out, device, log: Callable[[str], None]):
+    """The objective's batches and how to describe them: span corruption, or packed lm rows."""
+    mixing = config.objective == "lm" and config.mix_ratio > 0
+    if config.read_out_swaps and not (mixing and text_format(model_config.qa_format).recalls):
+        raise ValueError("--read-out-swaps in pretraining swaps the places of mixed-in people: "
+                         "it needs the lm objective with --mix-ratio and the recall format")
+    if config.objective == "lm":
+        return _lm_batches(text, dataset.vocab, model_config, config, corpus, mix_qa, held_out, device, log)
+    return (CorruptionBatches(dataset, config.batch_size, device, config.seed),
+            f"{len(dataset):,} documents, span corruption")
 
 
 def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: TrainConfig,
