@@ -155,8 +155,8 @@ def fit_to_minutes(model: GPT, batches, config: TrainConfig, model_config: Model
 def _pretraining_batches(text: str, dataset: SpanCorruptionDataset, model_config: ModelConfig,
                          config: TrainConfig, corpus, mix_qa, held_out, device, log: Callable[[str], None]):
     """The objective's batches and how to describe them: span corruption, or packed lm rows."""
-    mixing = config.objective == "lm" and config.mix_ratio > 0
-    if config.read_out_swaps and not (mixing and text_format(model_config.qa_format).recalls):
+    # a mix_ratio already needs the lm objective (TrainConfig), so it alone says people are mixed in
+    if config.read_out_swaps and not (config.mix_ratio > 0 and text_format(model_config.qa_format).recalls):
         raise ValueError("--read-out-swaps in pretraining swaps the places of mixed-in people: "
                          "it needs the lm objective with --mix-ratio and the recall format")
     if config.objective == "lm":
