@@ -45,13 +45,15 @@ TRAIN = "data/birth_places_train.tsv"
 CORPUS = "data/wiki.txt"
 
 
-def stage_commands(preset: str, out: Path, eval_every: int = 0, minutes: float = 0) -> list[list[str]]:
+def stage_commands(preset: str, out: Path, eval_every: int = 0, minutes: float = 0, seed: int = 0
+                   ) -> list[list[str]]:
     every = ["--eval-every", str(eval_every)] if eval_every else []
     fit = ["--minutes", f"{minutes:g}"] if minutes else []
+    seeded = ["--seed", str(seed)] if seed else []  # both stages: another seed of the whole recipe
     return [
-        ["pretrain", "--preset", preset, "--out-dir", str(out / "pretrain"), *every, *fit],
+        ["pretrain", "--preset", preset, "--out-dir", str(out / "pretrain"), *every, *fit, *seeded],
         ["finetune", "--preset", preset, "--init", str(out / "pretrain"), "--out-dir", str(out / "finetune"),
-         "--eval-file", ""],
+         "--eval-file", "", *seeded],
     ]
 
 
@@ -78,14 +80,14 @@ def evaluation_seconds(run: Path) -> float:
     return sum(json.loads(line).get("eval_s", 0.0) for line in rows)
 
 
-def run_pipeline(preset: str, out: Path, resume: bool, eval_every: int = 0, minutes: float = 0
+def run_pipeline(preset: str, out: Path, resume: bool, eval_every: int = 0, minutes: float = 0, seed: int = 0
                  ) -> tuple[float, float | None]:
     """Train every stage (stages already finished are resumed, i.e. kept); returns the training
     stages' wall seconds as their metrics recorded them (the training loops), and the stage
     commands' whole wall seconds (preparing the data and timing steps included, evaluations
     left out), or None when a stage ran in an earlier process."""
     commands, whole, runs = 0.0, True, []
-    for argv in stage_commands(preset, out, eval_every, minutes):
+    for argv in stage_commands(preset, out, eval_every, minutes, seed):
         run = Path(argv[argv.index("--out-dir") + 1])
         runs.append(run)
         done = (run / "checkpoint.safetensors").exists()
@@ -128,7 +130,7 @@ def train_and_report(args) -> None:
     out = Path(args.out)
     cpu_settings.apply()
     cpu_start = time.process_time()
-    seconds, command_seconds = run_pipeline(args.preset, out, args.resume, args.eval_every, args.minutes)
+    seconds, command_seconds = run_pipeline(args.preset, out, args.resume, args.eval_every, args.minutes, args.seed)
     cpu_seconds = time.process_time() - cpu_start
     scores = score_run(out / "finetune")
     total = seconds  # training only: the evaluations are left out, and said so
@@ -150,7 +152,8 @@ def train_and_report(args) -> None:
     text = table(["model", "dev extracted (exact match)", "dev stored (line completion)",
                   "training wall time (pretrain + finetune)", "the two commands' wall time", "CPU time",
                   "peak memory"], rows)
-    commands = "; ".join(shlex.join(["attnlab", *a]) for a in stage_commands(args.preset, out, args.eval_every, args.minutes))  # "" stays ''
+    commands = "; ".join(shlex.join(["attnlab", *a])  # "" stays ''
+                         for a in stage_commands(args.preset, out, args.eval_every, args.minutes, args.seed))
     text += (f"\n\n- stages: `{commands}`, then dev evaluation ({scores['eval_seconds']} s, not in the wall time; "
              f"neither are evaluations during training); training wall time: the training loops as their "
              "metrics recorded them; the commands' wall time adds preparing the data and the timed steps of "
@@ -164,7 +167,7 @@ def train_and_report(args) -> None:
     if args.ship:
         from attnlab.model.shipped import ship
 
-        provenance = {"commands": ["attnlab " + " ".join(a) for a in stage_commands(args.preset, out, minutes=args.minutes)],
+        provenance = {"commands": ["attnlab " + " ".join(a) for a in stage_commands(args.preset, out, minutes=args.minutes, seed=args.seed)],
                       "commit": _commit(), "preset": args.preset, **row,
                       "measured_on": "2-core CPU, alone on the machine (benchmarks/knowledge.py)"}
         print(f"shipped to {ship(out / 'finetune', args.ship, provenance)}")
@@ -380,6 +383,8 @@ def main() -> None:
     parser.add_argument("--preset", default="cpu", help="recipe to train (default: cpu)")
     parser.add_argument("--out", default=None, help="directory for the runs (default: runs/knowledge-PRESET)")
     parser.add_argument("--resume", action="store_true", help="continue runs already in --out")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the seed of both stages (attnlab pretrain/finetune --seed): another run of the recipe")
     parser.add_argument("--minutes", type=float, default=0, metavar="M",
                         help="fit the pretraining into M minutes on this machine (attnlab pretrain --minutes)")
     parser.add_argument("--eval-every", type=int, default=0, metavar="STEPS",

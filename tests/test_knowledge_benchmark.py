@@ -112,6 +112,23 @@ def test_the_commands_wall_time_adds_what_the_loops_leave_out_but_not_the_evalua
     assert loops == 10.0 and commands is None
 
 
+def test_another_seed_of_a_recipe_seeds_both_stages_and_seed_0_leaves_the_commands_as_they_were(
+        knowledge, tmp_path, monkeypatch):
+    calls = []
+
+    def stage(argv):
+        calls.append(argv)
+        run = Path(argv[argv.index("--out-dir") + 1])
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "metrics.jsonl").write_text('{"step": 1, "elapsed_s": 1.0}\n')
+        return 0
+
+    monkeypatch.setattr(knowledge.cli, "main", stage)
+    knowledge.run_pipeline("cpu60", tmp_path / "s1", resume=False, seed=1)
+    assert [argv[argv.index("--seed") + 1] for argv in calls] == ["1", "1"]  # pretrain and finetune
+    assert all("--seed" not in argv for argv in knowledge.stage_commands("cpu60", tmp_path / "s0"))
+
+
 def test_a_shipped_model_has_no_training_curve_but_its_run_does(knowledge, tmp_path):
     """--ablation reads each probe's curve from metrics.jsonl; a shipped model directory keeps
     weights and provenance only, so its curve is empty instead of a crash."""
