@@ -167,7 +167,9 @@ def train_and_report(args) -> None:
     if args.ship:
         from attnlab.model.shipped import ship
 
-        provenance = {"commands": ["attnlab " + " ".join(a) for a in stage_commands(args.preset, out, minutes=args.minutes, seed=args.seed)],
+        # the commands that reproduce the model: the learning curve's evaluations left out
+        reproduce = stage_commands(args.preset, out, minutes=args.minutes, seed=args.seed)
+        provenance = {"commands": ["attnlab " + " ".join(a) for a in reproduce],
                       "commit": _commit(), "preset": args.preset, **row,
                       "measured_on": "2-core CPU, alone on the machine (benchmarks/knowledge.py)"}
         print(f"shipped to {ship(out / 'finetune', args.ship, provenance)}")
