@@ -57,6 +57,11 @@ def stage_commands(preset: str, out: Path, eval_every: int = 0, minutes: float =
     ]
 
 
+def command_lines(stages: list[list[str]]) -> list[str]:
+    """The stages as shell lines a user can paste: an empty argument stays ''."""
+    return [shlex.join(["attnlab", *argv]) for argv in stages]
+
+
 def stage_seconds(run: Path) -> float:
     """A stage's training wall seconds as its metrics.jsonl recorded them, the evaluations
     during training left out (so a resumed or re-scored pipeline still reports the time its
@@ -152,8 +157,7 @@ def train_and_report(args) -> None:
     text = table(["model", "dev extracted (exact match)", "dev stored (line completion)",
                   "training wall time (pretrain + finetune)", "the two commands' wall time", "CPU time",
                   "peak memory"], rows)
-    commands = "; ".join(shlex.join(["attnlab", *a])  # "" stays ''
-                         for a in stage_commands(args.preset, out, args.eval_every, args.minutes, args.seed))
+    commands = "; ".join(command_lines(stage_commands(args.preset, out, args.eval_every, args.minutes, args.seed)))
     text += (f"\n\n- stages: `{commands}`, then dev evaluation ({scores['eval_seconds']} s, not in the wall time; "
              f"neither are evaluations during training); training wall time: the training loops as their "
              "metrics recorded them; the commands' wall time adds preparing the data and the timed steps of "
@@ -169,7 +173,7 @@ def train_and_report(args) -> None:
 
         # the commands that reproduce the model: the learning curve's evaluations left out
         reproduce = stage_commands(args.preset, out, minutes=args.minutes, seed=args.seed)
-        provenance = {"commands": ["attnlab " + " ".join(a) for a in reproduce],
+        provenance = {"commands": command_lines(reproduce),
                       "commit": _commit(), "preset": args.preset, **row,
                       "measured_on": "2-core CPU, alone on the machine (benchmarks/knowledge.py)"}
         print(f"shipped to {ship(out / 'finetune', args.ship, provenance)}")
@@ -241,6 +245,13 @@ def plot_curves(specs: list[str], path: str, recorded: list[str] = ()) -> None:
     print(table(["recipe", "minutes to 10% dev", "30%", "60%", "80%"], rows))
 
 
+def training_cpu_minutes(metrics: list[dict]) -> str:
+    """The run's training CPU minutes as its metrics logged them; "-" where no row has them (a
+    finetuning stage, a shipped model), not a zero that reads as a free run."""
+    cpu = [r["train_cpu_s"] for r in metrics if "train_cpu_s" in r]
+    return f"{max(cpu) / 60:.1f}" if cpu else "-"
+
+
 def ablation(specs: list[str], eval_file: str, out: str | None, write: bool) -> None:
     """The probes' table: each run's final checkpoint scored on ``eval_file`` (held-out training
     people when choosing a recipe) with today's read-out, beside its settings and its curve, and
@@ -250,10 +261,11 @@ def ablation(specs: list[str], eval_file: str, out: str | None, write: bool) -> 
         run, _, label = spec.partition(":")
         score, right[run] = answer_run(Path(run), eval_file)
         scores[run] = score
-        curve = [f"{r['dev_correct']}" for r in _metrics(Path(run)) if "dev_correct" in r]
-        cpu_min = max((r.get("train_cpu_s", 0.0) for r in _metrics(Path(run))), default=0.0) / 60
+        metrics = _metrics(Path(run))
+        curve = [f"{r['dev_correct']}" for r in metrics if "dev_correct" in r]
         rows.append([label or run, count_with_interval(score["dev_correct"], score["dev_total"]),
-                     count_with_interval(score["stored"], score["stored_total"]), " / ".join(curve), f"{cpu_min:.1f}"])
+                     count_with_interval(score["stored"], score["stored_total"]), " / ".join(curve),
+                     training_cpu_minutes(metrics)])
     reference = next(iter(right))
     for row, (run, (_, test)) in zip(rows, compare_models({r: [a] for r, a in right.items()}, reference).items()):
         scores[run]["paired_test"] = None if test is None else test.to_dict()

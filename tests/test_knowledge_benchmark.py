@@ -135,3 +135,16 @@ def test_a_shipped_model_has_no_training_curve_but_its_run_does(knowledge, tmp_p
     assert knowledge._metrics(tmp_path) == []
     (tmp_path / "metrics.jsonl").write_text('{"step": 10, "dev_correct": 3}\n{"step": 20}\n')
     assert knowledge._metrics(tmp_path) == [{"step": 10, "dev_correct": 3}, {"step": 20}]
+
+
+def test_the_commands_a_user_pastes_keep_the_empty_eval_file(knowledge, tmp_path):
+    """A shipped model's provenance and the report print these lines: `--eval-file` with nothing
+    after it would swallow the next flag or fail in a shell, so the empty value is quoted."""
+    pretrain, finetune = knowledge.command_lines(knowledge.stage_commands("cpu60", tmp_path / "r", minutes=55))
+    assert pretrain == f"attnlab pretrain --preset cpu60 --out-dir {tmp_path / 'r' / 'pretrain'} --minutes 55"
+    assert finetune.endswith("--eval-file ''")
+
+
+def test_a_run_that_logged_no_cpu_time_shows_a_dash_not_zero_minutes(knowledge):
+    assert knowledge.training_cpu_minutes([{"step": 889, "elapsed_s": 261.8}]) == "-"
+    assert knowledge.training_cpu_minutes([{"train_cpu_s": 60.0}, {"train_cpu_s": 150.0}]) == "2.5"
