@@ -171,7 +171,7 @@ def section(args, argv, preset, results: dict[str, dict], n_questions: int) -> s
     lines = [
         "## Attention-shaping losses",
         "",
-        "`" + shlex.join(["python benchmarks/shaping.py", *(argv if argv is not None else sys.argv[1:])]) + "`",
+        "`" + shlex.join(["python", "benchmarks/shaping.py", *(argv if argv is not None else sys.argv[1:])]) + "`",
         f"(preset {preset.name}, {args.attention}, {args.seeds} seed(s) per setting: the preset's seeds plus 0.."
         f"{args.seeds - 1}; the loss and lambda apply to pretraining and finetuning; L_max = {args.near_max})."
         f" Entropy (nats) and mean |t1 - t2| (characters) are per head, averaged over the {n_questions} dev"
