@@ -131,14 +131,16 @@ def open_book_right(model, vocab, index, examples) -> list[bool]:
     return [a.answer == e.answer for a, e in zip(answers, examples)]
 
 
-def command_line() -> str:
-    """How this script was invoked, relative to the repository root where possible."""
-    script = Path(sys.argv[0]).resolve()
+def command_line(argv: list[str] | None = None, script: str | Path | None = None) -> str:
+    """How a benchmark script was invoked, relative to the repository root where possible: this
+    process's own command line, or (for a ``main(argv)`` called from Python) the script and
+    arguments given."""
+    script = Path(script or sys.argv[0]).resolve()
     try:
         script = script.relative_to(REPO)
     except ValueError:
         pass
-    return shlex.join([".venv/bin/python", str(script), *sys.argv[1:]])
+    return shlex.join([".venv/bin/python", str(script), *(sys.argv[1:] if argv is None else argv)])
 
 
 def write_section(name: str, body: str, *, device: torch.device | str = "cpu",

@@ -18,14 +18,13 @@ import argparse
 import dataclasses
 import json
 import re
-import shlex
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import replace_section  # noqa: E402
+from _common import command_line, replace_section  # noqa: E402
 from attnlab.model.checkpoint import load_model  # noqa: E402
 from attnlab.config.settings import ModelConfig, TrainConfig, get_preset  # noqa: E402
 from attnlab.answering.evaluate import Score  # noqa: E402
@@ -171,7 +170,7 @@ def section(args, argv, preset, results: dict[str, dict], n_questions: int) -> s
     lines = [
         "## Attention-shaping losses",
         "",
-        "`" + shlex.join(["python", "benchmarks/shaping.py", *(argv if argv is not None else sys.argv[1:])]) + "`",
+        f"`{command_line(argv, script=__file__)}`",
         f"(preset {preset.name}, {args.attention}, {args.seeds} seed(s) per setting: the preset's seeds plus 0.."
         f"{args.seeds - 1}; the loss and lambda apply to pretraining and finetuning; L_max = {args.near_max})."
         f" Entropy (nats) and mean |t1 - t2| (characters) are per head, averaged over the {n_questions} dev"

@@ -4,9 +4,11 @@ given) and the 'none' rows taken from a compare run only when its settings are t
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnlab.config.settings import ModelConfig, get_preset
 from attnlab.experiments.runner import stage_settings
@@ -60,10 +62,6 @@ def test_none_from_a_single_seed_run_is_checked_too(shaping, tmp_path):
 
 
 def test_the_section_names_the_command_as_typed_and_tests_each_setting_against_none(shaping):
-    import shlex
-
-    import torch
-
     argv = ["--preset", "cpu5", "--seeds", "2", "--settings", "none", "focus:0.02", "--out", "runs/my shaping"]
     args = shaping.parse_args(argv)
     heads = torch.tensor([1.0, 2.0])
@@ -71,11 +69,11 @@ def test_the_section_names_the_command_as_typed_and_tests_each_setting_against_n
     focus = [[True] * 20, [True] * 20]  # right wherever none was wrong: 20 one-sided disagreements
     results = {s: dict(runs=runs, pretrain_ce=0.5, finetune_ce=0.25, seconds=60.0, entropy=heads, distance=heads)
                for s, runs in (("none", none), ("focus:0.02", focus))}
-    body = shaping.section(args, argv, get_preset("cpu5"), results, n_questions=20)
-    command = next(line for line in body.splitlines() if line.startswith("`python "))
-    assert shlex.split(command.strip("`")) == ["python", "benchmarks/shaping.py", *argv]
-    none_row = next(line for line in body.splitlines() if line.startswith("| none |"))
-    focus_row = next(line for line in body.splitlines() if line.startswith("| focus:0.02 |"))
+    lines = shaping.section(args, argv, get_preset("cpu5"), results, n_questions=20).splitlines()
+    command = next(line for line in lines if line.startswith("`.venv/bin/python "))
+    assert shlex.split(command.strip("`")) == [".venv/bin/python", "benchmarks/shaping.py", *argv]
+    none_row = next(line for line in lines if line.startswith("| none |"))
+    focus_row = next(line for line in lines if line.startswith("| focus:0.02 |"))
     assert "| reference |" in none_row and "10, 10 of 20" in none_row
     p_value = f"{2 * 0.5 ** 20:.3g}"  # 20 disagreements over the two seeds, all one way: exact, two-sided
     assert "20, 20 of 20" in focus_row and f"| {p_value} | better |" in focus_row and "| 60 s |" in focus_row
