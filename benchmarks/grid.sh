@@ -7,6 +7,7 @@
 #   bash benchmarks/grid.sh OUT RECORDS SECONDS 'COMMON ARGS' 'GROUP 1 ARGS' ['GROUP 2 ARGS' ...]
 # e.g. bash benchmarks/grid.sh runs/grid benchmarks/records/compare 3000 \
 #        '--preset cpu5 --seeds 3 --no-scratch --device cpu' '--variants vanilla' '--variants rotary'
+# A variant's seeds can be split between groups: '--variants argmax --only-seeds 1' '--variants argmax --only-seeds 2'.
 # Logs: OUT/gK.log; prints each group's exit code (124: stopped at the deadline).
 set -u
 out=$1; records=$2; seconds=$3; common=$4; shift 4

@@ -222,6 +222,31 @@ def test_compare_trains_seed_by_seed_and_records_every_run_for_reuse(tmp_path, c
     assert not (tmp_path / "c" / "vanilla").exists()
 
 
+def test_separate_processes_train_one_grids_seeds_with_only_seeds(tmp_path, capsys):
+    paths, records = write_data(tmp_path), tmp_path / "records"
+    share = lambda out, *extra: _compare_argv(paths, tmp_path / out, "--seeds", "2", "--records", str(records),
+                                              *extra)  # noqa: E731
+    assert run_cli(share("a", "--only-seeds", "1")) == 0  # the second seed only: the first is not trained
+    out = capsys.readouterr()
+    assert "missing (neither a record nor a finished run): vanilla seed 0, rotary seed 0" in out.out + out.err
+    assert not (tmp_path / "a" / "vanilla" / "seed-0").exists() and (tmp_path / "a" / "vanilla" / "seed-1").is_dir()
+    assert sorted(p.name.split("-")[1] for p in records.rglob("*.json")) == ["1", "1"]
+    # the other process trains the first seed and takes the second from the records: the whole grid
+    assert run_cli(share("b", "--only-seeds", "0")) == 0
+    out = capsys.readouterr()
+    assert (out.out + out.err).count("reusing the record") == 2 and "missing" not in out.out + out.err
+    assert not (tmp_path / "b" / "vanilla" / "seed-1").exists()
+    compared = json.loads((tmp_path / "b" / "results.json").read_text())["comparison"]["variants"]
+    assert compared["vanilla"]["seeds"] == [0, 1] and compared["rotary"]["test"]["seeds"] == [0, 1]
+    with pytest.raises(ValueError, match="with --seeds 2 the seed indices are 0 to 1"):
+        run_cli(share("c", "--only-seeds", "1,2"))
+    with pytest.raises(ValueError, match="--gather trains none"):
+        run_cli(share("c", "--only-seeds", "0", "--gather"))
+    with pytest.raises(SystemExit) as exit_:  # the parser refuses what is no seed index
+        run_cli(share("c", "--only-seeds", "1,x"))
+    assert exit_.value.code == 2 and not (tmp_path / "c").exists()
+
+
 def test_a_partial_grid_is_gathered_and_tested_on_the_seeds_it_shares(tmp_path, capsys):
     paths, records = write_data(tmp_path), tmp_path / "records"
     assert run_cli(_compare_argv(paths, tmp_path / "a", "--seeds", "2")) == 0  # trained without records

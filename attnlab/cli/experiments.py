@@ -55,7 +55,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     rows = compare(*configs, variants=variants, corpus=args.corpus, train_file=args.train_file, dev_file=args.eval_file,
             out=args.out_dir, device=args.device, scratch=args.scratch, reuse=args.reuse, resume=args.resume,
             overwrite=args.overwrite, preset=args.preset, seeds=args.seeds, reference=args.reference,
-            records=args.records, gather=args.gather)
+            records=args.records, gather=args.gather, only_seeds=args.only_seeds)
     _publish_rows(args, rows)
     return 0
 
@@ -163,6 +163,11 @@ def _register_compare(command) -> None:
     p.add_argument("--gather", action="store_true",
                    help="train nothing: the table from the --records and the finished runs in --out-dir; "
                         "the (variant, seed) cells neither holds are listed as missing (default: train them)")
+    p.add_argument("--only-seeds", type=bounds.non_negative_ints, default=None, metavar="K[,K...]",
+                   help="of the --seeds N, train only the seed indices K (0 to N-1, as in VARIANT/seed-K/; "
+                        "the no-pretraining row goes with K = 0) and gather the others as --gather does, so "
+                        "that separate processes can train one grid's seeds at once, each recording its "
+                        "cells in --records (benchmarks/grid.sh) (default: train every seed)")
     flags.corpus(p, "pretraining corpus (also defines the vocabulary)")
     flags.train_file(p, "question<TAB>place finetuning file")
     flags.eval_file(p, "labelled file every model is scored on", old=("--dev-file",))

@@ -92,12 +92,26 @@ OPEN_UNIT = Bound(float, 0, 1, low_open=True, high_open=True, name="open_unit_in
 TOP_P = Bound(float, 0, 1, low_open=True, name="top_p")  # (0, 1]
 
 
+def listed(bound: Bound) -> Callable[[str], list]:
+    """The argparse ``type=`` of a comma-separated list of numbers, each within ``bound``."""
+
+    def parse(text: str) -> list:
+        try:
+            return [bound.parse(part.strip()) for part in text.split(",")]
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"each of {text!r}: {e}") from None
+
+    parse.__name__ = f"list_of_{bound.name}"
+    return parse
+
+
 def at_least(low: int, kind: type = int) -> Bound:
     return Bound(kind, low, name=f"at_least_{low}")
 
 
 positive_int = POSITIVE_INT.argtype()
 non_negative_int = NON_NEGATIVE_INT.argtype()
+non_negative_ints = listed(NON_NEGATIVE_INT)
 seed = SEED.argtype()
 positive_float = POSITIVE.argtype()
 non_negative_float = NON_NEGATIVE.argtype()

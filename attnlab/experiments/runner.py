@@ -22,7 +22,7 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .._version import __version__
 from ..core import datafiles, logs
@@ -643,44 +643,50 @@ def compare(
     reference: str | None = None,
     records: str | Path | None = None,
     gather: bool = False,
+    only_seeds: Sequence[int] | None = None,
 ) -> list[Row]:
-    """Every variant (default: the whole registry) through pretrain -> finetune -> dev, with
-    the same model shape, seeds and data; plus the most-frequent-place baseline and, if
-    ``scratch``, vanilla finetuned without pretraining. Each variant is trained ``seeds`` times
-    (seed k: both stages' seeds plus k, the same k for every variant; runs in VARIANT/seed-K/
-    when seeds > 1) and compared with ``reference`` (default: vanilla if chosen, else the first
-    variant) on the same questions (attnlab/experiments/comparison.py). Writes results.md/.json and a
-    chart. ``reuse`` keeps finished rows, ``resume`` also continues interrupted ones,
-    ``overwrite`` starts over (not with ``gather``). ``records``: attnlab/experiments/records.py.
-    ``gather`` trains nothing: the table of the records and the rows finished in ``out``."""
+    """Every variant (default: the whole registry) through pretrain -> finetune -> dev, with the
+    same model shape, seeds and data; plus the most-frequent-place baseline and, if ``scratch``,
+    vanilla finetuned without pretraining. Each variant is trained ``seeds`` times (seed k: both
+    stages' seeds plus k, in VARIANT/seed-K/ when seeds > 1) and compared with ``reference``
+    (default: vanilla if chosen, else the first variant) on the same questions. Writes
+    results.md/.json and a chart. ``reuse`` keeps finished rows, ``resume`` also continues
+    interrupted ones, ``overwrite`` starts over. ``records``: attnlab/experiments/records.py.
+    ``gather`` trains nothing: the table of the records and the rows finished in ``out``.
+    ``only_seeds``: train only these k (the scratch row with k = 0) and gather the others."""
     variants = list(variants or REGISTRY)
     reference = _check_variants(variants, reference, seeds)
+    trained = _trained_seeds(seeds, only_seeds, gather)
+    scratch_trained = scratch and 0 in trained
     pretrain_config = equal_passes(pretrain_config, log)
     data = {"corpus": corpus, "train": train_file, "dev": dev_file, "test": DEFAULT_TEST}  # test: held out
     settings = experiment_settings(preset, model_config, pretrain_config, finetune_config, scratch_config, data)
     run = Runner(Path(out), corpus, train_file, dev_file, held_out=(dev_file, DEFAULT_TEST), device=device,
                  reuse=reuse or gather, resume=resume, overwrite=overwrite, settings=settings, log=log)
     # gathering touches no run directory: other processes may be training in them
-    run.start([] if gather else ([run.out / "scratch"] if scratch else [])
-              + [seed_dir(run.out / name, k, seeds) for name in variants for k in range(seeds)])
+    run.start(([run.out / "scratch"] if scratch_trained else [])
+              + [seed_dir(run.out / name, k, seeds) for name in variants for k in trained])
     run.out.mkdir(parents=True, exist_ok=True)
     log(f"== attnlab compare: {', '.join(variants)}; outputs in {run.out}")
     try:
         rows = _compare_rows(run, model_config, pretrain_config, finetune_config, scratch_config, variants,
-                             scratch and not gather, seeds, records, gather)
+                             scratch_trained, seeds, records, trained)
     except KeyboardInterrupt:
         log(f"compare interrupted: finished stages are kept in {run.out}; continue with the same command "
             "plus --resume (in place of --overwrite or --reuse)")
         raise
     # Rows differ in their attention only: the results name the variants instead.
     model = {k: v for k, v in settings["model"].items() if k != "attention"}
-    run.write(rows, "variant", f"dev accuracy on {Path(dev_file).name}" + (f", preset {preset}" if preset else ""),
-              settings={**settings, "model": model, "variants": variants, "scratch": scratch, "seeds": seeds,
-                        "reference": reference},
-              reference=reference)
-    logs.results_via(log)(f"\nwrote {run.out / 'results.md'}, {run.out / 'results.json'} and {run.out / 'dev_accuracy.png'}; "
-        f"runs in {run.out}/*/")
+    _write_comparison(run, rows, f"dev accuracy on {Path(dev_file).name}" + (f", preset {preset}" if preset else ""),
+                      {**settings, "model": model, "variants": variants, "scratch": scratch, "seeds": seeds,
+                       "reference": reference})
     return rows
+
+
+def _write_comparison(run: Runner, rows: list[Row], title: str, settings: dict[str, Any]) -> None:
+    run.write(rows, "variant", title, settings=settings, reference=settings["reference"])
+    logs.results_via(run.log)(f"\nwrote {run.out / 'results.md'}, {run.out / 'results.json'} and "
+                              f"{run.out / 'dev_accuracy.png'}; runs in {run.out}/*/")
 
 
 def equal_passes(config: TrainConfig, log: Callable[[str], None] = logs.note) -> TrainConfig:
@@ -691,6 +697,20 @@ def equal_passes(config: TrainConfig, log: Callable[[str], None] = logs.note) ->
     log(f"every run trains the {config.epochs:g} epochs given, not fitted to --minutes {config.minutes:g}: "
         "a fit follows the machine's speed at that moment, so compared runs would differ in passes")
     return dataclasses.replace(config, minutes=0.0)
+
+
+def _trained_seeds(seeds: int, only_seeds: Sequence[int] | None, gather: bool) -> list[int]:
+    """The seed indices this run trains: none when gathering, else ``only_seeds`` (each checked
+    to be one of the run's 0..seeds-1) or all of them."""
+    if only_seeds is None:
+        return [] if gather else list(range(seeds))
+    if gather:
+        raise ValueError("--only-seeds names seeds to train, and --gather trains none: give one of them")
+    outside = sorted({k for k in only_seeds if not 0 <= k < seeds})
+    if outside:
+        raise ValueError(f"--only-seeds {','.join(map(str, outside))}: with --seeds {seeds} the seed indices "
+                         f"are 0 to {seeds - 1}")
+    return sorted(set(only_seeds))
 
 
 def _check_variants(variants: list[str], reference: str | None, seeds: int) -> str:
@@ -718,7 +738,7 @@ def seed_dir(variant_dir: Path, k: int, seeds: int) -> Path:
 def _compare_rows(run: Runner, model_config: ModelConfig, pretrain_config: TrainConfig,
                   finetune_config: TrainConfig, scratch_config: TrainConfig, variants: list[str],
                   scratch: bool, seeds: int = 1, records: str | Path | None = None,
-                  gather: bool = False) -> list[Row]:
+                  trained: Sequence[int] = (0,)) -> list[Row]:
     rows = [run.baseline()]
     if scratch:
         run.log("== no pretraining: vanilla finetuned from scratch")
@@ -731,6 +751,7 @@ def _compare_rows(run: Runner, model_config: ModelConfig, pretrain_config: Train
         for i, name in enumerate(variants, 1):
             seed = pretrain_config.seed + k
             shown = f", seed {seed}" if seeds > 1 else ""
+            gather = k not in trained
             run.log(f"== {i}/{len(variants)} {name}{shown}" + ("" if gather else
                     f": pretrain, finetune, evaluate on {run.dev_file}"))
             row = _variant_row(run, name + shown, dataclasses.replace(model_config, attention=name),
