@@ -9,6 +9,7 @@ seed's count, and the paired exact McNemar test (attnlab/experiments/comparison.
     attnlab compare --preset cpu5 --variants vanilla,rotary,relative --positions none --seeds 3 \\
         --no-scratch --records benchmarks/records/compare --gather --out-dir runs/g-nopos
     python benchmarks/schemes.py runs/g-learned:learned runs/g-nopos:none
+    python benchmarks/schemes.py runs/s15-learned:none runs/s15-focus:focus --label setting   # losses
 
 Prints one table per variant (markdown, to quote with the commands above).
 """
@@ -33,9 +34,9 @@ def read_rows(results: Path) -> list[Row]:
     return [Row.from_dict(r) for r in json.loads(path.read_text())["rows"] if r.get("variant")]
 
 
-def scheme_tables(runs: dict[str, list[Row]], dev_file: str) -> dict[str, str]:
-    """Per variant found in every run: the table of its runs, each labelled by its scheme, tested
-    against the first run's."""
+def scheme_tables(runs: dict[str, list[Row]], dev_file: str, column: str = "scheme") -> dict[str, str]:
+    """Per variant found in every run: the table of its runs, each labelled by its scheme (what
+    ``column`` names the first column: a scheme, a loss setting), tested against the first run's."""
     labels = list(runs)
     variants = [v for v in dict.fromkeys(r.variant for r in runs[labels[0]])
                 if all(any(r.variant == v for r in rows) for rows in runs.values())]
@@ -48,7 +49,7 @@ def scheme_tables(runs: dict[str, list[Row]], dev_file: str) -> dict[str, str]:
                     r.variant = label  # the compared "models" are the schemes
                     rows.append(r)
         tables[variant] = comparison_table(variant_comparison(rows, labels[0], dev_file), labels[0],
-                                           label="scheme")
+                                           label=column)
     return tables
 
 
@@ -63,11 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", metavar="RUN:LABEL", help="compare output directories; the first is the reference")
     p.add_argument("--eval-file", default="data/birth_dev.tsv", help="the dev file the runs were scored on")
+    p.add_argument("--label", default="scheme",
+                   help="what the runs differ in, the first column's heading (default: scheme; e.g. setting "
+                        "for runs made with --attn-loss)")
     args = p.parse_args(argv)
     if len(args.runs) < 2:
         p.error("give at least two runs to compare")
     runs = {label: read_rows(path) for label, path in map(parse_run, args.runs)}
-    for variant, text in scheme_tables(runs, args.eval_file).items():
+    for variant, text in scheme_tables(runs, args.eval_file, args.label).items():
         print(f"\n### {variant}\n\n{text}")
     return 0
 

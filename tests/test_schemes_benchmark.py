@@ -39,6 +39,10 @@ def test_each_variant_is_tested_against_the_first_runs_rows_of_the_same_seeds(sc
     line = next(t for t in out.splitlines() if t.startswith("| none |"))
     assert f"| 0 / 14 | {expected.combined.p:.3g} | worse |" in line and "0, 1 of 12" in line
     assert "| scheme | seeds |" in out and "| learned | 0, 1 |" in out
+    # the first column says what the runs differ in: a loss setting instead of a scheme
+    assert schemes.main([f"{learned}:none", f"{none}:focus", "--label", "setting"]) == 0
+    out = capsys.readouterr().out
+    assert "| setting | seeds |" in out and "| scheme |" not in out and "| focus | 0, 1 |" in out
 
 
 def test_a_run_without_results_or_a_label_is_refused(schemes, tmp_path):
