@@ -737,8 +737,8 @@ def seed_dir(variant_dir: Path, k: int, seeds: int) -> Path:
 
 def _compare_rows(run: Runner, model_config: ModelConfig, pretrain_config: TrainConfig,
                   finetune_config: TrainConfig, scratch_config: TrainConfig, variants: list[str],
-                  scratch: bool, seeds: int = 1, records: str | Path | None = None,
-                  trained: Sequence[int] = (0,)) -> list[Row]:
+                  scratch: bool, seeds: int, records: str | Path | None,
+                  trained: Sequence[int]) -> list[Row]:
     rows = [run.baseline()]
     if scratch:
         run.log("== no pretraining: vanilla finetuned from scratch")
