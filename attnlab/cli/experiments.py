@@ -165,9 +165,10 @@ def _register_compare(command) -> None:
                         "the (variant, seed) cells neither holds are listed as missing (default: train them)")
     p.add_argument("--only-seeds", type=bounds.non_negative_ints, default=None, metavar="K[,K...]",
                    help="of the --seeds N, train only the seed indices K (0 to N-1, as in VARIANT/seed-K/; "
-                        "the no-pretraining row goes with K = 0) and gather the others as --gather does, so "
-                        "that separate processes can train one grid's seeds at once, each recording its "
-                        "cells in --records (benchmarks/grid.sh) (default: train every seed)")
+                        "the no-pretraining row goes with K = 0) and take the others from --records (and, with "
+                        "--resume or --reuse, the finished runs in --out-dir), so that separate processes can "
+                        "train one grid's seeds at once, each recording its cells in --records "
+                        "(benchmarks/grid.sh) (default: train every seed)")
     flags.corpus(p, "pretraining corpus (also defines the vocabulary)")
     flags.train_file(p, "question<TAB>place finetuning file")
     flags.eval_file(p, "labelled file every model is scored on", old=("--dev-file",))
