@@ -11,6 +11,7 @@ import pytest
 
 from attnlab.experiments import comparison, records
 from attnlab.experiments import runner as experiments
+from attnlab.experiments.runner import Compared, comparison_record, comparison_table
 from tests.test_variants import run_cli, write_data
 
 
@@ -121,6 +122,34 @@ def test_compare_models_tests_every_model_but_the_reference():
     assert result["new"][0].counts == (7,) and result["ref"][0].counts == (1,)
 
 
+def test_holm_multiplies_the_ith_smallest_p_by_m_minus_i_plus_1_and_keeps_the_order_monotone():
+    # sorted 0.01, 0.03, 0.04: 3 x 0.01 = 0.03; 2 x 0.03 = 0.06; 1 x 0.04 = 0.04, raised to 0.06
+    assert comparison.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert comparison.holm([0.5, 0.6]) == [1.0, 1.0]  # capped at 1
+    assert comparison.holm([0.02]) == [0.02] and comparison.holm([]) == []
+    with pytest.raises(ValueError, match="p-values"):
+        comparison.holm([1.5])
+
+
+def _compared(p: float, wins: int, losses: int) -> Compared:
+    combined = comparison.McNemar(wins, losses, p)
+    test = comparison.PairedTest((), combined, comparison.verdict(combined))
+    return Compared([0], comparison.summarise([[1, 0]]), None, test, [0])
+
+
+def test_a_table_of_several_tests_shows_their_holm_adjusted_p_values():
+    compared = {"ref": Compared([0], comparison.summarise([[1, 1]]), None, None),
+                "a": _compared(0.004, 1, 9), "b": _compared(0.03, 8, 2), "c": _compared(0.9, 5, 5)}
+    table = comparison_table(compared, "ref")
+    # a: 3 x 0.004 = 0.012, still worse; b: 2 x 0.03 = 0.06, its "better" does not stand; c: 0.9
+    assert "Holm-adjusted p over the 3 tests against ref" in table
+    assert "a 0.012 (worse), b 0.06, c 0.9." in table
+    assert "| b | 0 |" in table and "| better |" in table  # the per-test verdict stays in its row
+    record = comparison_record(compared, "ref")["variants"]
+    assert record["a"]["test"]["p_holm"] == pytest.approx(0.012) and record["ref"]["test"] is None
+    assert "Holm" not in comparison_table({"ref": compared["ref"], "a": compared["a"]}, "ref")  # one test
+
+
 def test_correctness_is_read_from_a_predictions_file(tmp_path):
     labelled = tmp_path / "dev.tsv"
     labelled.write_text("Where was A born?\tParis\nWhere was B born?\tRome\nWhere was C born?\tOslo\n")
@@ -157,7 +186,8 @@ def test_compare_with_two_seeds_shows_each_seeds_count_and_the_paired_test(tmp_p
     assert rotary["counts"] == [rows["rotary", 3]["dev_correct"], rows["rotary", 4]["dev_correct"]]
     expected = comparison.paired_test([[c == "1" for c in rows["rotary", s]["dev_each"]] for s in (3, 4)],
                                       [[c == "1" for c in rows["vanilla", s]["dev_each"]] for s in (3, 4)])
-    assert rotary["test"] == {**expected.to_dict(), "seeds": [3, 4]} and compared["variants"]["vanilla"]["test"] is None
+    assert rotary["test"] == {**expected.to_dict(), "seeds": [3, 4], "p_holm": expected.combined.p}  # one test
+    assert compared["variants"]["vanilla"]["test"] is None
     table = (out / "results.md").read_text()
     line = next(t for t in table.splitlines() if t.startswith("| rotary | 3, 4 |"))
     counts = f"{rows['rotary', 3]['dev_correct']}, {rows['rotary', 4]['dev_correct']} of 4"

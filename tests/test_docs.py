@@ -199,3 +199,33 @@ def test_every_command_help_ends_with_an_example_that_parses():
 def test_a_stale_flag_is_caught():
     assert not _parses(["evaluate", "models/cpu", "--no-such-flag"])
     assert not _parses(["pretrain", "--preset", "cpu", "--batch-size", "B"])  # a placeholder alone
+
+
+# ------------------------------------------------------------------------- Python in the docs
+
+
+def _python_imports() -> list[tuple[str, str]]:
+    """(file, statement) of every attnlab import in the docs' Python blocks."""
+    found = []
+    for path in _doc_files():
+        for block in re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.S):
+            found += [(path.relative_to(REPO).as_posix(), line.strip()) for line in block.splitlines()
+                      if re.match(r"\s*(from attnlab[\w.]* import |import attnlab)", line)]
+    return found
+
+
+def test_the_docs_have_python_imports_to_check():
+    assert len(_python_imports()) >= 4
+
+
+@pytest.mark.parametrize("where, statement", _python_imports())
+def test_every_documented_python_import_works(where, statement):
+    try:
+        exec(statement, {})
+    except ImportError as e:
+        pytest.fail(f"{where}: `{statement}` fails: {e}")
+
+
+def test_a_stale_python_import_is_caught():
+    with pytest.raises(ImportError):
+        exec("from attnlab import no_such_module", {})

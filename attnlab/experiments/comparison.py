@@ -22,7 +22,10 @@ same seed. Output, per model:
   test, is what speaks for other seeds;
 - a verdict: "better" or "worse" when the combined p-value is below ``ALPHA`` (0.05, two-sided;
   no correction for testing several models against one reference), else
-  "no detectable difference".
+  "no detectable difference";
+- for a table of several models tested against one reference, Holm's adjusted p-values
+  (``holm``): a verdict whose adjusted p is below ``ALPHA`` keeps the chance of any spurious
+  verdict in the whole table under ``ALPHA``.
 """
 
 from __future__ import annotations
@@ -127,6 +130,22 @@ def verdict(test: McNemar, alpha: float = ALPHA) -> str:
     if test.p >= alpha or test.wins == test.losses:
         return "no detectable difference"
     return "better" if test.wins > test.losses else "worse"
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given. With m tests, the i-th smallest
+    p is multiplied by m - i + 1 (i from 1), capped at 1 and never below an adjusted p that ranks
+    before it; rejecting where the adjusted p < alpha holds the family-wise error at alpha
+    whatever the tests' dependence (Holm 1979; uniformly less strict than Bonferroni's m x p)."""
+    if any(not 0.0 <= p <= 1.0 for p in pvalues):
+        raise ValueError(f"p-values must lie in [0, 1], got {list(pvalues)}")
+    m = len(pvalues)
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda i: pvalues[i])):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
 
 
 def summarise(runs: Sequence[Sequence], replicates: int = REPLICATES, seed: int = BOOTSTRAP_SEED) -> Summary:
