@@ -38,7 +38,7 @@ from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
 from attnlab.answering.evaluate import evaluate  # noqa: E402
 from attnlab.answering.knowledge import (CorpusIndex, answer_by_recall, measure_stored,  # noqa: E402
                                         require_person)
-from attnlab.experiments.comparison import TEST_METHOD, compare_models  # noqa: E402
+from attnlab.experiments.comparison import TEST_METHOD, compare_models, holm_note  # noqa: E402
 
 DEV = "data/birth_dev.tsv"
 TRAIN = "data/birth_places_train.tsv"
@@ -267,7 +267,8 @@ def ablation(specs: list[str], eval_file: str, out: str | None, write: bool) -> 
                      count_with_interval(score["stored"], score["stored_total"]), " / ".join(curve),
                      training_cpu_minutes(metrics)])
     reference = next(iter(right))
-    for row, (run, (_, test)) in zip(rows, compare_models({r: [a] for r, a in right.items()}, reference).items()):
+    compared = compare_models({r: [a] for r, a in right.items()}, reference)
+    for row, (run, (_, test)) in zip(rows, compared.items()):
         scores[run]["paired_test"] = None if test is None else test.to_dict()
         row += ["reference"] if test is None else [f"{test.combined.wins}/{test.combined.losses}, "
                                                    f"p={test.combined.p:.2g}, {test.verdict}"]
@@ -279,6 +280,9 @@ def ablation(specs: list[str], eval_file: str, out: str | None, write: bool) -> 
              "\n- 95% intervals: Wilson score intervals"
              f"\n- p: {TEST_METHOD}, against the first probe on the same questions, two-sided; the verdict "
              "at p < 0.05 (docs/guides/comparisons.md)")
+    labels = {run: row[0] for run, row in zip(right, rows)}
+    note = holm_note({labels[run]: test for run, (_, test) in compared.items()}, rows[0][0])
+    text += f"\n- {note}" if note else ""
     if out:
         Path(out).write_text(json.dumps(scores, indent=2) + "\n")
     report("knowledge_ablation", text, write=write, title="Knowledge recipes: the ablation probes "

@@ -28,7 +28,8 @@ from _common import command_line, replace_section  # noqa: E402
 from attnlab.model.checkpoint import load_model  # noqa: E402
 from attnlab.config.settings import ModelConfig, TrainConfig, get_preset  # noqa: E402
 from attnlab.answering.evaluate import Score  # noqa: E402
-from attnlab.experiments.comparison import INTERVAL_METHOD, TEST_METHOD, compare_models, correctness, read_correctness  # noqa: E402
+from attnlab.experiments.comparison import (  # noqa: E402
+    INTERVAL_METHOD, TEST_METHOD, compare_models, correctness, holm_note, read_correctness)
 from attnlab.probing.attention_maps import statistics_over  # noqa: E402
 from attnlab.data.datasets import read_qa, read_texts  # noqa: E402
 from attnlab.config.settings import DEFAULT_DEV  # noqa: E402
@@ -191,7 +192,8 @@ def section(args, argv, preset, results: dict[str, dict], n_questions: int) -> s
             f"| {setting} | {summary.shown()} | {counts} | {p} | {verdict} | {r['pretrain_ce']:.3f} | "
             f"{r['finetune_ce']:.3f} | {ent.mean():.2f} [{ent.min():.2f}-{ent.max():.2f}]"
             f" | {dist.mean():.2f} [{dist.min():.2f}-{dist.max():.2f}] | {r['seconds']:.0f} s |")
-    return "\n".join(lines)
+    note = holm_note({setting: test for setting, (_, test) in compared.items()}, reference)
+    return "\n".join(lines + (["", note] if note else []))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -148,3 +148,19 @@ def test_the_commands_a_user_pastes_keep_the_empty_eval_file(knowledge, tmp_path
 def test_a_run_that_logged_no_cpu_time_shows_a_dash_not_zero_minutes(knowledge):
     assert knowledge.training_cpu_minutes([{"step": 889, "elapsed_s": 261.8}]) == "-"
     assert knowledge.training_cpu_minutes([{"train_cpu_s": 60.0}, {"train_cpu_s": 150.0}]) == "2.5"
+
+
+def test_the_ablation_table_tests_each_probe_against_the_first_and_holm_adjusts_them(knowledge, monkeypatch):
+    right = {"a": [True] * 10 + [False] * 10, "b": [True] * 20, "c": [True] * 11 + [False] * 9}
+    monkeypatch.setattr(knowledge, "answer_run", lambda run, eval_file: (
+        {"dev_correct": sum(right[run.name]), "dev_total": 20, "stored": 5, "stored_total": 5}, right[run.name]))
+    monkeypatch.setattr(knowledge, "_metrics", lambda run: [])
+    written = {}
+    monkeypatch.setattr(knowledge, "report", lambda name, text, write, title: written.update({name: text}))
+    knowledge.ablation(["a:first", "b:all", "c:one more"], "held.tsv", out=None, write=False)
+    text = written["knowledge_ablation"]
+    p_b = 2 * 0.5 ** 10  # 10 one-sided disagreements
+    assert f"10/0, p={p_b:.2g}, better" in text and "1/0, p=1, no detectable difference" in text
+    assert text.splitlines()[-1] == (f"- Holm-adjusted p over the 2 tests against first (a verdict that stands with "
+                                     f"the chance of any spurious one in the table kept under 0.05): all "
+                                     f"{2 * p_b:.3g} (better), one more 1.")

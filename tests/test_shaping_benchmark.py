@@ -77,3 +77,17 @@ def test_the_section_names_the_command_as_typed_and_tests_each_setting_against_n
     assert "| reference |" in none_row and "10, 10 of 20" in none_row
     p_value = f"{2 * 0.5 ** 20:.3g}"  # 20 disagreements over the two seeds, all one way: exact, two-sided
     assert "20, 20 of 20" in focus_row and f"| {p_value} | better |" in focus_row and "| 60 s |" in focus_row
+    assert not any("Holm" in line for line in lines)  # one test: nothing to correct
+
+
+def test_a_section_of_several_settings_ends_with_holm_adjusted_p_values(shaping):
+    argv = ["--preset", "cpu5", "--settings", "none", "focus:0.02", "near:0.005"]
+    heads = torch.tensor([1.0])
+    runs = {"none": [[True] * 10 + [False] * 10], "focus:0.02": [[True] * 20],  # 10 wins: p = 2 / 2**10
+            "near:0.005": [[True] * 11 + [False] * 9]}  # 1 win: p = 1
+    results = {s: dict(runs=r, pretrain_ce=0.5, finetune_ce=0.25, seconds=60.0, entropy=heads, distance=heads)
+               for s, r in runs.items()}
+    text = shaping.section(shaping.parse_args(argv), argv, get_preset("cpu5"), results, n_questions=20)
+    assert text.splitlines()[-1] == (f"Holm-adjusted p over the 2 tests against none (a verdict that stands with the "
+                                     f"chance of any spurious one in the table kept under 0.05): focus:0.02 "
+                                     f"{2 * 2 * 0.5 ** 10:.3g} (better), near:0.005 1.")

@@ -148,6 +148,25 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
+def holm_adjusted(tests: dict[str, PairedTest | None]) -> dict[str, float]:
+    """Each model's combined p-value, Holm-adjusted over the tests made (None: no test, the
+    reference)."""
+    tested = {name: t.combined.p for name, t in tests.items() if t is not None}
+    return dict(zip(tested, holm(list(tested.values()))))
+
+
+def holm_note(tests: dict[str, PairedTest | None], reference: str, alpha: float = ALPHA) -> str:
+    """The line under a table of several tests against one reference: each Holm-adjusted p,
+    with the verdict where it stands corrected; empty with fewer than two tests."""
+    adjusted = holm_adjusted(tests)
+    if len(adjusted) < 2:
+        return ""
+    shown = ", ".join(f"{name} {p:.3g}" + (f" ({tests[name].verdict})" if p < alpha else "")
+                      for name, p in adjusted.items())
+    return (f"Holm-adjusted p over the {len(adjusted)} tests against {reference} (a verdict that stands with "
+            f"the chance of any spurious one in the table kept under {alpha}): {shown}.")
+
+
 def summarise(runs: Sequence[Sequence], replicates: int = REPLICATES, seed: int = BOOTSTRAP_SEED) -> Summary:
     """Each seed's count, the mean accuracy over seeds and its crossed-bootstrap interval."""
     matrix = _matrix(runs)

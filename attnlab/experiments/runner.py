@@ -477,24 +477,13 @@ def comparison_table(compared: dict[str, Compared], reference: str, label: str =
         lines.append(f"| {name} | {seeds} | {c.summary.shown()} | {counts} | {stored} | {split} | {p} | {verdict} |")
     lines += ["", f"95% CI: {comparison.INTERVAL_METHOD}. p: {comparison.TEST_METHOD}, two-sided; "
               f"verdict at p < {comparison.ALPHA} (docs/guides/comparisons.md)."]
-    adjusted = holm_adjusted(compared)
-    if len(adjusted) > 1:
-        shown = ", ".join(f"{name} {p:.3g}" + (f" ({compared[name].test.verdict})" if p < comparison.ALPHA
-                                                else "") for name, p in adjusted.items())
-        lines += ["", f"Holm-adjusted p over the {len(adjusted)} tests against {reference} (a verdict that stands "
-                  f"with the chance of any spurious one in the table kept under {comparison.ALPHA}): {shown}."]
-    return "\n".join(lines)
-
-
-def holm_adjusted(compared: dict[str, Compared]) -> dict[str, float]:
-    """Each tested row's combined p-value, Holm-adjusted over the table's tests."""
-    tested = {name: c.test.combined.p for name, c in compared.items() if c.test is not None}
-    return dict(zip(tested, comparison.holm(list(tested.values()))))
+    note = comparison.holm_note({name: c.test for name, c in compared.items()}, reference)
+    return "\n".join(lines + (["", note] if note else []))
 
 
 def comparison_record(compared: dict[str, Compared], reference: str) -> dict[str, Any]:
     """The comparison as results.json records it."""
-    adjusted = holm_adjusted(compared)
+    adjusted = comparison.holm_adjusted({name: c.test for name, c in compared.items()})
     return {"reference": reference, "interval_method": comparison.INTERVAL_METHOD,
             "test_method": comparison.TEST_METHOD, "alpha": comparison.ALPHA,
             "variants": {name: {"seeds": c.seeds, **c.summary.to_dict(), "stored_mean": c.stored,
