@@ -9,7 +9,7 @@ seed's count, and the paired exact McNemar test (attnlab/experiments/comparison.
     attnlab compare --preset cpu5 --variants vanilla,rotary,relative --positions none --seeds 3 \\
         --no-scratch --records benchmarks/records/compare --gather --out-dir runs/g-nopos
     python benchmarks/schemes.py runs/g-learned:learned runs/g-nopos:none
-    python benchmarks/schemes.py runs/s15-learned:none runs/s15-focus:focus --label setting   # losses
+    python benchmarks/schemes.py runs/s15-learned:plain runs/s15-focus:focus --label setting   # losses
 
 Prints one table per variant (markdown, to quote with the commands above).
 """
