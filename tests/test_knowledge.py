@@ -32,7 +32,7 @@ def test_person_of_reads_the_experiment_question_form():
     assert person_of("Where was John F. Kennedy born?") == "John F. Kennedy"
     assert person_of("  Where was Ada born?  ") == "Ada"
     assert person_of("Who was Ada?") is None
-    with pytest.raises(DataError, match=r"dev.tsv:1: expected a question 'Where was NAME born\?'"):
+    with pytest.raises(DataError, match=r"dev.tsv:1: the question 'Who was Ada\?' matches no relation"):
         require_person(QAExample("Who was Ada?", "Paris", "dev.tsv", 1))
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..data.datasets import QAExample
+from ..data.relations import Schema
 from ..data.vocab import Vocab
 from ..model.gpt import GPT
 from .formats import MAX_NEW_CHARS, Answer, answer_format, extract_answer  # noqa: F401 (their home was here)
@@ -57,15 +58,19 @@ def answer_questions(
     examples: list[QAExample],
     *,
     batch_size: int = 256,
-    max_new: int = MAX_NEW_CHARS,
+    max_new: int | None = None,
     use_cache: bool = True,
     progress: bool = False,
+    strict: bool = True,
 ) -> list[Answer]:
     """Greedy answers for every question, in input order, in the model's answer format
     (``qa_format``, attnlab/answering/formats.py). Questions are batched by length so little
-    padding is decoded; a row stops at its closing MASK."""
+    padding is decoded; a row stops at its closing MASK. The answer budget is the model's
+    ``answer_chars`` unless ``max_new`` is given; with ``strict=False`` a question no relation
+    matches gets an empty answer stating its problem instead of an error."""
     return answer_format(model.config.qa_format).answer(model, vocab, examples, batch_size=batch_size,
-                                                        max_new=max_new, use_cache=use_cache, progress=progress)
+                                                        max_new=max_new, use_cache=use_cache, progress=progress,
+                                                        strict=strict)
 
 
 def score(predictions: list[str], examples: list[QAExample]) -> Score | None:
@@ -73,6 +78,28 @@ def score(predictions: list[str], examples: list[QAExample]) -> Score | None:
     if any(e.answer is None for e in examples):
         return None
     return Score(sum(p == e.answer for p, e in zip(predictions, examples)), len(examples))
+
+
+def score_by_relation(predictions: list[str], examples: list[QAExample], schema: Schema) -> dict[str, Score]:
+    """Exact-match accuracy of each relation's questions (labelled examples only), in the
+    schema's order; relations with no question are left out."""
+    groups: dict[str, list[int]] = {name: [] for name in schema.names}
+    for i, e in enumerate(examples):
+        asked = schema.parse(e.question, bare_subject=False)
+        if asked is not None and e.answer is not None:
+            groups[asked.relation.name].append(i)
+    return {name: Score(sum(predictions[i] == examples[i].answer for i in rows), len(rows))
+            for name, rows in groups.items() if rows}
+
+
+def most_frequent_by_relation(train: list[QAExample], schema: Schema) -> dict[str, str]:
+    """Each relation's most frequent training answer (its baseline)."""
+    out = {}
+    for name in schema.names:
+        mine = [e for e in train if (a := schema.parse(e.question, bare_subject=False)) and a.relation.name == name]
+        if mine:
+            out[name] = most_frequent_place(mine)
+    return out
 
 
 def most_frequent_place(train: list[QAExample]) -> str:

@@ -18,7 +18,14 @@ from ..data.formats import QA_FORMATS, DirectText, RecallText
 from ..data.vocab import MASK_CHAR, MASK_ID, Vocab
 from ..model.generate import generate
 from ..model.gpt import GPT
+from ..data.relations import Asked, Schema
 from .knowledge import MAX_ANSWER_CHARS, answer_by_recall, recall_prompt, require_person
+
+
+def unparsable(schema: Schema) -> str:
+    """What an answer says of a question that matches none of the model's relations."""
+    forms = "; ".join(repr(r.template) for r in schema.relations)
+    return f"I can't parse this: ask {forms}"
 
 MAX_NEW_CHARS = MAX_ANSWER_CHARS  # the answer budget of both formats: one number
 
@@ -31,6 +38,8 @@ class Answer:
     complete: bool  # the model closed its answer with MASK within the budget
     recalled: str | None = None  # recall format: what the model wrote of the person first
     withheld: str | None = None  # an abstaining ask: the answer it withheld (answer is then "")
+    relation: str | None = None  # the relation the question asks about (None: not known)
+    problem: str | None = None  # why the question got no answer ("I can't parse this: ...")
 
 
 @dataclass(frozen=True)
@@ -57,9 +66,12 @@ class DirectFormat(DirectText):
     """The model reads ``question⁇`` and writes ``place⁇`` (SPEC 2 and 6)."""
 
     def answer(self, model: GPT, vocab: Vocab, examples: list[QAExample], *, batch_size: int,
-               max_new: int, use_cache: bool = True, progress: bool = False) -> list[Answer]:
+               max_new: int | None = None, use_cache: bool = True, progress: bool = False,
+               strict: bool = True) -> list[Answer]:
         """Questions batched by length so little padding is decoded; a row stops at its
-        closing MASK."""
+        closing MASK. Any question is read as it is written (``strict`` is the recall
+        format's)."""
+        max_new = max_new or model.config.answer_chars
         prompts = [vocab.encode(e.question + MASK_CHAR, source=e.source, line=e.line) for e in examples]
         for e, prompt in zip(examples, prompts):
             if len(prompt) > model.config.block_size:  # a question the model cannot even read
@@ -78,7 +90,7 @@ class DirectFormat(DirectText):
 
     def answer_one(self, model: GPT, vocab: Vocab, question: str, name: str) -> Answer:
         asked = [QAExample(question, None, "<question>", 1)]
-        return self.answer(model, vocab, asked, batch_size=256, max_new=MAX_NEW_CHARS)[0]
+        return self.answer(model, vocab, asked, batch_size=256)[0]
 
     def reading(self, question: str, name: str | None, answer: Answer, recall_chars: int) -> Reading:
         """The question and its mark, all given."""
@@ -90,19 +102,50 @@ class RecallFormat(RecallText):
     place read from that text and ``⁇`` (attnlab/answering/knowledge.py)."""
 
     def answer(self, model: GPT, vocab: Vocab, examples: list[QAExample], *, batch_size: int,
-               max_new: int, use_cache: bool = True, progress: bool = False) -> list[Answer]:
-        names = [require_person(e) for e in examples]
-        for name, e in zip(names, examples):
-            vocab.encode(name, source=e.source, line=e.line)  # a clear error for an unknown character
-        recalled = answer_by_recall(model, vocab, names, model.config.recall_chars,
-                                    batch_size=batch_size, max_answer_chars=max_new)
-        return [Answer(e.question, r.answer, r.confidence, r.complete, r.recalled)
-                for e, r in zip(examples, recalled)]
+               max_new: int | None = None, use_cache: bool = True, progress: bool = False,
+               strict: bool = True) -> list[Answer]:
+        """Answers in input order. A question that matches none of the model's relations is a
+        DataError naming its line, or with ``strict=False`` an empty answer with its problem
+        stated (one unreadable question does not stop the others)."""
+        schema = Schema.from_list(model.config.relations)
+        asked: list[Asked | None] = []
+        problems: list[str | None] = []
+        for e in examples:
+            try:
+                one = schema.require(e) if strict else schema.parse(e.question)
+                if one is None:
+                    problems.append(unparsable(schema))
+                else:
+                    vocab.encode(one.subject, source=e.source, line=e.line)  # a clear error for an unknown character
+                    problems.append(None)
+                asked.append(one)
+            except DataError as error:
+                if strict:
+                    raise
+                asked.append(None)
+                problems.append(f"I can't read this: {error.problem}")
+        ok = [i for i, a in enumerate(asked) if a is not None]
+        recalled = answer_by_recall(model, vocab, [asked[i].subject for i in ok], model.config.recall_chars,
+                                    batch_size=batch_size, max_answer_chars=max_new,
+                                    cues=[schema.cue(asked[i].relation) for i in ok]) if ok else []
+        by_row = dict(zip(ok, recalled))
+        out = []
+        for i, e in enumerate(examples):
+            r = by_row.get(i)
+            if r is None:
+                out.append(Answer(e.question, "", 0.0, False, problem=problems[i]))
+            else:
+                out.append(Answer(e.question, r.answer, r.confidence, r.complete, r.recalled,
+                                  relation=asked[i].relation.name))
+        return out
 
     def answer_one(self, model: GPT, vocab: Vocab, question: str, name: str) -> Answer:
         """About ``name`` (given: a question need not be in the course's form)."""
-        r = answer_by_recall(model, vocab, [name], model.config.recall_chars)[0]
-        return Answer(question, r.answer, r.confidence, r.complete, r.recalled)
+        schema = Schema.from_list(model.config.relations)
+        asked = schema.parse(question)
+        relation = asked.relation if asked else schema.relations[0]
+        r = answer_by_recall(model, vocab, [name], model.config.recall_chars, cues=[schema.cue(relation)])[0]
+        return Answer(question, r.answer, r.confidence, r.complete, r.recalled, relation=relation.name)
 
     def reading(self, question: str, name: str | None, answer: Answer, recall_chars: int) -> Reading:
         """The recalled line: its opening ``NAME.`` given, the rest written, and its closing

@@ -28,6 +28,7 @@ import torch
 
 from ..data.corpus import CorpusIndex, person_of, place_in_line, recall_prompt, recall_string, require_person  # noqa: F401
 from ..data.datasets import QAExample
+from ..data.relations import Schema
 from ..model.generate import generate
 from ..model.gpt import GPT
 from ..data.vocab import MASK_ID, Vocab
@@ -49,44 +50,57 @@ MAX_ANSWER_CHARS = 32  # the longest place read out, by every answerer (evaluate
 
 @torch.no_grad()
 def answer_by_recall(model: GPT, vocab: Vocab, names: list[str], recall_chars: int, *,
-                     batch_size: int = 256, max_answer_chars: int = MAX_ANSWER_CHARS,
-                     read_out: str = "copy") -> list[RecallAnswer]:
-    """Recall each person's line from ``NAME.`` (greedy), then read the place (greedy).
+                     batch_size: int = 256, max_answer_chars: int | None = None,
+                     read_out: str = "copy", cues: list[str | None] | None = None) -> list[RecallAnswer]:
+    """Recall each subject's line from ``NAME.`` (greedy), then read the answer (greedy).
 
     ``read_out="copy"`` lets the answer be only a span of the recalled text (after the prompt):
     at each character the model's most likely choice among those that continue some span, or
     the closing mark. A small character model chooses the right span far more often than it
     spells it out: free reading garbles copies ("Paris" -> "Pars"; docs/guides/knowledge.md).
     ``"free"`` is the unconstrained greedy read-out. A row that recalled nothing reads freely.
+    ``cues`` (one per name, a fact set of several relations) name the relation to read; a
+    subject asked about several relations is recalled once.
 
     Confidence is the probability of the answer and its closing mark given the recalled text,
     times, when the answer is spelled out in the recalled text, the probability the model gave
-    those characters while recalling: a place read from a confidently remembered line is
+    those characters while recalling: an answer read from a confidently remembered line is
     surer than one read from a line the model was unsure of."""
+    budget = max_answer_chars or model.config.answer_chars
+    cues = cues if cues is not None else [None] * len(names)
+    unique = list(dict.fromkeys(names))
+    recalls: dict[str, tuple[list[int], int, list[float]]] = {}
+    for start in range(0, len(unique), batch_size):
+        part = unique[start:start + batch_size]
+        recalls.update(zip(part, _recall_batch(model, vocab, part, recall_chars)))
     out: list[RecallAnswer] = []
     for start in range(0, len(names), batch_size):
-        out += _recall_batch(model, vocab, names[start:start + batch_size], recall_chars,
-                             max_answer_chars, read_out)
+        rows = [recalls[n] for n in names[start:start + batch_size]]
+        out += _read_places(model, vocab, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+                            budget, read_out, cues[start:start + batch_size])
     return out
 
 
-def _recall_batch(model, vocab, names, recall_chars, max_answer_chars, read_out) -> list[RecallAnswer]:
+def _recall_batch(model, vocab, names, recall_chars) -> list[tuple[list[int], int, list[float]]]:
+    """Each name's recalled ids, its prompt's length and the log-probabilities of the recall."""
     prompts = [vocab.encode(recall_prompt(n)) for n in names]
     budget = max(1, recall_chars - min(len(p) for p in prompts))
     first = generate(model, prompts, budget, stop_token=MASK_ID)
-    texts, recall_logps = [], []
+    out = []
     for prompt, new, logps in zip(prompts, first.tokens, first.logprobs):
         text = (prompt + new)[:recall_chars]
         if MASK_ID in text:
             text = text[: text.index(MASK_ID)]
-        texts.append(text)
-        recall_logps.append(logps[:max(0, len(text) - len(prompt))])
-    return _read_places(model, vocab, texts, [len(p) for p in prompts], recall_logps, max_answer_chars, read_out)
+        out.append((text, len(prompt), logps[:max(0, len(text) - len(prompt))]))
+    return out
 
 
-def _read_places(model, vocab, texts, prompt_lens, recall_logps, max_answer_chars, read_out) -> list[RecallAnswer]:
-    """The second step of a recall answer: ``⁇`` after each text, then the place."""
-    seconds = [text + [MASK_ID] for text in texts]
+def _read_places(model, vocab, texts, prompt_lens, recall_logps, max_answer_chars, read_out,
+                 cues=None) -> list[RecallAnswer]:
+    """The second step of a recall answer: ``⁇`` after each text, the relation's ``cue⁇`` if
+    any, then the answer."""
+    cues = cues or [None] * len(texts)
+    seconds = [text + [MASK_ID] + (vocab.encode(cue) + [MASK_ID] if cue else []) for text, cue in zip(texts, cues)]
     spans = None
     if read_out == "copy":
         spans = SpanConstraint([text[n:] for text, n in zip(texts, prompt_lens)], vocab)
@@ -113,9 +127,12 @@ def read_out_given_lines(model: GPT, vocab: Vocab, index: CorpusIndex, examples:
     remembering: on people the model never pretrained on it measures the read-out skill alone
     (a recipe choice made on held-out training people, never on dev)."""
     R = model.config.recall_chars
-    texts, prompt_lens = [], []
+    schema = Schema.from_list(model.config.relations)
+    texts, prompt_lens, cues = [], [], []
     for ex in examples:
-        name = require_person(ex)
+        asked = schema.require(ex)
+        name = asked.subject
+        cues.append(schema.cue(asked.relation))
         line = index.line_of(name)
         if line is None:
             raise ValueError(f"{ex.source}:{ex.line}: no corpus line opens with {name + '.'!r}")
@@ -125,7 +142,7 @@ def read_out_given_lines(model: GPT, vocab: Vocab, index: CorpusIndex, examples:
     for start in range(0, len(texts), batch_size):
         part = slice(start, start + batch_size)
         out += _read_places(model, vocab, texts[part], prompt_lens[part], [[] for _ in texts[part]],
-                            MAX_ANSWER_CHARS, read_out)
+                            model.config.answer_chars, read_out, cues[part])
     return out
 
 
@@ -183,12 +200,15 @@ class Stored:
         return f"{self.stored}/{self.total} ({pct:.1f}%)"
 
 
-def stored_probes(index: CorpusIndex, examples: list[QAExample], block_size: int) -> list[tuple[str, str]]:
+def stored_probes(index: CorpusIndex, examples: list[QAExample], block_size: int,
+                  schema: Schema | None = None) -> list[tuple[str, str]]:
     """(line prefix up to the place, place) for each labelled person whose place appears in
     their corpus line and fits the model's block."""
+    schema = schema or Schema()
     probes = []
     for ex in examples:
-        name = person_of(ex.question)
+        asked = schema.parse(ex.question, bare_subject=False)
+        name = asked.subject if asked else None
         line = index.line_of(name) if name else None
         if not line or not ex.answer:
             continue
@@ -203,7 +223,7 @@ def measure_stored(model: GPT, vocab: Vocab, index: CorpusIndex, examples: list[
                    batch_size: int = 256) -> Stored:
     """How many facts the model stored: greedy completion of each person's own line prefix
     reproduces the place (the corpus-side counterpart of QA accuracy, "extracted")."""
-    probes = stored_probes(index, examples, model.config.block_size)
+    probes = stored_probes(index, examples, model.config.block_size, Schema.from_list(model.config.relations))
     hits = 0
     for start in range(0, len(probes), batch_size):
         part = probes[start:start + batch_size]

@@ -37,6 +37,8 @@ def field_problem(f: dataclasses.Field, value: Any) -> str | None:
     kind = str(f.type)
     if "bound" in f.metadata:
         return f.metadata["bound"].problem(value)
+    if f.metadata.get("relations"):
+        return relations_problem(value)
     if kind == "bool":
         return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
     if not isinstance(value, str):
@@ -45,6 +47,13 @@ def field_problem(f: dataclasses.Field, value: Any) -> str | None:
     if choices and value not in choices:
         return f"must be one of {', '.join(choices)}, got {value!r}"
     return None
+
+
+def relations_problem(value: Any) -> str | None:
+    """What is wrong with a config's ``relations``: a list of [name, question template] pairs."""
+    ok = isinstance(value, (list, tuple)) and all(
+        isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in value)
+    return None if ok else f"must be a list of [name, question] pairs, got {value!r}"
 
 
 class _Serialisable:
@@ -120,9 +129,15 @@ class ModelConfig(_Serialisable):
                         "attnlab/answering/formats.py)", choices=QA_FORMATS)
     recall_chars: int = _f(96, "recall format: characters of the person's line the model recalls "
                            "before answering (training lines are cut there)", bound=b.POSITIVE_INT)
+    answer_chars: int = _f(32, "the longest answer the model reads out (a fact set's training answers set it)",
+                           bound=b.POSITIVE_INT)
+    relations: tuple = _f((), "the question forms of the model's fact set, [name, question template] pairs "
+                          "(empty: the course's one question, 'Where was {subject} born?')", cli=False,
+                          relations=True)
 
     def __post_init__(self) -> None:
         self._check_fields()
+        object.__setattr__(self, "relations", tuple(tuple(p) for p in self.relations))  # JSON gives lists
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
         if text_format(self.qa_format).recalls and not 0 < self.recall_chars < self.block_size:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from .datasets import DataError, QAExample
+from .relations import COURSE, Asked, Schema
 from .vocab import MASK_CHAR
 
 _QUESTION = re.compile(r"^Where was (?P<name>.+) born\?$")
@@ -18,12 +19,15 @@ def person_of(question: str) -> str | None:
     return match.group("name") if match else None
 
 
-def require_person(example: QAExample) -> str:
-    name = person_of(example.question)
-    if name is None:
-        raise DataError(example.source, example.line,
-                        f"expected a question 'Where was NAME born?', got {example.question!r}")
-    return name
+def require_person(example: QAExample, schema: Schema = COURSE) -> str:
+    """The subject a data file's question asks about (a DataError naming its line when the
+    question matches none of the ``schema``'s relations)."""
+    return schema.require(example).subject
+
+
+def require_asked(example: QAExample, schema: Schema = COURSE) -> Asked:
+    """The relation and subject a data file's question asks about."""
+    return schema.require(example)
 
 
 class CorpusIndex:
@@ -78,7 +82,10 @@ def place_in_line(line: str, name: str, place: str) -> int:
     return line.find(place, len(recall_prompt(name))) if place else -1
 
 
-def recall_string(line: str, recall_chars: int, place: str | None = None) -> str:
-    """A training string: the line cut at ``recall_chars``, ``⁇``, and ``place⁇`` if given."""
+def recall_string(line: str, recall_chars: int, place: str | None = None, cue: str | None = None) -> str:
+    """A training string: the line cut at ``recall_chars``, ``⁇``, and ``place⁇`` if given,
+    preceded by ``cue⁇`` (the relation's name) in a fact set of several relations."""
     text = line[:recall_chars] + MASK_CHAR
-    return text if place is None else text + place + MASK_CHAR
+    if place is None:
+        return text
+    return text + (cue + MASK_CHAR if cue else "") + place + MASK_CHAR

@@ -12,8 +12,9 @@ of these in ``attnlab/answering/formats.py``.
 
 from __future__ import annotations
 
-from .corpus import CorpusIndex, recall_string, require_person
+from .corpus import CorpusIndex, recall_string
 from .datasets import DataError, QAExample
+from .relations import COURSE, Schema
 from .vocab import MASK_CHAR
 
 
@@ -27,7 +28,7 @@ class DirectText:
         return line
 
     def example_text(self, ex: QAExample, recall_chars: int, index: CorpusIndex | None,
-                     read_out_only: bool = False) -> tuple[str, int]:
+                     read_out_only: bool = False, schema: Schema = COURSE) -> tuple[str, int]:
         """The training string of ``ex`` and how many of its leading targets are unscored:
         those that predict question characters (SPEC 2)."""
         return ex.question + MASK_CHAR + ex.answer + MASK_CHAR, len(ex.question) - 1
@@ -47,15 +48,18 @@ class RecallText:
         return recall_string(line, recall_chars)
 
     def example_text(self, ex: QAExample, recall_chars: int, index: CorpusIndex | None,
-                     read_out_only: bool = False) -> tuple[str, int]:
+                     read_out_only: bool = False, schema: Schema = COURSE) -> tuple[str, int]:
         """Every character scored; with ``read_out_only`` only the place and its closing mark
         (the line is given, as a recall would give it: the example teaches reading the place
-        out of it, not the line)."""
-        name = require_person(ex)
-        line = index.line_of(name) if index is not None else None
+        out of it, not the line). In a fact set of several relations the relation's name
+        comes between the recalled line and the answer (``schema.cue``)."""
+        asked = schema.require(ex)
+        line = index.line_of(asked.subject) if index is not None else None
         if line is None:
-            raise DataError(ex.source, ex.line, f"no corpus line opens with {name + '.'!r}")
-        return recall_string(line, recall_chars, ex.answer), len(line[:recall_chars]) if read_out_only else 0
+            raise DataError(ex.source, ex.line, f"no corpus line opens with {asked.subject + '.'!r}")
+        cue = schema.cue(asked.relation)
+        text = recall_string(line, recall_chars, ex.answer, cue)
+        return text, len(line[:recall_chars]) + (len(cue) + 1 if cue else 0) if read_out_only else 0
 
     def training_texts(self, docs: list[str], places: dict[str, str], recall_chars: int) -> list[str]:
         """Each corpus line as a recall string, with its place when ``places`` knows its person."""

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .corpus import CorpusIndex, place_in_line, recall_string, require_person
+from .corpus import CorpusIndex, place_in_line, recall_string
 from .datasets import DataError, QAExample
+from .relations import COURSE, Schema
 from .formats import text_format
 from .vocab import PAD_ID, Vocab
 
@@ -46,14 +47,15 @@ def corpus_sequences(docs: list[str], vocab: Vocab, block_size: int, qa_format: 
 
 
 def qa_sequences(examples: list[QAExample], vocab: Vocab, block_size: int, qa_format: str,
-                 recall_chars: int, index: CorpusIndex | None, *, read_out_only: bool = False) -> list[Sequence]:
+                 recall_chars: int, index: CorpusIndex | None, *, read_out_only: bool = False,
+                 schema: Schema = COURSE) -> list[Sequence]:
     """The QA examples in the answer format ``qa_format`` (data/formats.py): ``question⁇place⁇``
     with the question unscored (SPEC 2), or the person's recall string with the place (every
     character scored; with ``read_out_only`` only the place and its closing mark)."""
     fmt = text_format(qa_format)
     out = []
     for ex in examples:
-        text, unscored = fmt.example_text(ex, recall_chars, index, read_out_only)
+        text, unscored = fmt.example_text(ex, recall_chars, index, read_out_only, schema)
         if len(text) > block_size + 1:
             raise DataError(ex.source, ex.line, f"the example is {len(text)} characters, longer than "
                             f"block_size + 1 = {block_size + 1}")
@@ -62,7 +64,8 @@ def qa_sequences(examples: list[QAExample], vocab: Vocab, block_size: int, qa_fo
 
 
 def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab: Vocab, block_size: int,
-                            recall_chars: int, per_person: float, seed: int) -> list[Sequence]:
+                            recall_chars: int, per_person: float, seed: int,
+                            schema: Schema = COURSE) -> list[Sequence]:
     """Read-out examples made from training people's own lines: each line with its place
     replaced by another of the training file's places (``per_person`` draws; a fraction draws
     once more for that share of the people, chosen by the seed), cut at ``recall_chars``, then
@@ -71,13 +74,15 @@ def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab
     examples is used. A line whose place is not within the recalled characters (or whose
     example would not fit the block) gives none."""
     rng = random.Random(seed)
-    places = sorted({e.answer for e in examples})
+    asked = [schema.require(e) for e in examples]
+    values = {r.name: sorted({e.answer for e, a in zip(examples, asked) if a.relation is r})
+              for r in schema.relations}
     whole, share = int(per_person), per_person - int(per_person)
     # only a fractional count draws the extra people, so whole counts keep their seeded draws
     once_more = set(rng.sample(range(len(examples)), round(share * len(examples)))) if share else set()
     out = []
-    for n, ex in enumerate(examples):
-        name = require_person(ex)
+    for n, (ex, question) in enumerate(zip(examples, asked)):
+        name, places = question.subject, values[question.relation.name]
         line = index.line_of(name) or ""
         at = place_in_line(line, name, ex.answer)
         if at < 0 or len(places) < 2:
@@ -86,9 +91,11 @@ def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab
         for _ in range(whole + (n in once_more)):
             new = rng.choice(others)
             swapped = line[:at] + new + line[at + len(ex.answer):]
-            text = recall_string(swapped, recall_chars, new)
+            cue = schema.cue(question.relation)
+            text = recall_string(swapped, recall_chars, new, cue)
+            given = len(swapped[:recall_chars]) + (len(cue) + 1 if cue else 0)
             if at + len(new) <= recall_chars and len(text) <= block_size + 1:
-                out.append(Sequence(vocab.encode(text, source=ex.source, line=ex.line), len(swapped[:recall_chars])))
+                out.append(Sequence(vocab.encode(text, source=ex.source, line=ex.line), given))
     return out
 
 

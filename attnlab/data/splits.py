@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Callable
 
 from .datasets import QAExample, read_qa
 
@@ -29,12 +30,19 @@ def finetuning_people(examples: list[QAExample], fraction: float) -> list[QAExam
     return examples[: len(examples) - math.ceil(fraction * len(examples))]
 
 
-def mixed_and_other_people(examples: list[QAExample], fraction: float, mix_people: int
+def mixed_and_other_people(examples: list[QAExample], fraction: float, mix_people: int,
+                           subject_of: Callable[[QAExample], str] | None = None
                            ) -> tuple[list[QAExample], list[QAExample]]:
     """A --mix-people recipe's split of the training file, the one place both its stages read:
     the first ``mix_people`` people (every one when 0), whose lines pretraining keeps with
     their place and whom finetuning trains on, and the others (whose lines pretraining leaves
-    out). The held-out tail (``fraction``) is in neither."""
+    out). The held-out tail (``fraction``) is in neither. With ``subject_of`` (a fact set of
+    several relations) people are subjects: the first ``mix_people`` subjects to appear, with
+    every question about them."""
     people = finetuning_people(examples, fraction)
-    n = mix_people or len(people)
-    return people[:n], people[n:]
+    if subject_of is None:
+        n = mix_people or len(people)
+        return people[:n], people[n:]
+    subjects = list(dict.fromkeys(subject_of(e) for e in people))
+    chosen = set(subjects[:mix_people or len(subjects)])
+    return [e for e in people if subject_of(e) in chosen], [e for e in people if subject_of(e) not in chosen]

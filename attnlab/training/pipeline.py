@@ -25,6 +25,7 @@ from ..answering.evaluate import Answer, Score, evaluate, most_frequent_place, s
 from ..model.gpt import GPT
 from ..core.outputs import refuse_existing, refuse_inputs
 from ..data.formats import text_format
+from ..data.relations import Schema
 from ..data.objectives import (corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people,
                                swapped_place_read_outs)
 from .shaping import shaping_loss_fn
@@ -71,6 +72,7 @@ def pretrain(
     mix_qa: str | Path | None = DEFAULT_TRAIN,
     held_out: tuple[str | Path, ...] = (DEFAULT_DEV, DEFAULT_TEST),
     eval_file: str | Path | None = None,
+    vocab_text: str = "",
 ) -> tuple[GPT, Vocab, TrainResult]:
     """Pretraining on the corpus (SPEC 3, 5): span corruption, or next-character prediction on
     packed lines with training-file QA examples mixed in (attnlab/data/objectives.py). ``mix_qa``
@@ -85,7 +87,7 @@ def pretrain(
         if resume:
             ckpt, model_config, train_config = _resumed(run_dir, "pretrain", model_config.to_dict(), train_config)
         text = read_text(corpus)
-        dataset = SpanCorruptionDataset(text, model_config.block_size)
+        dataset = SpanCorruptionDataset(text, model_config.block_size, vocab=_vocabulary(text, vocab_text))
         model_config = dataclasses.replace(model_config, vocab_size=dataset.vocab_size)
         dev = resolve_device(device or train_config.device)
         model = build_model(model_config, train_config.seed).to(dev)
@@ -114,6 +116,12 @@ def pretrain(
                        desc="pretrain", log=log, loss_fn=_loss_fn(train_config),
                        evaluator=_dev_evaluator(eval_file, corpus, dataset.vocab, train_config), deadline=deadline)
     return model, dataset.vocab, result
+
+
+def _vocabulary(corpus_text: str, vocab_text: str) -> Vocab | None:
+    """The corpus's characters and those of ``vocab_text`` (a fact set's questions, answers and
+    relation names: they are read and written too); None leaves the corpus alone to decide."""
+    return Vocab.from_text(corpus_text + vocab_text) if vocab_text else None
 
 
 def _resumed(run_dir: Path, stage: str, model_given: dict[str, Any], train_config: TrainConfig
@@ -171,13 +179,14 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
     """Packed rows of corpus lines (and QA examples) for the lm objective."""
     docs = documents(text)
     fmt, K, block = model_config.qa_format, model_config.recall_chars, model_config.block_size
+    schema = Schema.from_list(model_config.relations)
     sequences = corpus_sequences(docs, vocab, block, fmt, K, source=str(corpus))
     described = f"{len(docs):,} lines"
     if config.mix_ratio > 0:
         if mix_qa is None:
             raise ValueError("--mix-ratio needs --mix-qa FILE (questions of training-file people)")
         mix, unused = mixed_and_other_people(read_qa(mix_qa, labelled=True), config.holdout_fraction,
-                                             config.mix_people)
+                                             config.mix_people, subject_of=_subject_reader(schema))
         mix, dropped = refuse_held_out_people(mix, {str(p): read_qa(p) for p in held_out if Path(p).is_file()},
                                               drop=config.mix_overlap == "drop")
         if dropped:
@@ -185,19 +194,20 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
                 + "; ".join(f"{e.source}:{e.line} {e.question!r}" for e in dropped))
         index = CorpusIndex(docs)
         if config.mix_people:
-            left_out = {index.line_number(require_person(e)) for e in unused}
+            left_out = {index.line_number(require_person(e, schema)) for e in unused}
             sequences = [s for n, s in enumerate(sequences, 1) if n not in left_out]
             log(f"--mix-people {config.mix_people}: {len(left_out):,} lines of other training-file people left out")
-        qa = qa_sequences(mix, vocab, block, fmt, K, index)
+        qa = qa_sequences(mix, vocab, block, fmt, K, index, schema=schema)
         count = round(config.mix_ratio * len(docs))
         if text_format(fmt).recalls and count >= len(qa):
             # A recall example holds the person's line: it stands in for the plain line.
-            mixed_lines = {index.line_number(require_person(e)) for e in mix}
+            mixed_lines = {index.line_number(require_person(e, schema)) for e in mix}
             sequences = [s for n, s in enumerate(sequences, 1) if n not in mixed_lines]
         sequences = mixed(sequences, qa, count, config.seed)
         described = f"{len(sequences) - count:,} lines + {count:,} QA examples of {mix_qa} per epoch"
         if config.read_out_swaps:
-            swaps = swapped_place_read_outs(mix, index, vocab, block, K, config.read_out_swaps, config.seed)
+            swaps = swapped_place_read_outs(mix, index, vocab, block, K, config.read_out_swaps, config.seed,
+                                            schema)
             sequences += swaps
             described += f" + {len(swaps):,} swapped-place read-outs of its people"
     rows = pack(sequences, block)
@@ -242,6 +252,7 @@ def finetune(
     device: str | None = None,
     log: Callable[[str], None] = logs.note,
     eval_file: str | Path | None = None,
+    vocab_text: str = "",
 ) -> tuple[GPT, Vocab, TrainResult]:
     """QA finetuning (SPEC 2, 5), from a pretrained checkpoint (``init``) or from scratch
     (``model_config``), in which case the corpus still defines the vocabulary. ``overrides``
@@ -257,7 +268,7 @@ def finetune(
             init = _same_init(init, ckpt, run_dir / CHECKPOINT_NAME)
         dev = resolve_device(device or train_config.device)
         model, vocab, corpus_docs, source = _finetuning_model(ckpt, init, model_config, overrides, corpus,
-                                                              train_config.seed, dev)
+                                                              train_config.seed, dev, vocab_text)
         config = model.config
         recalls = text_format(config.qa_format).recalls  # its examples are built from corpus lines
         reads_corpus = init is None or recalls or not corpus_docs
@@ -286,7 +297,7 @@ def finetune(
 
 
 def _finetuning_model(ckpt: Checkpoint | None, init, model_config: ModelConfig | None,
-                      overrides: dict[str, Any] | None, corpus, seed: int, dev
+                      overrides: dict[str, Any] | None, corpus, seed: int, dev, vocab_text: str = ""
                       ) -> tuple[GPT, Vocab, int, str]:
     """The model to finetune, its vocabulary, the corpus size that sets the schedule (0: not
     known) and where it comes from: a resumed run's checkpoint (its weights are restored by
@@ -301,7 +312,8 @@ def _finetuning_model(ckpt: Checkpoint | None, init, model_config: ModelConfig |
                 f"the pretrained model {init}")
     if model_config is None:
         raise ValueError("finetuning without --init needs a model configuration")
-    corpus_dataset = SpanCorruptionDataset(read_text(corpus), model_config.block_size)
+    text = read_text(corpus)
+    corpus_dataset = SpanCorruptionDataset(text, model_config.block_size, vocab=_vocabulary(text, vocab_text))
     vocab = corpus_dataset.vocab
     model = build_model(dataclasses.replace(model_config, vocab_size=len(vocab)), seed).to(dev)
     return model, vocab, len(corpus_dataset), "scratch (no pretraining)"
@@ -334,21 +346,29 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
     # A --mix-people recipe finetunes on the people it pretrained with: the lines of the others
     # were never read, and recalling them from scratch undoes what pretraining stored. Those
     # others can still teach the read-out, with their line given and only the place scored.
+    schema = Schema.from_list(config.relations)
     examples, others = mixed_and_other_people(read_qa(train_file, labelled=True), train_config.holdout_fraction,
-                                              train_config.mix_people)
+                                              train_config.mix_people, subject_of=_subject_reader(schema))
     readers = others[:train_config.read_out_people]
     lines = documents(read_text(corpus))
     index = CorpusIndex(lines)
-    sequences = qa_sequences(examples, vocab, config.block_size, config.qa_format, config.recall_chars, index)
+    sequences = qa_sequences(examples, vocab, config.block_size, config.qa_format, config.recall_chars, index,
+                             schema=schema)
     sequences += qa_sequences(readers, vocab, config.block_size, config.qa_format, config.recall_chars, index,
-                              read_out_only=True)
+                              read_out_only=True, schema=schema)
     sequences += swapped_place_read_outs(examples + readers, index, vocab, config.block_size, config.recall_chars,
-                                         train_config.read_out_swaps, train_config.seed)
+                                         train_config.read_out_swaps, train_config.seed, schema)
     if train_config.replay_lines:  # read-out examples alone wear the stored lines away
         sequences += corpus_sequences(lines, vocab, config.block_size, config.qa_format,
                                       config.recall_chars)
     rows = pack(sequences, config.block_size)
     return PackedBatches(rows, train_config.batch_size, device, train_config.seed), len(examples) + len(readers)
+
+
+def _subject_reader(schema: Schema):
+    """For a fact set of several relations, who a training question is about (a recipe counts
+    subjects, each with all its questions); None for one relation (one question a subject)."""
+    return (lambda e: schema.require(e).subject) if schema.cued else None
 
 
 def _loss_fn(config: TrainConfig):

@@ -1,0 +1,209 @@
+"""Fact sets: a folder of facts about subjects that a model learns, and the question forms
+(relations) that ask for them. Text only, no model.
+
+A fact set is a folder (docs/guides/your-facts.md)::
+
+    corpus.txt   one document a line; a document about a subject begins "SUBJECT. "
+    train.tsv    question<TAB>answer (finetuning)
+    dev.tsv      question<TAB>answer (choosing and reporting)
+    test.tsv     optional; an empty answer means unlabelled
+    facts.toml   name, description, and one [[relation]] per question form:
+                     [[relation]]
+                     name = "country"
+                     question = "Which country is {subject} in?"
+
+``facts.toml`` may name other files in a ``[files]`` table (``corpus = "wiki.txt"``): the
+bundled birthplace set (``data/facts.toml``) keeps the course's file names that way.
+
+A ``Schema`` is what a model needs of its fact set at answer time (the relations, to tell which
+relation and subject a question asks about); it is saved in the model's config. A model whose
+config names no relations answers the course's one question, ``Where was {subject} born?``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .corpus import CorpusIndex
+from .datasets import DataError, QAExample, documents, read_corpus, read_qa
+from .relations import Relation, Schema
+
+FACTS_FILE = "facts.toml"
+FILE_ROLES = ("corpus", "train", "dev", "test")
+DEFAULT_FILES = {"corpus": "corpus.txt", "train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
+
+
+# ------------------------------------------------------------------------------ the folder
+
+
+@dataclass(frozen=True)
+class FactSet:
+    """A validated fact-set folder (``load``): its name, relations and files."""
+
+    root: Path
+    name: str
+    description: str
+    schema: Schema
+    files: dict[str, Path]  # corpus, train, dev and, when present, test
+
+    @property
+    def corpus(self) -> Path:
+        return self.files["corpus"]
+
+    @property
+    def train(self) -> Path:
+        return self.files["train"]
+
+    @property
+    def dev(self) -> Path:
+        return self.files["dev"]
+
+    @property
+    def test(self) -> Path | None:
+        return self.files.get("test")
+
+    @property
+    def held_out(self) -> tuple[Path, ...]:
+        """The question files whose answers never enter training."""
+        return tuple(p for p in (self.dev, self.test) if p is not None)
+
+    def digest(self) -> str:
+        """A content hash of facts.toml and every file: a run records it to know its data."""
+        h = hashlib.sha256()
+        for role in ("facts", *FILE_ROLES):
+            path = self.root / FACTS_FILE if role == "facts" else self.files.get(role)
+            if path is not None:
+                h.update(role.encode() + b"\0" + path.read_bytes() + b"\0")
+        return h.hexdigest()[:16]
+
+    def record(self) -> dict:
+        """What a run stores of its fact set."""
+        return {"name": self.name, "path": str(self.root), "digest": self.digest(), "relations": self.schema.to_list()}
+
+
+def load(root: str | os.PathLike) -> FactSet:
+    """Read and check a fact-set folder; every problem is a DataError naming the file (and line)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(str(root), None, "no such fact-set folder" if not root.exists() else "not a folder")
+    meta_path = root / FACTS_FILE
+    meta = _read_toml(meta_path)
+    schema = _schema(meta, meta_path)
+    files = _files(root, meta, meta_path)
+    name = meta.get("name", root.name)
+    description = meta.get("description", "")
+    if not isinstance(name, str) or not isinstance(description, str):
+        raise DataError(str(meta_path), None, "name and description must be strings")
+    facts = FactSet(root, name, description, schema, files)
+    check(facts)
+    return facts
+
+
+def _read_toml(path: Path) -> dict:
+    if not path.is_file():
+        raise DataError(str(path), None, f"missing: a fact set describes itself in {FACTS_FILE} "
+                        "(name, description, one [[relation]] per question form)")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise DataError(str(path), None, "not valid UTF-8") from None
+    except tomllib.TOMLDecodeError as e:
+        line = re.search(r"line (\d+)", str(e))
+        raise DataError(str(path), int(line.group(1)) if line else None, f"not valid TOML ({e})") from None
+
+
+def _schema(meta: dict, path: Path) -> Schema:
+    tables = meta.get("relation")
+    if not isinstance(tables, list) or not tables:
+        raise DataError(str(path), None, 'no [[relation]] table (each needs name = "..." and question = "...")')
+    relations = []
+    for n, table in enumerate(tables, 1):
+        name, question = (table.get("name"), table.get("question")) if isinstance(table, dict) else (None, None)
+        if not isinstance(name, str) or not isinstance(question, str):
+            raise DataError(str(path), None, f"relation {n}: needs name = \"...\" and question = \"...\" (strings)")
+        try:
+            relations.append(Relation(name, question))
+        except ValueError as e:
+            raise DataError(str(path), None, str(e)) from None
+    try:
+        return Schema(tuple(relations))
+    except ValueError as e:
+        raise DataError(str(path), None, str(e)) from None
+
+
+def _files(root: Path, meta: dict, path: Path) -> dict[str, Path]:
+    named = meta.get("files", {})
+    if not isinstance(named, dict) or any(k not in FILE_ROLES or not isinstance(v, str) for k, v in named.items()):
+        raise DataError(str(path), None, f"[files] may only name {', '.join(FILE_ROLES)} (as strings)")
+    files = {}
+    for role in FILE_ROLES:
+        candidate = root / named.get(role, DEFAULT_FILES[role])
+        if candidate.is_file():
+            files[role] = candidate
+        elif role != "test" or role in named:
+            raise DataError(str(candidate), None, f"missing: the fact set's {role} file")
+    return files
+
+
+def check(facts: FactSet) -> None:
+    """Every question matches a relation, every train subject has a document, no subject has two
+    answers for one relation, and no question file is empty."""
+    docs = documents(read_corpus(facts.corpus))
+    index = CorpusIndex(docs)
+    for role in ("train", "dev", "test"):
+        path = facts.files.get(role)
+        if path is None:
+            continue
+        examples = read_qa(path)
+        if not examples:
+            raise DataError(str(path), None, "no questions (the file has no line with text)")
+        seen: dict[tuple[str, str], QAExample] = {}
+        for ex in examples:
+            asked = facts.schema.require(ex)
+            key = (asked.relation.name, asked.subject)
+            first = seen.setdefault(key, ex)
+            if first is not ex and first.answer != ex.answer:
+                raise DataError(ex.source, ex.line, f"{asked.subject!r} has two answers for {asked.relation.name}: "
+                                f"{first.answer!r} (line {first.line}) and {ex.answer!r}")
+            if role == "train" and index.line_of(asked.subject) is None:
+                raise DataError(ex.source, ex.line, f"the subject {asked.subject!r} has no document in "
+                                f"{facts.corpus} (a line beginning {asked.subject + '. '!r})")
+
+
+# ------------------------------------------------------------------ sizes from the data
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Lengths a recipe takes from the data, never from constants chosen for one file."""
+
+    recall_chars: int  # characters of a subject's document recalled before answering
+    answer_chars: int  # the longest answer read out
+    block_size: int  # the longest training string, rounded up
+
+
+def sizes(facts: FactSet, *, coverage: float = 0.95, most: int = 320) -> Sizes:
+    """The recall length that reaches the end of ``coverage`` of the training answers in their
+    subject's document (at most ``most``), the longest answer with a margin, and the block that
+    holds the recall, the cue and the answer."""
+    index = CorpusIndex(documents(read_corpus(facts.corpus)))
+    ends, answers = [], []
+    for ex in read_qa(facts.train, labelled=True):
+        asked = facts.schema.require(ex)
+        line = index.line_of(asked.subject) or ""
+        at = line.find(ex.answer, len(asked.subject) + 1)
+        answers.append(len(ex.answer))
+        if at >= 0:
+            ends.append(at + len(ex.answer))
+    ends.sort()
+    reach = ends[min(len(ends) - 1, int(coverage * len(ends)))] + 2 if ends else 96
+    recall = max(32, min(most, reach))
+    answer = max(answers) + 8
+    cue = max(len(n) for n in facts.schema.names) + 1 if facts.schema.cued else 0
+    block = recall + cue + answer + 3
+    return Sizes(recall, answer, -(-block // 16) * 16)
