@@ -90,12 +90,14 @@ class LoadedModel:
         return next(self.gpt.parameters()).device
 
     def ask(self, questions: Iterable[str] | str, *, batch_size: int = 256, source: str = "<ask>",
-            first_line: int = 1, abstain: Rule | AbstainPolicy | None = None) -> list[Answer]:
+            first_line: int = 1, abstain: Rule | AbstainPolicy | None = None, strict: bool = True) -> list[Answer]:
         """Greedy answers, in order, each with its confidence (``Answer.confidence``: the
         probability of the answer and its closing mark) and, for a recall model, what it
-        recalled. A bad question raises an error naming ``source`` and its line: VocabError
-        for an unknown character, DataError when a recall model is not asked "Where was NAME
-        born?".
+        recalled, and the relation it was asked about. A bad question raises an error naming
+        ``source`` and its line: VocabError for an unknown character, DataError when a recall
+        model's relations match no question form; with ``strict=False`` such a question gets an
+        empty answer whose ``problem`` says why ("I can't parse this: ...") and the others are
+        answered.
 
         ``abstain``: a ``Rule`` (``attnlab.trust.abstention``) under which an answer may be
         withheld, as ``attnlab ask --abstain`` does: ``Rule(confidence=0.8)`` or
@@ -113,14 +115,14 @@ class LoadedModel:
             _check_question(q, source, first_line + i)
         examples = [QAExample(q.strip(), None, source, first_line + i) for i, q in enumerate(questions)]
         with torch.no_grad():
-            answers = answer_questions(self.gpt, self.vocab, examples, batch_size=batch_size)
+            answers = answer_questions(self.gpt, self.vocab, examples, batch_size=batch_size, strict=strict)
         if isinstance(abstain, AbstainPolicy):
             abstain = abstain.rule(self.gpt, self.vocab, self.checkpoint.meta)
         return answers if abstain is None else self._withhold(answers, examples, abstain, batch_size)
 
     def _withhold(self, answers: list[Answer], examples: list[QAExample], rule: Rule, batch_size: int) -> list[Answer]:
         """The answers with those the rule withholds emptied (``withheld`` keeps them)."""
-        names = people_of(examples) if rule.needs_familiarity else [""] * len(examples)
+        names = people_of(examples, self.gpt) if rule.needs_familiarity else [""] * len(examples)
         given = decide(self.gpt, self.vocab, rule, names, [a.confidence for a in answers], batch_size)
         return [a if ok else replace(a, answer="", withheld=a.answer) for a, ok in zip(answers, given)]
 

@@ -70,8 +70,11 @@ def test_a_bad_question_is_an_error_naming_it(run):
     with pytest.raises(VocabError, match=r"^<ask>:2: character '☃'"):
         model.ask([QUESTIONS[0], "Where was Ada ☃ born?"])
     if model.config.qa_format == "recall":  # it needs a person to recall
-        with pytest.raises(DataError, match=r"^<ask>:1: expected a question 'Where was NAME born\?'"):
+        with pytest.raises(DataError, match=r"^<ask>:1: the question 'Who is Ada\?' matches no relation"):
             model.ask(["Who is Ada?"])
+        lenient = model.ask(["Who is Ada?", QUESTIONS[0]], strict=False)
+        assert lenient[0].answer == "" and lenient[0].problem.startswith("I can't parse this")
+        assert lenient[1].problem is None and lenient[1].relation == "birthplace"
 
 
 def test_one_loader_for_the_api_and_the_commands(run):

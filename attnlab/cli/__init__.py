@@ -18,17 +18,18 @@ from typing import Callable
 
 from .._version import __version__
 from ..core import logs
-from . import answering, experiments, facts, flags, probing, results, serving, training, trust
+from . import answering, experiments, facts, flags, learning, probing, results, serving, training, trust
 from .flags import model_config_from, train_config_from  # noqa: F401  (the library-facing helpers)
 
 # The registration hooks, in the order the commands are listed in `attnlab --help`.
-COMMANDS: list[Callable] = [training.register, answering.register, experiments.register, probing.register,
+COMMANDS: list[Callable] = [learning.register, training.register, answering.register, experiments.register, probing.register,
                              trust.register, facts.register, serving.register]
 
 
 # The last line of each command's --help: one command that runs as written from the checkout
 # (tests/test_docs.py parses each).
 EXAMPLES = {
+    "learn": "attnlab learn examples/facts/islands --minutes 5 --out-dir runs/islands",
     "pretrain": "attnlab pretrain --preset cpu --out-dir runs/pretrain",
     "finetune": "attnlab finetune --preset cpu --init runs/pretrain --out-dir runs/finetune",
     "evaluate": "attnlab evaluate models/cpu --eval-file data/birth_dev.tsv --stored",
@@ -79,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     for register in COMMANDS:
         register(command)
     for p in made:  # last, so that --help shows a command's own options first
+        if any(a.dest in flags.FACT_SET_OPTIONS or a.dest == "held_out" for a in p._actions):
+            flags.fact_set(p)
         flags.data_dir(p)
         flags.cpu_settings(p)
         flags.verbosity(p)
@@ -91,6 +94,11 @@ def main(argv: list[str] | None = None, *, process_settings: bool = False) -> in
     library calls (tests) do not."""
     parser = build_parser()
     args = flags.with_config_file(parser, argv, flags.parse(parser, argv))  # --config FILE as defaults
+    try:
+        flags.apply_fact_set(args)  # --facts DIR, or the run's own fact set, for the data options
+    except ValueError as e:
+        print(f"attnlab {args.command}: error: {flags.one_line(e)}", file=sys.stderr)
+        return 2
     flags.resolve_data_paths(args)  # data/NAME from any directory, or --data-dir
     if process_settings and args.cpu_settings:
         from ..core import cpu_settings

@@ -8,6 +8,7 @@ import sys
 
 from ..core import bounds, logs, paths
 from ..config.settings import DEFAULT_CORPUS
+from ..data.relations import Schema
 from ..data.datasets import read_corpus, read_questions
 from ..data.formats import text_format
 from ..core.outputs import refuse_existing, refuse_inputs
@@ -63,14 +64,15 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     _check_ask_input(args)
     model = load(args.checkpoint, device=args.device)
-    index = evidence_index(args.evidence)
+    index = evidence_index(args.evidence, Schema.from_list(model.config.relations))
     given = trust.given_in_ask(args, model)  # --abstain: fitted once, before the first question
     out, as_json = results.stdout(args), results.wants_json(args)
     if not args.questions:
         if sys.stdin.isatty():
             logs.note("one question per line (Ctrl-D to end)", stderr=True)
         return answer_lines(model, sys.stdin, out, index, given=given, as_json=as_json)  # each line as it is read
-    answers = model.ask(args.questions, source="<argument>")
+    questions = [index.as_written(q) for q in args.questions] if index is not None else args.questions
+    answers = model.ask(questions, source="<argument>", strict=False)
     if as_json:
         for answer, ok in zip(answers, given(answers)):
             print(json.dumps(record(answer, index, ok), ensure_ascii=False), file=out)

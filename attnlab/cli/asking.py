@@ -39,7 +39,8 @@ def answer_lines(model: LoadedModel, lines: TextIO, out: TextIO, index: CorpusIn
             continue
         try:
             _text_only(line, source, number)
-            (answer,) = model.ask([line], source=source, first_line=number)
+            question = index.as_written(line) if index is not None else line
+            (answer,) = model.ask([question], source=source, first_line=number, strict=False)
         except (DataError, VocabError) as e:
             print(f"attnlab ask: error: {e}", file=sys.stderr, flush=True)
             failed += 1
@@ -79,10 +80,15 @@ def table_columns(index: CorpusIndex | None, recall: bool) -> list[str]:
 
 
 def cells(answer: Answer, index: CorpusIndex | None, given: bool, columns: Sequence[str]) -> list[str]:
-    """One answer's row: a withheld answer reads "I don't know", and its note says what it was."""
+    """One answer's row: a withheld answer reads "I don't know", and its note says what it was;
+    a question no relation matches reads "I can't parse this", and its note says what to ask."""
+    if answer.problem:
+        values = {"question": answer.question, "answer": "I can't parse this", "confidence": "", "evidence": "",
+                  "recalled": "", "note": answer.problem}
+        return [values[c] for c in columns]
     notes = [] if given else [f"withheld: {answer.answer!r}"]
     if not answer.complete:
-        notes.append(f"unfinished: no closing mark within {MAX_NEW_CHARS} characters")
+        notes.append("unfinished: no closing mark within the answer budget")
     values = {"question": answer.question, "answer": answer.answer if given else "I don't know",
               "confidence": f"{answer.confidence:.2f}",
               "evidence": index.find(answer.question, answer.answer).verdict if index is not None else "",
@@ -103,12 +109,18 @@ def table(answers: Sequence[Answer], index: CorpusIndex | None, given: Sequence[
 def record(answer: Answer, index: CorpusIndex | None, given: bool) -> dict:
     """An answer for programs (ask --json; keys in docs/guides/no-surprises.md): ``answer`` is
     null when the abstention rule withholds it, ``model_answer`` is what the model said."""
+    if answer.problem:
+        return {"question": answer.question, "answer": None, "given": False, "model_answer": None,
+                "confidence": 0.0, "complete": False, "evidence": None, "recalled": None,
+                "relation": None, "problem": answer.problem}
     return {"question": answer.question, "answer": answer.answer if given else None, "given": given,
+            "relation": answer.relation, "problem": None,
             "model_answer": answer.answer, "confidence": answer.confidence, "complete": answer.complete,
             "evidence": None if index is None else index.find(answer.question, answer.answer).verdict,
             "recalled": answer.recalled}
 
 
-def evidence_index(corpus: str | None) -> CorpusIndex | None:
-    """The corpus in which each answer is looked up (None: --evidence '')."""
-    return CorpusIndex(read_text(corpus).split("\n")) if corpus else None
+def evidence_index(corpus: str | None, schema=None) -> CorpusIndex | None:
+    """The corpus in which each answer is looked up (None: --evidence ''); ``schema``: the
+    model's relations, which tell whom a question is about."""
+    return CorpusIndex(read_text(corpus).split("\n"), schema) if corpus else None

@@ -10,6 +10,7 @@ One name per idea: the labelled evaluation file is ``--eval-file`` and the outpu
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import dataclasses
 import sys
 from typing import Any
@@ -194,6 +195,56 @@ def data_dir(parser: argparse.ArgumentParser) -> None:
 
 
 OUTPUT_OPTIONS = {"out_dir", "predictions", "image"}
+
+
+# Data options a fact set supplies when they are left at the birthplace set's defaults: the
+# option, its default, and the fact-set file that replaces it.
+FACT_SET_OPTIONS = {"corpus": (DEFAULT_CORPUS, "corpus"), "evidence": (DEFAULT_CORPUS, "corpus"),
+                    "train_file": (DEFAULT_TRAIN, "train"), "holdout_file": (DEFAULT_TRAIN, "train"),
+                    "eval_file": (DEFAULT_DEV, "dev")}
+
+
+def fact_set(parser: argparse.ArgumentParser) -> None:
+    """Commands that read data files: --facts DIR supplies them (a run that learned a fact set
+    supplies its own without the flag)."""
+    group = section(parser, DATA_SECTION)
+    group.add_argument("--facts", default=None, metavar="DIR",
+                       help="a fact-set folder (docs/guides/your-facts.md) whose files replace the data "
+                            "options left at their defaults (default: the run's own fact set, else the "
+                            "birthplace set in data/)")
+    group.add_argument("--other-facts", action="store_true",
+                       help="use --facts although the run learned another fact set (default: refused)")
+
+
+def apply_fact_set(args: argparse.Namespace) -> None:
+    """In place: data options left at their defaults take the files of --facts, or of the fact
+    set the command's run learned (data/factset.py, recorded). A --facts other than the run's
+    own is refused unless --other-facts."""
+    from ..data import factset
+
+    run = getattr(args, "checkpoint", None)
+    own = factset.recorded(run) if isinstance(run, str) and Path(run).exists() else None
+    chosen = getattr(args, "facts", None)
+    facts = factset.load(_fact_set_dir(chosen)) if chosen else own
+    if chosen and own is not None and facts.digest() != own.digest() and not getattr(args, "other_facts", False):
+        raise factset.DataError(str(chosen), None, f"{run} learned another fact set ({own.name} at {own.root}); "
+                                "use that one, or ask for this one anyway (--other-facts)")
+    if facts is None:
+        return
+    args.fact_set = facts
+    for option, (default, role) in FACT_SET_OPTIONS.items():
+        if getattr(args, option, None) == default.as_written and role in facts.files:
+            setattr(args, option, str(facts.files[role]))
+    if getattr(args, "held_out", None) == [DEFAULT_DEV.as_written, DEFAULT_TEST.as_written]:
+        args.held_out = [str(p) for p in facts.held_out]
+
+
+def _fact_set_dir(path: str) -> Path:
+    """A fact-set folder as given; ``data`` (the bundled set) also from any directory."""
+    p = Path(path)
+    if not (p / "facts.toml").exists() and p.parts[:1] == ("data",):
+        return datafiles.resolve(Path(path) / "facts.toml").parent
+    return p
 
 
 def resolve_data_paths(args: argparse.Namespace) -> None:

@@ -134,7 +134,7 @@ def _given(args, answers) -> tuple[Rule | None, list[bool]]:
     rule = rule_from_args(args, model, vocab, args.checkpoint, ckpt.meta, logs.note)
     if rule is None:
         return None, [True] * len(answers)
-    names = people_of(answers_as_examples(answers)) if rule.needs_familiarity else [""] * len(answers)
+    names = people_of(answers_as_examples(answers), model) if rule.needs_familiarity else [""] * len(answers)
     return rule, decide(model, vocab, rule, names, [a.confidence for a in answers])
 
 
@@ -209,7 +209,7 @@ def given_in_ask(args: argparse.Namespace, model, log: Log | None = None) -> Cal
     log(rule.describe())
 
     def given(answers: Sequence) -> list[bool]:
-        names = people_of(answers_as_examples(answers)) if rule.needs_familiarity else [""] * len(answers)
+        names = people_of(answers_as_examples(answers), model.gpt) if rule.needs_familiarity else [""] * len(answers)
         return decide(model.gpt, model.vocab, rule, names, [a.confidence for a in answers])
 
     return given

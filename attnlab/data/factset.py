@@ -50,6 +50,7 @@ class FactSet:
     description: str
     schema: Schema
     files: dict[str, Path]  # corpus, train, dev and, when present, test
+    namesakes: bool = False  # one name may stand for several subjects, with answers of their own
 
     @property
     def corpus(self) -> Path:
@@ -86,6 +87,34 @@ class FactSet:
         return {"name": self.name, "path": str(self.root), "digest": self.digest(), "relations": self.schema.to_list()}
 
 
+RECORD_NAME = "factset.json"  # beside a run's checkpoint: the fact set it learned
+
+
+def recorded(run: str | os.PathLike) -> FactSet | None:
+    """The fact set a run (a directory, or a checkpoint file in one) records having learned, as
+    it is now; None when it records none. A recorded folder that is gone or whose files changed
+    since is a DataError saying so."""
+    import json
+
+    run = Path(run)
+    record_path = (run if run.is_dir() else run.parent) / RECORD_NAME
+    if not record_path.is_file():
+        return None
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        path, digest = Path(record["path"]), record["digest"]
+    except (ValueError, KeyError, TypeError):
+        raise DataError(str(record_path), None, "not a fact-set record (expected JSON with path and digest)") from None
+    if not (path / FACTS_FILE).is_file():
+        raise DataError(str(record_path), None, f"the run learned the fact set at {path}, which is no longer there "
+                        "(name the folder with the fact-set option)")
+    facts = load(path)
+    if facts.digest() != digest:
+        raise DataError(str(record_path), None, f"the fact set at {path} changed since the run learned it "
+                        f"(content hash {digest}, now {facts.digest()})")
+    return facts
+
+
 def load(root: str | os.PathLike) -> FactSet:
     """Read and check a fact-set folder; every problem is a DataError naming the file (and line)."""
     root = Path(root)
@@ -99,7 +128,10 @@ def load(root: str | os.PathLike) -> FactSet:
     description = meta.get("description", "")
     if not isinstance(name, str) or not isinstance(description, str):
         raise DataError(str(meta_path), None, "name and description must be strings")
-    facts = FactSet(root, name, description, schema, files)
+    namesakes = meta.get("namesakes", False)
+    if not isinstance(namesakes, bool):
+        raise DataError(str(meta_path), None, f"namesakes must be true or false, got {namesakes!r}")
+    facts = FactSet(root, name, description, schema, files, namesakes)
     check(facts)
     return facts
 
@@ -152,7 +184,7 @@ def _files(root: Path, meta: dict, path: Path) -> dict[str, Path]:
 
 def check(facts: FactSet) -> None:
     """Every question matches a relation, every train subject has a document, no subject has two
-    answers for one relation, and no question file is empty."""
+    answers for one relation (unless the set declares namesakes), and no question file is empty."""
     docs = documents(read_corpus(facts.corpus))
     index = CorpusIndex(docs)
     for role in ("train", "dev", "test"):
@@ -167,7 +199,7 @@ def check(facts: FactSet) -> None:
             asked = facts.schema.require(ex)
             key = (asked.relation.name, asked.subject)
             first = seen.setdefault(key, ex)
-            if first is not ex and first.answer != ex.answer:
+            if first is not ex and first.answer != ex.answer and not facts.namesakes:
                 raise DataError(ex.source, ex.line, f"{asked.subject!r} has two answers for {asked.relation.name}: "
                                 f"{first.answer!r} (line {first.line}) and {ex.answer!r}")
             if role == "train" and index.line_of(asked.subject) is None:

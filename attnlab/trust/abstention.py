@@ -29,7 +29,7 @@ import torch
 from .calibration import check_probability, held_out_people
 from ..data.datasets import QAExample
 from ..answering.evaluate import answer_questions
-from ..answering.knowledge import require_person
+from ..data.relations import Schema
 from ..model.gpt import GPT
 from ..data.vocab import PAD_ID, Vocab
 
@@ -103,7 +103,7 @@ def fit_rules(model: GPT, vocab: Vocab, train_file: str | Path, holdout_fraction
     answers = answer_questions(model, vocab, people, batch_size=batch_size)
     right = [a.answer == e.answer for a, e in zip(answers, people)]
     confidence = [a.confidence for a in answers]
-    familiar = name_familiarity(model, vocab, people_of(people), batch_size)
+    familiar = name_familiarity(model, vocab, people_of(people, model), batch_size)
     familiarity_min = sorted(familiar, reverse=True)[math.ceil(KNOWN_SHARE * len(familiar)) - 1]
     known = [f >= familiarity_min for f in familiar]
     needed = math.ceil(keep_right * sum(right))
@@ -136,5 +136,8 @@ def decide(model: GPT, vocab: Vocab, rule: Rule, names: Sequence[str], confidenc
     return [rule.answers(c, f) for c, f in zip(confidences, familiar)]
 
 
-def people_of(examples: Sequence[QAExample]) -> list[str]:
-    return [require_person(e) for e in examples]
+def people_of(examples: Sequence[QAExample], model: GPT | None = None) -> list[str]:
+    """Who each question asks about, by the relations of ``model``'s fact set (else the course's
+    one question); a question no relation matches stands for itself."""
+    schema = Schema.from_list(model.config.relations) if model is not None else Schema()
+    return [asked.subject if (asked := schema.parse(e.question)) else e.question.strip() for e in examples]

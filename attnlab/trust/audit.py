@@ -124,7 +124,7 @@ class AuditAnswers:
     def report(self, model, vocab, rule: Rule) -> AuditReport:
         """How ``rule`` abstains on both groups, and the places it lets through for invented people."""
         inv_given = decide(model, vocab, rule, self.invented, [a.confidence for a in self.invented_answers])
-        dev_given = decide(model, vocab, rule, people_of(self.dev), [a.confidence for a in self.dev_answers])
+        dev_given = decide(model, vocab, rule, people_of(self.dev, model), [a.confidence for a in self.dev_answers])
         places = Counter(a.answer for a, ok in zip(self.invented_answers, inv_given) if ok)
         right = self.dev_right
         return AuditReport(rule.describe(), len(self.invented), len(self.invented) - sum(inv_given), len(self.dev),

@@ -47,7 +47,7 @@ def calibrate(model, vocab, examples: list[QAExample], rule: Rule, out_dir: str 
     conf = [a.confidence for a in answers]
     right = [a.answer == e.answer for a, e in zip(answers, examples)]
     report = calibration_report(conf, right)
-    given = decide(model, vocab, rule, people_of(examples), conf)
+    given = decide(model, vocab, rule, people_of(examples, model), conf)
     k = sum(given)
     kept_right = sum(g and r for g, r in zip(given, right))
     report["rule"] = {"describe": rule.describe(), "confidence": rule.confidence, "familiarity": rule.familiarity,

@@ -1,0 +1,50 @@
+"""`attnlab learn DIR`: a fact set learned in a time budget by one command
+(attnlab/experiments/learn.py), with one table and the next commands."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..core import bounds, logs, paths
+from . import flags, results
+
+
+def cmd_learn(args: argparse.Namespace) -> int:
+    from ..data import factset
+    from ..experiments.learn import learn, results_table
+
+    facts = factset.load(args.facts_dir)  # a bad fact set is refused before anything is written
+    out = Path(args.out_dir or f"runs/learn-{Path(args.facts_dir).resolve().name}")
+    paths.output_dir(out, "--out-dir")
+    found = learn(facts.root, out, minutes=args.minutes, seed=args.seed, device=args.device,
+                  overwrite=args.overwrite, resume=args.resume)
+    relation = facts.schema.relations[0]
+    logs.result(f"\n{facts.name}: dev answers of the model learned in {args.minutes:g} minutes "
+                f"({found['wall_minutes']:g} minutes taken, {found['machine']})\n{results_table(found)}\n"
+                f"results: {out / 'results.json'}; the model: {out}\n"
+                f'next: attnlab ask {out} "{relation.ask(_example_subject(facts))}"\n'
+                f"next: attnlab evaluate {out} --eval-file {facts.test or facts.dev}")
+    results.publish(args, found)
+    return 0
+
+
+def _example_subject(facts) -> str:
+    from ..data.datasets import read_qa
+
+    return facts.schema.require(read_qa(facts.dev, labelled=True)[0]).subject
+
+
+def register(command) -> None:
+    p = command("learn", "learn a fact set (a folder: corpus, questions, relations) within a time budget",
+                cmd_learn)
+    p.add_argument("facts_dir", metavar="DIR", help="the fact-set folder (docs/guides/your-facts.md); "
+                   "the course's birthplace set is data/")
+    p.add_argument("--minutes", type=bounds.Bound(float, 0, 600, low_open=True, name="minutes").argtype(), default=15.0,
+                   help="the budget on this machine: pretraining fits itself to it, finetuning and scoring "
+                        "come within it (default: 15)")
+    p.add_argument("--seed", type=bounds.SEED.argtype(), default=0, help="random seed (default: 0)")
+    flags.device(p)
+    flags.out_dir(p, None, "output directory: the learned model, results.json (default: runs/learn-DIRNAME)")
+    flags.resume_or_overwrite(p)
+    results.add_json_flag(p)

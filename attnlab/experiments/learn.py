@@ -1,0 +1,187 @@
+"""`attnlab learn`: a fact set learned in a time budget by one command.
+
+The recipe is the knowledge recipe of the bundled birthplace set (``cpu15``: pretrain on the
+corpus with the format subjects' questions mixed in, recall the subject's document, copy the
+answer out of it), with every choice that depends on the data derived from the fact set by
+rule (``recipe_for``): how many characters to recall, the longest answer, the block, and how
+many training subjects teach the answer format. Pretraining fits itself to the budget on this
+machine (``--minutes``), finetuning and scoring come within it.
+
+Output directory R: ``R/pretrain/`` (the pretrained model), the finetuned model in R itself (so
+``attnlab ask R``, ``evaluate R`` and ``attnlab.load(R)`` use it), ``R/factset.json`` (which
+fact set, with its content hash), ``R/predictions-dev.txt`` and ``R/results.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..answering.evaluate import Score, answer_questions, most_frequent_by_relation, score_by_relation
+from ..config.settings import ModelConfig, TrainConfig, get_preset
+from ..core import logs
+from ..core.paths import write_atomically
+from ..data import factset as factsets
+from ..data.datasets import read_qa
+from ..model.checkpoint import CHECKPOINT_NAME, load_model
+from ..core.devices import resolve_device
+from ..training.pipeline import finetune, pretrain
+
+FACTSET_RECORD = factsets.RECORD_NAME
+RESULTS = "results.json"
+BASE_PRESET = "cpu15"  # the recipe whose data-dependent choices recipe_for derives from a fact set
+# Of a budget, what finetuning and scoring take after pretraining: at least this many minutes,
+# or this share of the budget.
+AFTER_PRETRAINING = (0.6, 0.1)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What `learn` trains: the model, its two stages, and the choices derived from the data."""
+
+    model: ModelConfig
+    pretrain: TrainConfig
+    finetune: TrainConfig
+    format_subjects: int  # training subjects whose questions are mixed into pretraining
+    pretrain_minutes: float
+
+    def describe(self) -> str:
+        m = self.model
+        return (f"{m.n_layer} layers x {m.n_embd} wide, {m.recall_chars} characters recalled, answers up to "
+                f"{m.answer_chars}, block {m.block_size}; {self.format_subjects} training subjects teach the "
+                f"answer format; pretraining fitted to {self.pretrain_minutes:g} minutes")
+
+
+def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe:
+    """The default recipe fitted to ``facts`` and a budget of ``minutes`` on this machine.
+
+    Rules, none set per data set: the recall reaches the end of 95% of the training answers in
+    their documents (factset.sizes); a quarter of the training subjects (fewer in short budgets:
+    a pass over fewer documents stores more of each) teach the answer format and are pretrained
+    on, the other training subjects' documents are left out of pretraining and only teach
+    reading; budgets under 8 minutes use three layers, under 3 minutes two (more passes)."""
+    sizes = factsets.sizes(facts)
+    base = get_preset(BASE_PRESET)
+    train = read_qa(facts.train, labelled=True)
+    subjects = list(dict.fromkeys(facts.schema.require(e).subject for e in train))
+    share = min(0.25, minutes / 60)
+    n_format = max(min(len(subjects), 50), round(share * len(subjects)))
+    chosen = set(subjects[:n_format])
+    mixed_questions = sum(facts.schema.require(e).subject in chosen for e in train)
+    layers = 4 if minutes >= 8 else 3 if minutes >= 3 else 2
+    model = ModelConfig(**{**base.model, "n_layer": layers, "recall_chars": sizes.recall_chars,
+                           "answer_chars": sizes.answer_chars, "block_size": sizes.block_size,
+                           "relations": facts.schema.to_list()})
+    docs = sum(1 for line in facts.corpus.read_text(encoding="utf-8").split("\n") if line)
+    after = max(AFTER_PRETRAINING[0], AFTER_PRETRAINING[1] * minutes)
+    pre_minutes = round(max(0.3, minutes - after), 2)
+    pre = dataclasses.replace(base.pretrain, seed=seed, minutes=pre_minutes, epochs=400, mix_people=n_format,
+                              mix_ratio=min(100.0, mixed_questions / docs), mix_overlap="refuse")
+    fine = dataclasses.replace(base.finetune, seed=seed, mix_people=n_format, read_out_people=len(train),
+                               preset="")
+    return Recipe(model, pre, fine, n_format, pre_minutes)
+
+
+def vocabulary_text(facts: factsets.FactSet) -> str:
+    """Characters a fact set's model reads and writes besides its corpus: the question files
+    (questions and answers) and the relations' names (the cues)."""
+    parts = [p.read_text(encoding="utf-8") for p in (facts.train, facts.dev, facts.test) if p is not None]
+    return "".join(parts).replace("\t", "").replace("\r", "") + "".join(facts.schema.names)
+
+
+def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0,
+          device: str = "auto", overwrite: bool = False, resume: bool = False,
+          log: Callable[[str], None] = logs.note) -> dict[str, Any]:
+    """Pretrain and finetune a model on the fact set in ``facts_dir`` within ``minutes``, score
+    its dev questions per relation, and write the results (module docstring)."""
+    began = time.perf_counter()
+    facts = factsets.load(facts_dir)
+    out = Path(out_dir)
+    if (out / CHECKPOINT_NAME).exists() and not (overwrite or resume):
+        raise ValueError(f"{out} already holds a learned model: choose another output directory, or "
+                              "replace it (overwrite)")
+    recipe = recipe_for(facts, minutes, seed)
+    log(f"learning {facts.name} ({len(facts.schema.relations)} relation(s): {', '.join(facts.schema.names)}) "
+        f"in {minutes:g} minutes: {recipe.describe()}")
+    vocab_text = vocabulary_text(facts)
+    pre_dir = out / "pretrain"
+    pretrain(recipe.model, recipe.pretrain, corpus=facts.corpus, run_dir=pre_dir, log=log, mix_qa=facts.train,
+             held_out=facts.held_out, vocab_text=vocab_text, device=device,
+             resume=resume and (pre_dir / CHECKPOINT_NAME).exists(), overwrite=overwrite)
+    finetune(recipe.finetune, run_dir=out, init=pre_dir, corpus=facts.corpus, train_file=facts.train, log=log,
+             device=device, overwrite=overwrite or resume)
+    write_atomically(out / FACTSET_RECORD, json.dumps(facts.record(), indent=2) + "\n")
+    results = score_fact_set(out, facts, device=device)
+    results.update(minutes=minutes, seed=seed, wall_minutes=round((time.perf_counter() - began) / 60, 2),
+                   machine=machine(), recipe={"describe": recipe.describe(), "model": recipe.model.to_dict(),
+                                              "pretrain": recipe.pretrain.to_dict(),
+                                              "finetune": recipe.finetune.to_dict()})
+    write_atomically(out / RESULTS, json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def score_fact_set(run: str | Path, facts: factsets.FactSet, *, device: str = "auto",
+                   eval_file: str | Path | None = None) -> dict[str, Any]:
+    """Dev (or ``eval_file``) answers of the model in ``run``, scored per relation and overall,
+    each beside its relation's most-frequent-answer baseline; predictions written beside it."""
+    model, vocab, _ = load_model(run, device=str(resolve_device(device)))
+    path = Path(eval_file or facts.dev)
+    examples = read_qa(path, labelled=True)
+    answers = answer_questions(model, vocab, examples)
+    predictions = [a.answer for a in answers]
+    write_atomically(Path(run) / f"predictions-{path.stem}.txt", "".join(p + "\n" for p in predictions))
+    by_relation = score_by_relation(predictions, examples, facts.schema)
+    common = most_frequent_by_relation(read_qa(facts.train, labelled=True), facts.schema)
+    rows = {}
+    for name, score in by_relation.items():
+        mine = [e for e in examples if facts.schema.require(e).relation.name == name]
+        base = Score(sum(e.answer == common.get(name) for e in mine), len(mine))
+        rows[name] = {**score_json(score), "baseline": {"answer": common.get(name), **score_json(base)}}
+    overall = Score(sum(r["correct"] for r in rows.values()), sum(r["total"] for r in rows.values()))
+    base_all = Score(sum(r["baseline"]["correct"] for r in rows.values()), overall.total)
+    return {"fact_set": facts.record(), "eval_file": str(path), "relations": rows,
+            "overall": {**score_json(overall), "baseline": score_json(base_all)}}
+
+
+def score_json(score: Score) -> dict[str, Any]:
+    low, high = score.interval
+    return {"correct": score.correct, "total": score.total, "percent": round(score.percent, 1),
+            "ci95": [round(100 * low, 1), round(100 * high, 1)]}
+
+
+def results_table(results: dict[str, Any]) -> str:
+    """One table: each relation and all, the model's accuracy beside the baseline's."""
+    lines = ["| relation | questions | learned (95% CI) | most frequent answer (baseline) |",
+             "| --- | --- | --- | --- |"]
+    rows = [*results["relations"].items(), ("all", results["overall"])]
+    for name, r in rows:
+        base = r["baseline"]
+        answer = f" ({base['answer']})" if base.get("answer") else ""
+        lines.append(f"| {name} | {r['total']} | {r['correct']} = {r['percent']:.1f}% ({r['ci95'][0]:.1f}-"
+                     f"{r['ci95'][1]:.1f}) | {base['percent']:.1f}%{answer} |")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    """The CPU a figure came from (its model name where Linux says it)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()}, {_cores()} cores"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()}, {_cores()} cores"
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+__all__ = ["Recipe", "learn", "recipe_for", "results_table", "score_fact_set", "vocabulary_text"]
