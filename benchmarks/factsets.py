@@ -4,7 +4,9 @@ A fact set is a folder holding
 
 - ``corpus.txt``: one document a line; a document about a subject opens ``SUBJECT. `` (as
   ``data/wiki.txt`` does for people). Each subject has exactly one document; a few other lines
-  are about no subject (the countries, rivers, regions of the invented world).
+  are about no subject (the countries, rivers, regions of the invented world), one of them a
+  question, so that the corpus, which defines a model's characters, holds every character of
+  the question files ("?", the "W" of "Which").
 - ``train.tsv``, ``dev.tsv``, ``test.tsv``: ``question<TAB>answer``; every question is one
   relation's template with the subject filled in, and the answer is written, as whole words and
   exactly once, in that subject's document. A subject's questions are all in one split (about
@@ -248,7 +250,7 @@ _river_word = _syllables(
 def _towns(rng: random.Random, n: int, n_countries: int = 40, n_rivers: int = 150) -> FactSet:
     fixed = _word_set(*_TOWN_TRUE_COUNTRY, *_TOWN_OTHER_COUNTRY, *_TOWN_TRUE_RIVER, *_TOWN_OTHER_RIVER,
                       *_TOWN_FILLER, *_KNOWN_FOR, *_DIRECTIONS, *_TOWN_ADJ, *_DAYS, *_TOWER, *_TOWN_SUFFIX,
-                      *_TOWN_WORLD, "river")
+                      *_TOWN_WORLD, _TOWN_ASKED, "river")
     names = Names(rng, fixed)
     countries = [names.token(_country_word, "country") for _ in range(n_countries)]
     rivers = [names.token(_river_word, "river") for _ in range(n_rivers)]
@@ -276,7 +278,7 @@ def _towns(rng: random.Random, n: int, n_countries: int = 40, n_rivers: int = 15
             return s
 
         subjects.append(Subject(name, _document(rng, name, build, 140, 280), {"country": country, "river": river}))
-    other = _other_lines(rng, max(3, n // 50), lambda: rng.choice(_TOWN_WORLD).format(
+    other = [_TOWN_ASKED] + _other_lines(rng, max(3, n // 50) - 1, lambda: rng.choice(_TOWN_WORLD).format(
         C=rng.choice(countries), R=rng.choice(rivers), X=rng.choice(countries)))
     return FactSet("towns", "Invented towns: the country each lies in and the river through it, "
                    "with other countries and rivers named in the documents as distractors.",
@@ -284,6 +286,9 @@ def _towns(rng: random.Random, n: int, n_countries: int = 40, n_rivers: int = 15
                    subjects, other, {"country": countries, "river": rivers})
 
 
+# The corpus defines the model's vocabulary, so it must hold every character of the questions
+# ("?", the capital W of "Which"): one line of each set asks a question (check() makes sure).
+_TOWN_ASKED = "Which is the oldest town of the region? Every town claims it is, and what they say flows on."
 _TOWN_WORLD = [
     "{C} is a country of small towns and slow rivers.",
     "The {R} is one of the longest rivers in the region.",
@@ -385,7 +390,7 @@ def _species(rng: random.Random, n: int, n_habitats: int = 100, n_diets: int = 1
     fixed = _word_set(*_SP_TRUE_HABITAT, *_SP_OTHER_HABITAT, *_SP_TRUE_DIET, *_SP_OTHER_DIET, *_SP_TRUE_PERSON,
                       *_SP_OTHER_PERSON, *_SP_FILLER, *_SP_WHEN, *_SP_TONE, *_SP_CALL, *_SP_RARITY, *_SP_COLOUR,
                       *_SP_PART, *_SP_PLAIN, *_SP_LANDFORM, *_SP_FOOD_KIND, *_SP_FOOD, *_FIRST_NAMES,
-                      *_SP_WORLD)
+                      *_SP_WORLD, _SP_ASKED)
     names = Names(rng, fixed)
     habitats = [f"{names.token(_region_word, 'region')} {rng.choice(_SP_LANDFORM)}" for _ in range(n_habitats)]
     foods = [f"{k} {f}" for k in _SP_FOOD_KIND for f in _SP_FOOD]
@@ -427,7 +432,7 @@ def _species(rng: random.Random, n: int, n_habitats: int = 100, n_diets: int = 1
 
         subjects.append(Subject(name, _document(rng, name, build, 140, 280),
                                 {"habitat": habitat, "diet": diet, "discoverer": person}))
-    other = _other_lines(rng, max(3, n // 50), lambda: rng.choice(_SP_WORLD).format(
+    other = [_SP_ASKED] + _other_lines(rng, max(3, n // 50) - 1, lambda: rng.choice(_SP_WORLD).format(
         H=rng.choice(habitats), P=rng.choice(people)))
     return FactSet("species", "Invented animal species: where each lives, what it eats and who first described "
                    "it, with other habitats, foods and naturalists named in the documents as distractors.",
@@ -436,6 +441,7 @@ def _species(rng: random.Random, n: int, n_habitats: int = 100, n_diets: int = 1
                    {"habitat": habitats, "diet": diets, "discoverer": people})
 
 
+_SP_ASKED = "Who first described the most animals of the region? What each eats is still argued."
 _SP_WORLD = [
     "Many animals live only in the {H}.",
     "{P} spent twenty years walking the {H}.",
@@ -487,7 +493,7 @@ _port_word = _syllables(
 
 def _islands(rng: random.Random, n: int, n_seas: int = 30) -> FactSet:
     fixed = _word_set(*_IS_TRUE_SEA, *_IS_OTHER_SEA, *_IS_TRUE_CAPITAL, *_IS_OTHER_CAPITAL, *_IS_FILLER,
-                      *_IS_KNOWN, *_IS_SUFFIX, *_IS_WORLD, "Sea")
+                      *_IS_KNOWN, *_IS_SUFFIX, *_IS_WORLD, _IS_ASKED, "Sea")
     names = Names(rng, fixed)
     seas = [f"{names.token(_sea_word, 'sea')} Sea" for _ in range(n_seas)]
     sea_of = _weighted_pool(rng, seas)
@@ -512,13 +518,15 @@ def _islands(rng: random.Random, n: int, n_seas: int = 30) -> FactSet:
             return s
 
         subjects.append(Subject(name, _document(rng, name, build, 95, 150), {"sea": sea, "capital": capital}))
-    other = _other_lines(rng, max(3, n // 50), lambda: rng.choice(_IS_WORLD).format(S=rng.choice(seas)))
+    other = [_IS_ASKED] + _other_lines(rng, max(3, n // 50) - 1,
+                                       lambda: rng.choice(_IS_WORLD).format(S=rng.choice(seas)))
     return FactSet("islands", "A small teaching set of invented islands: the sea each lies in and its capital, "
                    "with another sea or a port that is not the capital named as a distractor.",
                    [("sea", "Which sea is {subject} in?"), ("capital", "What is the capital of {subject}?")],
                    subjects, other, {"sea": seas, "capital": towns})
 
 
+_IS_ASKED = "Which island is the largest? What sailors say of each sea is not to be trusted."
 _IS_WORLD = [
     "The {S} is calm in summer and wild in winter.",
     "Sailors say the islands are easier to reach from the {S}.",
@@ -580,6 +588,8 @@ def check(fs: FactSet) -> None:
         assert any(distractors(fs, s).values()), f"no distractor in {s.doc!r}"
     starts = Counter(line.split(". ", 1)[0] for line in fs.corpus)
     assert all(starts[n] == 1 for n in names), "a subject has more than one line"
+    missing = {c for rows in fs.rows.values() for row in rows for x in row for c in x} - set("".join(fs.corpus))
+    assert not missing, f"characters of the questions not in the corpus (its vocabulary): {sorted(missing)}"
     fields = [*fs.corpus, *(x for rows in fs.rows.values() for row in rows for x in row)]
     assert all(x.isascii() and x == x.strip() and not any(c in x for c in FORBIDDEN + "\n") for x in fields), \
         "a forbidden character"
@@ -636,8 +646,8 @@ def _share(flags: list[bool]) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                epilog="Defaults for --subjects: " + ", ".join(f"{k} {d}" for k, (_, d) in KINDS.items()))
+    defaults = ", ".join(f"{k} {d}" for k, (_, d) in KINDS.items())
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=f"Defaults for --subjects: {defaults}")
     p.add_argument("kind", choices=list(KINDS))
     p.add_argument("--subjects", type=int, default=None, help="how many subjects (default: the kind's)")
     p.add_argument("--seed", type=int, default=0)
