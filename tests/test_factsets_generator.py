@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.data.corpus import CorpusIndex, contains_words
+from attnlab.data.vocab import Vocab
 from tests.conftest import benchmark_fixture
 
 factsets = benchmark_fixture("factsets")
@@ -135,6 +136,17 @@ def test_every_document_names_a_distractor_of_some_relation(factsets, kind):
     for rel, _ in fs.relations:  # each relation's distractors are common, and never the answer
         assert sum(bool(d[rel]) for d in found) >= 0.5 * len(found), rel
         assert all(s.answers[rel] not in d[rel] for s, d in zip(fs.subjects, found))
+
+
+@pytest.mark.parametrize("kind", ["towns", "species", "example"])
+def test_the_corpus_holds_every_character_of_the_questions_and_answers(factsets, tmp_path, kind):
+    # the corpus defines the model's vocabulary: a "?" only in the questions would not encode
+    folder = _make(factsets, kind, tmp_path / "set", n=3)
+    vocab = Vocab.from_text((folder / "corpus.txt").read_text(encoding="utf-8"))
+    for split in ("train", "dev", "test"):
+        for line in (folder / f"{split}.tsv").read_text(encoding="utf-8").splitlines():
+            for text in line.split("\t"):
+                vocab.encode(text)
 
 
 def test_most_frequent_answer_baselines_are_low(factsets, tmp_path):
