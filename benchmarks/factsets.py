@@ -553,7 +553,7 @@ def generate(kind: str, n: int, seed: int) -> FactSet:
     fs = make(rng, n)
     order = list(range(n))
     rng.shuffle(order)
-    n_dev = n_test = max(1, round(DEV_SHARE * n))
+    n_dev, n_test = max(1, round(DEV_SHARE * n)), max(1, round(TEST_SHARE * n))
     for rank, i in enumerate(order):
         fs.subjects[i].split = "dev" if rank < n_dev else "test" if rank < n_dev + n_test else "train"
     fs.corpus = [s.doc for s in fs.subjects] + fs.other_lines
