@@ -99,6 +99,22 @@ def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab
     return out
 
 
+def one_fact_per_subject(examples: list[QAExample], schema: Schema) -> list[QAExample]:
+    """One question of each subject, the relations taken in turn (the i-th subject to appear
+    gets relation i mod R, or its first question when it has none of that relation). A recall
+    example holds the subject's whole document: one a subject keeps each document once per
+    pass, and every relation's format is still taught on a share of the subjects."""
+    by_subject: dict[str, list[tuple[str, QAExample]]] = {}
+    for e in examples:
+        asked = schema.require(e)
+        by_subject.setdefault(asked.subject, []).append((asked.relation.name, e))
+    chosen = []
+    for i, questions in enumerate(by_subject.values()):
+        wanted = schema.names[i % len(schema.names)]
+        chosen.append(next((e for name, e in questions if name == wanted), questions[0][1]))
+    return chosen
+
+
 def refuse_held_out_people(mix: list[QAExample], held_out: dict[str, list[QAExample]],
                            drop: bool = False) -> tuple[list[QAExample], list[QAExample]]:
     """Only training-file people may be mixed into pretraining: a mixed question that is also

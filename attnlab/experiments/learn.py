@@ -38,6 +38,16 @@ BASE_PRESET = "cpu15"  # the recipe whose data-dependent choices recipe_for deri
 # Of a budget, what finetuning and scoring take after pretraining: at least this many minutes,
 # or this share of the budget.
 AFTER_PRETRAINING = (0.6, 0.1)
+# Training subjects that teach the answer format in a 15-minute budget (fewer in less): their
+# documents are pretrained on with their answers; the other training subjects' documents are
+# left out of pretraining (they only teach reading, their document given), so that each pass
+# is spent on the subjects asked about.
+FORMAT_SUBJECTS = 500
+# Layers by load, the characters one pretraining pass reads per minute of the budget: up to the
+# first figure four layers, up to the second three, else two. The course's set in 15 minutes
+# is a light load, the same set in 5 minutes (or a set of twice as long documents in 15) a
+# middle one.
+LAYERS_BY_LOAD = (15_000, 40_000)
 
 
 @dataclass(frozen=True)
@@ -61,19 +71,17 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     """The default recipe fitted to ``facts`` and a budget of ``minutes`` on this machine.
 
     Rules, none set per data set: the recall reaches the end of 95% of the training answers in
-    their documents (factset.sizes); a quarter of the training subjects (fewer in short budgets:
-    a pass over fewer documents stores more of each) teach the answer format and are pretrained
-    on, the other training subjects' documents are left out of pretraining and only teach
-    reading; budgets under 8 minutes use three layers, under 3 minutes two (more passes)."""
+    their documents (factset.sizes); up to FORMAT_SUBJECTS training subjects (fewer in short
+    budgets: a pass over fewer documents stores more of each) teach the answer format and are
+    pretrained on, the other training subjects' documents are left out of pretraining and only
+    teach reading (FORMAT_SUBJECTS); budgets under 8 minutes use three layers, under 3 minutes two
+    (more passes)."""
     sizes = factsets.sizes(facts)
     base = get_preset(BASE_PRESET)
     train = read_qa(facts.train, labelled=True)
     subjects = list(dict.fromkeys(facts.schema.require(e).subject for e in train))
-    share = min(0.25, minutes / 60)
-    n_format = max(min(len(subjects), 50), round(share * len(subjects)))
-    chosen = set(subjects[:n_format])
-    mixed_questions = sum(facts.schema.require(e).subject in chosen for e in train)
-    layers = 4 if minutes >= 8 else 3 if minutes >= 3 else 2
+    n_format = min(len(subjects), max(round(FORMAT_SUBJECTS * min(1.0, minutes / 15)), 50))
+    layers = layers_for(pass_characters(facts, subjects[n_format:], sizes.recall_chars) / minutes)
     model = ModelConfig(**{**base.model, "n_layer": layers, "recall_chars": sizes.recall_chars,
                            "answer_chars": sizes.answer_chars, "block_size": sizes.block_size,
                            "relations": facts.schema.to_list()})
@@ -81,10 +89,27 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     after = max(AFTER_PRETRAINING[0], AFTER_PRETRAINING[1] * minutes)
     pre_minutes = round(max(0.3, minutes - after), 2)
     pre = dataclasses.replace(base.pretrain, seed=seed, minutes=pre_minutes, epochs=400, mix_people=n_format,
-                              mix_ratio=min(100.0, mixed_questions / docs), mix_overlap="refuse")
+                              mix_ratio=min(100.0, n_format / docs), mix_overlap="refuse")
     fine = dataclasses.replace(base.finetune, seed=seed, mix_people=n_format, read_out_people=len(train),
                                preset="")
     return Recipe(model, pre, fine, n_format, pre_minutes)
+
+
+def layers_for(load: float) -> int:
+    """The model's depth for a pretraining load (LAYERS_BY_LOAD)."""
+    return 4 if load <= LAYERS_BY_LOAD[0] else 3 if load <= LAYERS_BY_LOAD[1] else 2
+
+
+def pass_characters(facts: factsets.FactSet, left_out: list[str], recall_chars: int) -> int:
+    """Characters one pretraining pass reads: every document cut at the recall, but those of
+    the ``left_out`` subjects."""
+    from ..data.corpus import CorpusIndex
+    from ..data.datasets import documents, read_text
+
+    docs = documents(read_text(facts.corpus))
+    index = CorpusIndex(docs)
+    skipped = {index.line_number(s) for s in left_out}
+    return sum(min(len(d), recall_chars) for n, d in enumerate(docs, 1) if n not in skipped)
 
 
 def vocabulary_text(facts: factsets.FactSet) -> str:

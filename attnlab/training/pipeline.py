@@ -26,7 +26,7 @@ from ..model.gpt import GPT
 from ..core.outputs import refuse_existing, refuse_inputs
 from ..data.formats import text_format
 from ..data.relations import Schema
-from ..data.objectives import (corpus_sequences, mixed, pack, qa_sequences, refuse_held_out_people,
+from ..data.objectives import (corpus_sequences, mixed, one_fact_per_subject, pack, qa_sequences, refuse_held_out_people,
                                swapped_place_read_outs)
 from .shaping import shaping_loss_fn
 from ..model.shipped import output_dir
@@ -197,6 +197,8 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
             left_out = {index.line_number(require_person(e, schema)) for e in unused}
             sequences = [s for n, s in enumerate(sequences, 1) if n not in left_out]
             log(f"--mix-people {config.mix_people}: {len(left_out):,} lines of other training-file people left out")
+        if schema.cued and text_format(fmt).recalls:
+            mix = one_fact_per_subject(mix, schema)
         qa = qa_sequences(mix, vocab, block, fmt, K, index, schema=schema)
         count = round(config.mix_ratio * len(docs))
         if text_format(fmt).recalls and count >= len(qa):
