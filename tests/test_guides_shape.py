@@ -5,6 +5,7 @@ README, and no measured count quoted in a code comment."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -66,6 +67,20 @@ def test_no_measured_count_in_code_comments():
              for p in sorted((REPO / "attnlab").rglob("*.py"))
              for n, line in _comment_lines(p) if COUNT.search(line)]
     assert not found, "measured counts belong in docs/notebook.md, not in comments:\n" + "\n".join(found)
+
+
+def _docstrings(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = [tree, *(n for n in ast.walk(tree)
+                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))]
+    return [doc for n in nodes if (doc := ast.get_docstring(n))]
+
+
+def test_no_measured_count_in_docstrings():
+    found = [f"{p.relative_to(REPO)}: {line.strip()}"
+             for p in sorted((REPO / "attnlab").rglob("*.py"))
+             for doc in _docstrings(p) for line in doc.splitlines() if COUNT.search(line)]
+    assert not found, "measured counts belong in docs/notebook.md, not in docstrings:\n" + "\n".join(found)
 
 
 def test_the_checks_catch_what_they_are_for():
