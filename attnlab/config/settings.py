@@ -317,7 +317,7 @@ _CPU = Preset(
 )
 
 # "cpu15" and "cpu5": the cpu recipe with Muon for the blocks' weight matrices, annealed over
-# what fits 15 and 5 minutes of 2 cores (docs/guides/knowledge.md has the probes that chose them,
+# what fits 15 and 5 minutes of 2 cores (docs/notebook.md has the probes that chose them,
 # on held-out training people). Muon stores facts in fewer passes than AdamW at the same
 # learning rate; with the copy read-out a stored fact is an answered one.
 _CPU15 = Preset(
@@ -335,7 +335,7 @@ _CPU15 = Preset(
     # noise, and finetuning on people whose lines pretraining left out undid it (it teaches
     # recalling lines the model never read; docs/notebook.md). Those other people
     # still teach the read-out, with their line given and only the place scored (reading places
-    # out of unseen people's own lines improves; docs/guides/knowledge.md has the probe)
+    # out of unseen people's own lines improves; docs/notebook.md has the probe)
     finetune=dataclasses.replace(_CPU.finetune, epochs=1, mix_people=500, read_out_people=1500),
     finetune_scratch=_CPU.finetune_scratch,
     expected="15 minutes on 2 CPU cores (its pretraining fitted to them)",
@@ -358,7 +358,7 @@ _CPU5 = Preset(
 )
 
 # "cpu60": the shipped model's recipe (models/cpu), what fits an hour of 2 cores: cpu15's, with
-# the hour spent on reading, which is what cpu15 lacks (docs/guides/knowledge.md has the error
+# the hour spent on reading, which is what cpu15 lacks (docs/notebook.md has the error
 # breakdown): every training person's line with their place (read-out examples for all of
 # them), 160 recalled characters, and the last fifth of the training file held out for checking
 # the recipe and fitting abstention (`calibrate`, `--abstain auto`) on people whose labels it
