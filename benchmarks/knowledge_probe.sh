@@ -1,5 +1,5 @@
 #!/bin/bash
-# A knowledge probe on held-out people (docs/guides/knowledge.md, the ablation table): pretrain
+# A knowledge probe on held-out people (docs/notebook.md, 2026-11-25, the ablation table): pretrain
 # PRESET with the last 20% of the training file held out (their corpus lines are pretrained as
 # plain lines, like dev people's) and the given pretraining flags, scoring the held-out people
 # every EVAL_EVERY steps; finetune with the preset's own finetuning (the read-out people drawn

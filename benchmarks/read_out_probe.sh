@@ -1,5 +1,5 @@
 #!/bin/bash
-# A read-out probe on held-out people (docs/guides/knowledge.md, change 5): finetune cpu15's
+# A read-out probe on held-out people (docs/notebook.md, 2026-11-25, change 5): finetune cpu15's
 # pretrained model with the last 20% of the training file held out and N read-out people, then
 # score reading the place out of the held-out people's own lines (--open-book).
 #   bash benchmarks/read_out_probe.sh NAME EPOCHS LR READ_OUT_PEOPLE   -> runs/ro/NAME

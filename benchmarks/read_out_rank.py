@@ -1,5 +1,5 @@
 """A probe of the knowledge issue: would ranking every candidate answer beat the greedy copy
-read-out? (docs/guides/knowledge.md, "Probes of the shipped model's read-out")
+read-out? (docs/notebook.md, 2026-11-25, "Probes of the read-out of the model shipped before change 6")
 
 The copy read-out (attnlab/answering/knowledge.py) picks the place greedily, one character at a
 time, among the whole-word spans of the recalled text. This probe scores every whole-word span

@@ -1,7 +1,7 @@
 """merged_qk trains like vanilla: its matrix is trained scaled by 1/d, so that one AdamW step
 moves the attention scores about as far as a vanilla layer's step does (trained unscaled, they
 moved ~40 times further at d = 128, the softmax saturated and the cpu recipe stalled at loss
-0.975: docs/guides/comparisons.md)."""
+0.975: docs/notebook.md, 2026-11-25)."""
 
 from __future__ import annotations
 

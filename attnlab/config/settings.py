@@ -324,42 +324,41 @@ _CPU = Preset(
                recall_chars=96),
     pretrain=TrainConfig(objective="lm", mix_ratio=0.681, mix_overlap="drop", epochs=60, batch_size=16,
                          learning_rate=3e-3, eval_every=1820, checkpoint_every=500),
-    # finetuning continues the anneal at a tenth of pretraining's final rate: after the 60-epoch
-    # pretraining (303/500 dev) one to three epochs at 1e-5..1e-4 gave 337-348/500, while 3 epochs
-    # at 3e-4 gave 257/500 (docs/notebook.md, finetune probes)
+    # finetuning continues the anneal at a tenth of pretraining's final rate: a few epochs at a low
+    # rate add answers, a rate near pretraining's makes the model forget (docs/notebook.md,
+    # finetune probes)
     finetune=TrainConfig(epochs=3, batch_size=16, learning_rate=3e-5, checkpoint_every=0),
     finetune_scratch=TrainConfig(epochs=10, batch_size=32, learning_rate=3e-3, checkpoint_every=0),
 )
 
 # "cpu15" and "cpu5": the cpu recipe with Muon for the blocks' weight matrices, annealed over
-# what fits 15 and 5 minutes of 2 cores (docs/guides/knowledge.md has the probes that chose them,
-# on held-out training people). Muon stores facts several times faster per pass than AdamW at
-# the same learning rate; with the copy read-out a stored fact is an answered one.
+# what fits 15 and 5 minutes of 2 cores (docs/notebook.md has the probes that chose them,
+# on held-out training people). Muon stores facts in fewer passes than AdamW at the same
+# learning rate; with the copy read-out a stored fact is an answered one.
 _CPU15 = Preset(
     name="cpu15",
     description="knowledge in 15 minutes: Muon, 500 training people for the answer format, 128 characters recalled",
-    # 128 recalled characters instead of 96: 92.6% of training-file places end within them,
-    # against 86.4% (the 5-minute recipe stores its 96 characters' worth by 5 minutes; more time
-    # only helps if there is more to read)
+    # 128 recalled characters instead of 96: more training-file places end within them (the
+    # 5-minute recipe stores its 96 characters' worth by 5 minutes; more time only helps if there
+    # is more to read; the counts are in docs/notebook.md)
     model={**_CPU.model, "block_size": 160, "recall_chars": 128},
     # its pretraining fits itself to 14.5 minutes of the machine it runs on (--minutes; the 54
     # epochs are what the Xeon it was chosen on trains in them), so that finetuning ends within 15
     pretrain=TrainConfig(objective="lm", mix_ratio=500 / 2937, mix_people=500, mix_overlap="drop", epochs=54,
                          minutes=14.5, batch_size=16, learning_rate=3e-3, optimizer="muon", checkpoint_every=500),
-    # one finetuning epoch on the same 500 people: after Muon pretraining on every training
-    # person, three epochs gave 315/400 held-out people, one 313, none 310; finetuning on people
-    # whose lines pretraining left out undid it (docs/guides/knowledge.md). Those other people
+    # one finetuning epoch on the same 500 people: more epochs added nothing beyond one run's
+    # noise, and finetuning on people whose lines pretraining left out undid it (it teaches
+    # recalling lines the model never read; docs/notebook.md). Those other people
     # still teach the read-out, with their line given and only the place scored (reading places
-    # out of unseen people's own lines improves; docs/guides/knowledge.md has the probe)
+    # out of unseen people's own lines improves; docs/notebook.md has the probe)
     finetune=dataclasses.replace(_CPU.finetune, epochs=1, mix_people=500, read_out_people=1500),
     finetune_scratch=_CPU.finetune_scratch,
     expected="15 minutes on 2 CPU cores (its pretraining fitted to them)",
 )
 
-# "cpu5": what a 5-minute budget stores best is passes, not size: at the compute of 12 passes of
-# the 4-layer recipe, 3 layers and 250 training people for the answer format make 18 passes and
-# answer four times as many held-out people (docs/guides/knowledge.md, "Five minutes on a slower
-# CPU"). Its pretraining fits itself to 4.6 minutes of the machine it runs on (--minutes), so
+# "cpu5": what a 5-minute budget stores best is passes, not size: at equal compute, 3 layers and
+# 250 training people for the answer format make more passes than the 4-layer recipe, and facts
+# arrive after a number of passes (the probes are in docs/notebook.md). Its pretraining fits itself to 4.6 minutes of the machine it runs on (--minutes), so
 # that finetuning ends within 5; its 24 epochs are the most a faster machine trains, and what
 # `compare` trains in every run (a comparison is made at equal passes).
 _CPU5 = Preset(
@@ -374,7 +373,7 @@ _CPU5 = Preset(
 )
 
 # "cpu60": the shipped model's recipe (models/cpu), what fits an hour of 2 cores: cpu15's, with
-# the hour spent on reading, which is what cpu15 lacks (docs/guides/knowledge.md has the error
+# the hour spent on reading, which is what cpu15 lacks (docs/notebook.md has the error
 # breakdown): every training person's line with their place (read-out examples for all of
 # them), 160 recalled characters, and the last fifth of the training file held out for checking
 # the recipe and fitting abstention (`calibrate`, `--abstain auto`) on people whose labels it

@@ -117,8 +117,8 @@ def stat_texts(model, docs: list[str], limit: int, seed: int, places: dict[str, 
     strings, each followed, when ``places`` (name -> birth place: the training file) knows its
     person, by ``PLACE⁇`` as the model was finetuned; in the direct format the training file's
     questions ``Where was NAME born?⁇PLACE⁇`` are added. So C also knows the keys of the
-    answer's read-out and spelling, which every other answer passes through (models/cpu, 10
-    edits: other dev answers changed 14.1% -> 12.7%)."""
+    answer's read-out and spelling, which every other answer passes through, and an edit
+    disturbs fewer other answers (measured in docs/notebook.md, editing probes)."""
     from ..data.formats import text_format
 
     places = places or {}
@@ -291,8 +291,8 @@ def optimise_value(model: GPT, x: Tensor, y: Tensor, weights: Tensor, layer: int
     2. tighten (``tighten_steps``, only when ``succeeded`` is given): the smallest delta that
        still works, by Adam on ||delta||^2 / |delta_reached|^2 + 10 x the mean hinge
        max(0, ``margin`` - (logit of y - best other logit)) over the fully weighted positions,
-       keeping the smallest delta that ``succeeded`` accepts (models/cpu, 10 edits: the norm
-       falls by a third to a half; other dev answers changed 12.7% -> 9.0%).
+       keeping the smallest delta that ``succeeded`` accepts: a smaller change moves fewer other
+       answers (docs/notebook.md, editing probes).
 
     Returns delta, loss before, loss after (of the delta returned), steps of phase 1."""
     focus = (weights[0] >= 1.0) & (y[0] != PAD_ID)
@@ -453,10 +453,9 @@ def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, seco
     with the key read at the locus ``at`` (LOCI). For ``answer``, when the one-key edit does not
     make the model answer the new place and the recalled line spells it, the two-key edit of
     ``both`` is made instead (from the original model): the failures of the one-key edit are
-    mostly a line that already spells the new place followed by the old answer after ``⁇``
-    (models/cpu: 44/50 -> 47/50 edits succeed), while ``both`` for every edit disturbs more
-    other answers (15.9% -> 20.7% of the dev answers changed on average; 15.8% with the
-    fallback)."""
+    mostly a line that already spells the new place followed by the old answer after ``⁇``,
+    which the second key fixes, while ``both`` for every edit disturbs more other answers, so it
+    is the fallback, not the rule (docs/notebook.md, editing probes)."""
     check_layer(model, layer)
     if at not in LOCI:
         raise TraceError(f"--at must be one of {', '.join(LOCI)}, got {at!r}")
@@ -511,7 +510,7 @@ def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, seco
 def answer_layer(model: GPT) -> int:
     """The default layer for an edit at the answer read-out: the one below the top. The top
     layer's MLP at the read-out position moves only the next character's logits, so it cannot
-    spell a place of several characters (0 of 10 edits of models/cpu succeeded there); the
+    spell a place of several characters (edits there do not take); the
     layer below is the highest whose change the top layer's attention carries to the place's
     later characters, and the best measured (docs/notebook.md, editing probes).
     Tracing does not choose it: restoring the top layer's MLP there recovers the most, for the

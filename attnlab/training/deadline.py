@@ -1,6 +1,6 @@
 """--minutes inside the run: the steps left are re-fitted, as the run goes, to the time left at
 the pace of the run's own steps. A fit made from a few timed steps before the run is not enough
-on a shared or virtual CPU: its speed drifts while a run goes on (docs/guides/knowledge.md has
+on a shared or virtual CPU: its speed drifts while a run goes on (docs/notebook.md has
 the measurements), so a run fitted once overruns or stops early. The trainer asks ``due`` before
 each step and, when it says so, takes ``steps_for`` as the run's new length (its schedule
 follows it: the lm objective anneals over the run itself)."""

@@ -36,7 +36,7 @@ class MergedQKAttention(Attention):
         # about the learning rate per step whatever its gradient's size, and a score sums d^2 of
         # them, so trained as W itself the scores jumped ~d times further per step than a vanilla
         # layer's: the softmax saturated (attention entropy near zero) and training stalled
-        # (docs/guides/comparisons.md, "Why merged_qk stalled"). Divided by d, an entry's step
+        # (docs/notebook.md, 2026-11-25, "why merged_qk stalled"). Divided by d, an entry's step
         # moves a score about as far as a step of W_Q or W_K does.
         self.w_scale = 1.0 / d
         # W's std 0.02^2 makes the initial scores match a vanilla layer initialised N(0, 0.02).
