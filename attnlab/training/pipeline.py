@@ -181,6 +181,7 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
     fmt, K, block = model_config.qa_format, model_config.recall_chars, model_config.block_size
     schema = Schema.from_list(model_config.relations)
     sequences = corpus_sequences(docs, vocab, block, fmt, K, source=str(corpus))
+    line_numbers = list(range(1, len(docs) + 1))  # of each sequence, as lines are left out
     described = f"{len(docs):,} lines"
     if config.mix_ratio > 0:
         if mix_qa is None:
@@ -195,7 +196,7 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
         index = CorpusIndex(docs)
         if config.mix_people:
             left_out = {index.line_number(require_person(e, schema)) for e in unused}
-            sequences = [s for n, s in enumerate(sequences, 1) if n not in left_out]
+            sequences, line_numbers = _without_lines(sequences, line_numbers, left_out)
             log(f"--mix-people {config.mix_people}: {len(left_out):,} lines of other training-file people left out")
         if schema.cued and text_format(fmt).recalls:
             mix = one_fact_per_subject(mix, schema)
@@ -204,7 +205,7 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
         if text_format(fmt).recalls and count >= len(qa):
             # A recall example holds the person's line: it stands in for the plain line.
             mixed_lines = {index.line_number(require_person(e, schema)) for e in mix}
-            sequences = [s for n, s in enumerate(sequences, 1) if n not in mixed_lines]
+            sequences, line_numbers = _without_lines(sequences, line_numbers, mixed_lines)
         sequences = mixed(sequences, qa, count, config.seed)
         described = f"{len(sequences) - count:,} lines + {count:,} QA examples of {mix_qa} per epoch"
         if config.read_out_swaps:
@@ -214,6 +215,12 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
             described += f" + {len(swaps):,} swapped-place read-outs of its people"
     rows = pack(sequences, block)
     return PackedBatches(rows, config.batch_size, device, config.seed), f"{described}, packed in {len(rows):,} rows"
+
+
+def _without_lines(sequences: list, line_numbers: list[int], dropped: set[int]) -> tuple[list, list[int]]:
+    """The corpus sequences and their line numbers without the lines ``dropped``."""
+    kept = [(s, n) for s, n in zip(sequences, line_numbers) if n not in dropped]
+    return [s for s, _ in kept], [n for _, n in kept]
 
 
 def _run_tokens(batches, config: TrainConfig, model_config: ModelConfig) -> int:
