@@ -87,7 +87,7 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
                            "relations": facts.schema.to_list()})
     docs = sum(1 for line in facts.corpus.read_text(encoding="utf-8").split("\n") if line)
     after = max(AFTER_PRETRAINING[0], AFTER_PRETRAINING[1] * minutes)
-    pre_minutes = round(max(0.3, minutes - after), 2)
+    pre_minutes = round(max(0.05, minutes - after), 2)
     pre = dataclasses.replace(base.pretrain, seed=seed, minutes=pre_minutes, epochs=400, mix_people=n_format,
                               mix_ratio=min(100.0, n_format / docs), mix_overlap="refuse")
     fine = dataclasses.replace(base.finetune, seed=seed, mix_people=n_format, read_out_people=len(train),

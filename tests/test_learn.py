@@ -1,0 +1,106 @@
+"""`attnlab learn DIR`: a fact set learned by one command (attnlab/experiments/learn.py), and the
+commands that then use the run's own fact set without being told."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnlab import cli
+from attnlab.data import factset
+from attnlab.experiments.learn import layers_for, recipe_for
+
+from .test_factsets import write_set
+
+
+@pytest.fixture(scope="module")
+def learned(tmp_path_factory):
+    root = tmp_path_factory.mktemp("learn")
+    facts = write_set(root / "towns")
+    out = root / "run"
+    assert cli.main(["learn", str(facts), "--minutes", "0.1", "--out-dir", str(out)]) == 0
+    return facts, out
+
+
+def test_learn_writes_a_model_its_fact_set_and_scores_per_relation(learned):
+    facts, out = learned
+    assert (out / "checkpoint.safetensors").is_file() and (out / "pretrain" / "checkpoint.safetensors").is_file()
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["relations"]) == {"country", "river"}
+    assert all(r["total"] == 2 and "baseline" in r and len(r["ci95"]) == 2 for r in results["relations"].values())
+    assert results["overall"]["total"] == 4
+    assert results["fact_set"]["digest"] == factset.load(facts).digest()
+    assert json.loads((out / "factset.json").read_text())["digest"] == results["fact_set"]["digest"]
+    assert len((out / "predictions-dev.txt").read_text().splitlines()) == 4
+
+
+def test_ask_and_evaluate_use_the_runs_own_fact_set(learned, capsys):
+    facts, out = learned
+    capsys.readouterr()
+    assert cli.main(["ask", str(out), "which river flows through dunmoor", "Who founded Brisk?", "--json",
+                     "--abstain", "off"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows[0]["relation"] == "river" and rows[0]["problem"] is None
+    assert rows[0]["question"] == "Which river flows through Dunmoor?"  # the corpus's spelling
+    assert rows[1]["answer"] is None and rows[1]["problem"].startswith("I can't parse this")
+    predictions = out.parent / "p.txt"
+    assert cli.main(["evaluate", str(out), "--eval-file", str(facts / "dev.tsv"), "--predictions",
+                     str(predictions), "--abstain", "off"]) == 0
+    assert len(predictions.read_text().splitlines()) == 4
+
+
+def test_another_fact_set_is_refused_unless_asked_for(learned, tmp_path, capsys):
+    _, out = learned
+    other = write_set(tmp_path / "other", dev="Which country is Eskby in?\tDrin\n")
+    code = cli.main(["evaluate", str(out), "--facts", str(other), "--predictions", str(tmp_path / "p.txt")])
+    assert code == 2 and "learned another fact set" in capsys.readouterr().err
+    assert not (tmp_path / "p.txt").exists()
+    assert cli.main(["evaluate", str(out), "--facts", str(other), "--other-facts", "--abstain", "off",
+                     "--predictions", str(tmp_path / "p.txt")]) == 0
+    assert len((tmp_path / "p.txt").read_text().splitlines()) == 1
+
+
+def test_learn_refuses_an_existing_run_and_a_bad_fact_set(learned, tmp_path, capsys):
+    facts, out = learned
+    before = (out / "checkpoint.safetensors").stat().st_mtime_ns
+    assert cli.main(["learn", str(facts), "--minutes", "0.1", "--out-dir", str(out)]) == 2
+    assert "already holds" in capsys.readouterr().err
+    assert (out / "checkpoint.safetensors").stat().st_mtime_ns == before
+    bad = write_set(tmp_path / "bad", train="Who founded Ardale?\tNobody\n")
+    assert cli.main(["learn", str(bad), "--out-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "train.tsv:1:" in err and "matches no relation" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_recipe_is_derived_from_the_data(tmp_path):
+    facts = factset.load(write_set(tmp_path / "towns"))
+    recipe = recipe_for(facts, 15)
+    assert recipe.model.relations == tuple(tuple(p) for p in facts.schema.to_list())
+    assert recipe.model.recall_chars == factset.sizes(facts).recall_chars
+    assert recipe.format_subjects == 3  # every training subject: fewer than the recipe's cap
+    assert recipe.pretrain.minutes < 15 and recipe.pretrain.mix_people == 3
+    assert layers_for(10_000) == 4 and layers_for(20_000) == 3 and layers_for(100_000) == 2
+
+
+def test_mixed_peoples_lines_are_dropped_by_line_number(tmp_path):
+    """Lines of people left out, then of mixed people, are dropped by their own line numbers
+    (the second filter once counted positions in the already-filtered list)."""
+    import dataclasses
+
+    from attnlab.config.settings import ModelConfig, get_preset
+    from attnlab.data.datasets import read_text
+    from attnlab.data.vocab import Vocab
+    from attnlab.training.pipeline import _lm_batches
+
+    names = ["Ann Aa", "Dev One", "Bob Bb", "Dev Two", "Cy Cc"]
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("".join(f"{n}. {n} was born in Rome.\n" for n in names) + "Where was it?\n")
+    train = tmp_path / "t.tsv"
+    train.write_text("Where was Cy Cc born?\tRome\nWhere was Ann Aa born?\tRome\nWhere was Bob Bb born?\tRome\n")
+    text = read_text(corpus)
+    model = ModelConfig(**{**get_preset("tiny").model, "qa_format": "recall", "recall_chars": 40, "block_size": 80})
+    config = dataclasses.replace(get_preset("cpu15").pretrain, mix_people=1, mix_ratio=1 / 6, minutes=0)
+    _, described = _lm_batches(text, Vocab.from_text(text), model, config, corpus, train, (), "cpu", lambda m: None)
+    assert described.startswith("3 lines + 1 QA examples")  # Dev One, Dev Two, the question line
