@@ -178,7 +178,8 @@ def mix_qa_file(args: argparse.Namespace, config: TrainConfig) -> str:
     if args.mix_qa is not None and config.mix_ratio <= 0 and not getattr(args, "resume", False):
         raise ValueError(f"--mix-qa {args.mix_qa} mixes nothing without --mix-ratio > 0 (preset "
                          f"{args.preset}: {config.mix_ratio:g}); give --mix-ratio R, or leave --mix-qa out")
-    return args.mix_qa or datafiles.resolved_text(DEFAULT_TRAIN.as_written)
+    facts = getattr(args, "fact_set", None)
+    return args.mix_qa or (str(facts.train) if facts else datafiles.resolved_text(DEFAULT_TRAIN.as_written))
 
 
 def attention_view(parser: argparse.ArgumentParser) -> None:

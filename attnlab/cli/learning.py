@@ -18,15 +18,26 @@ def cmd_learn(args: argparse.Namespace) -> int:
     out = Path(args.out_dir or f"runs/learn-{Path(args.facts_dir).resolve().name}")
     paths.output_dir(out, "--out-dir")
     found = learn(facts.root, out, minutes=args.minutes, seed=args.seed, device=args.device,
-                  overwrite=args.overwrite, resume=args.resume)
+                  overwrite=args.overwrite, resume=args.resume, pretrained=not args.no_pretraining)
     relation = facts.schema.relations[0]
     logs.result(f"\n{facts.name}: dev answers of the model learned in {args.minutes:g} minutes "
                 f"({found['wall_minutes']:g} minutes taken, {found['machine']})\n{results_table(found)}\n"
-                f"results: {out / 'results.json'}; the model: {out}\n"
+                + _verdict(found) + f"results: {out / 'results.json'}; the model: {out}\n"
                 f'next: attnlab ask {out} "{relation.ask(_example_subject(facts))}"\n'
                 f"next: attnlab evaluate {out} --eval-file {facts.test or facts.dev}")
     results.publish(args, found)
     return 0
+
+
+def _verdict(found: dict) -> str:
+    """A model that does not beat the most-frequent-answer baseline is said to, in words."""
+    overall = found["overall"]
+    if overall["correct"] > overall["baseline"]["correct"]:
+        return ""
+    if not found.get("pretrained", True):
+        return "without pretraining the model has never read the dev subjects' documents: it cannot know them\n"
+    return ("this model does not beat always giving each relation's most frequent answer: the budget is too "
+            "short for this fact set on this machine (give more minutes)\n")
 
 
 def _example_subject(facts) -> str:
@@ -45,6 +56,8 @@ def register(command) -> None:
                         "come within it (default: 15)")
     p.add_argument("--seed", type=bounds.SEED.argtype(), default=0, help="random seed (default: 0)")
     flags.device(p)
+    p.add_argument("--no-pretraining", action="store_true",
+                   help="the reference without pretraining: the same model finetuned from scratch (default: off)")
     flags.out_dir(p, None, "output directory: the learned model, results.json (default: runs/learn-DIRNAME)")
     flags.resume_or_overwrite(p)
     results.add_json_flag(p)

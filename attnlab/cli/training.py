@@ -47,13 +47,25 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     start = time.monotonic()
     with distributed.session(args.device) as (env, device):
         model_config, config = _configs(args, "pretrain", run_dir, device)
+        model_config, vocab_text = _with_fact_set(args, model_config)
         _, _, result = pretrain(model_config, config, corpus=args.corpus, run_dir=run_dir, resume=args.resume,
                                 overwrite=args.overwrite, log=_main_log(env), mix_qa=args.mix_qa,
-                                held_out=tuple(args.held_out), eval_file=args.eval_file or None)
+                                held_out=tuple(args.held_out), eval_file=args.eval_file or None,
+                                vocab_text=vocab_text)
         _main_log(env, logs.result)(training_summary("pretraining", run_dir, result, time.monotonic() - start, [
             f"attnlab finetune --init {run_dir} --out-dir {run_dir}-finetuned",
             f"attnlab evaluate {run_dir}   (or: attnlab plot {run_dir})"]))
     return 0
+
+
+def _with_fact_set(args: argparse.Namespace, model_config: ModelConfig | None
+                   ) -> tuple[ModelConfig | None, str]:
+    """A new model of --facts DIR: its config names the set's relations, and its vocabulary
+    takes the question files' characters too (a resumed run keeps its checkpoint's)."""
+    facts = getattr(args, "fact_set", None)
+    if facts is None or model_config is None or args.resume:
+        return model_config, ""
+    return dataclasses.replace(model_config, relations=facts.schema.to_list()), facts.vocabulary_text()
 
 
 def _check_pretrain_files(args: argparse.Namespace, config: TrainConfig) -> None:
@@ -80,12 +92,14 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     start, score = time.monotonic(), None
     with distributed.session(args.device) as (env, device):
         model_config, config = _configs(args, stage, run_dir, device)
+        model_config, vocab_text = _with_fact_set(args, model_config)
         # From --init the pretrained model fixes the configuration but for the flags given.
         from_init = args.init and not args.resume
         _, _, result = finetune(config, run_dir=run_dir, init=args.init, model_config=model_config,
                                 overrides=flags.overrides(args, ModelConfig) if from_init else None,
                                 corpus=args.corpus, train_file=args.train_file, resume=args.resume,
-                                overwrite=args.overwrite, log=_main_log(env), eval_file=args.eval_file or None)
+                                overwrite=args.overwrite, log=_main_log(env), eval_file=args.eval_file or None,
+                                vocab_text=vocab_text)
         if args.eval_file:  # split across ranks; rank 0 writes the predictions
             _, score, _ = evaluate_file(run_dir, args.eval_file, device=device)
         _main_log(env, logs.result)(training_summary("finetuning", run_dir, result, time.monotonic() - start, [

@@ -82,6 +82,12 @@ class FactSet:
                 h.update(role.encode() + b"\0" + path.read_bytes() + b"\0")
         return h.hexdigest()[:16]
 
+    def vocabulary_text(self) -> str:
+        """Characters a model of this set reads and writes besides its corpus: the question
+        files (questions and answers) and the relations' names (the cues)."""
+        parts = [p.read_text(encoding="utf-8") for p in (self.train, self.dev, self.test) if p is not None]
+        return "".join(parts).replace("\t", "").replace("\r", "") + "".join(self.schema.names)
+
     def record(self) -> dict:
         """What a run stores of its fact set."""
         return {"name": self.name, "path": str(self.root), "digest": self.digest(), "relations": self.schema.to_list()}

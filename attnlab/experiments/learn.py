@@ -112,42 +112,48 @@ def pass_characters(facts: factsets.FactSet, left_out: list[str], recall_chars: 
     return sum(min(len(d), recall_chars) for n, d in enumerate(docs, 1) if n not in skipped)
 
 
-def vocabulary_text(facts: factsets.FactSet) -> str:
-    """Characters a fact set's model reads and writes besides its corpus: the question files
-    (questions and answers) and the relations' names (the cues)."""
-    parts = [p.read_text(encoding="utf-8") for p in (facts.train, facts.dev, facts.test) if p is not None]
-    return "".join(parts).replace("\t", "").replace("\r", "") + "".join(facts.schema.names)
-
-
 def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0,
-          device: str = "auto", overwrite: bool = False, resume: bool = False,
+          device: str = "auto", overwrite: bool = False, resume: bool = False, pretrained: bool = True,
           log: Callable[[str], None] = logs.note) -> dict[str, Any]:
     """Pretrain and finetune a model on the fact set in ``facts_dir`` within ``minutes``, score
-    its dev questions per relation, and write the results (module docstring)."""
+    its dev questions per relation, and write the results (module docstring). ``pretrained=False``
+    is the reference without pretraining: the same model finetuned from scratch."""
     began = time.perf_counter()
     facts = factsets.load(facts_dir)
     out = Path(out_dir)
     if (out / CHECKPOINT_NAME).exists() and not (overwrite or resume):
         raise ValueError(f"{out} already holds a learned model: choose another output directory, or "
-                              "replace it (overwrite)")
+                         "replace it (overwrite)")
     recipe = recipe_for(facts, minutes, seed)
     log(f"learning {facts.name} ({len(facts.schema.relations)} relation(s): {', '.join(facts.schema.names)}) "
-        f"in {minutes:g} minutes: {recipe.describe()}")
-    vocab_text = vocabulary_text(facts)
+        f"in {minutes:g} minutes: {recipe.describe()}" + ("" if pretrained else "; no pretraining"))
+    if pretrained:
+        _pretrain_and_finetune(facts, recipe, out, device=device, overwrite=overwrite, resume=resume, log=log)
+    else:
+        scratch = dataclasses.replace(get_preset(BASE_PRESET).finetune_scratch, seed=seed,
+                                      mix_people=recipe.format_subjects, preset="")
+        finetune(scratch, run_dir=out, model_config=recipe.model, corpus=facts.corpus, train_file=facts.train,
+                 log=log, device=device, overwrite=overwrite or resume, vocab_text=facts.vocabulary_text())
+    write_atomically(out / FACTSET_RECORD, json.dumps(facts.record(), indent=2) + "\n")
+    results = score_fact_set(out, facts, device=device)
+    results.update(minutes=minutes, seed=seed, pretrained=pretrained,
+                   wall_minutes=round((time.perf_counter() - began) / 60, 2), machine=machine(),
+                   recipe={"describe": recipe.describe(), "model": recipe.model.to_dict(),
+                           "pretrain": recipe.pretrain.to_dict(), "finetune": recipe.finetune.to_dict()})
+    write_atomically(out / RESULTS, json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def _pretrain_and_finetune(facts: factsets.FactSet, recipe: Recipe, out: Path, *, device: str, overwrite: bool,
+                           resume: bool, log: Callable[[str], None]) -> None:
+    """The recipe's two stages: pretraining in ``out/pretrain``, finetuning into ``out``; an
+    interrupted pretraining is continued with ``resume``."""
     pre_dir = out / "pretrain"
     pretrain(recipe.model, recipe.pretrain, corpus=facts.corpus, run_dir=pre_dir, log=log, mix_qa=facts.train,
-             held_out=facts.held_out, vocab_text=vocab_text, device=device,
+             held_out=facts.held_out, vocab_text=facts.vocabulary_text(), device=device,
              resume=resume and (pre_dir / CHECKPOINT_NAME).exists(), overwrite=overwrite)
     finetune(recipe.finetune, run_dir=out, init=pre_dir, corpus=facts.corpus, train_file=facts.train, log=log,
              device=device, overwrite=overwrite or resume)
-    write_atomically(out / FACTSET_RECORD, json.dumps(facts.record(), indent=2) + "\n")
-    results = score_fact_set(out, facts, device=device)
-    results.update(minutes=minutes, seed=seed, wall_minutes=round((time.perf_counter() - began) / 60, 2),
-                   machine=machine(), recipe={"describe": recipe.describe(), "model": recipe.model.to_dict(),
-                                              "pretrain": recipe.pretrain.to_dict(),
-                                              "finetune": recipe.finetune.to_dict()})
-    write_atomically(out / RESULTS, json.dumps(results, indent=2) + "\n")
-    return results
 
 
 def score_fact_set(run: str | Path, facts: factsets.FactSet, *, device: str = "auto",
@@ -209,4 +215,4 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-__all__ = ["Recipe", "learn", "recipe_for", "results_table", "score_fact_set", "vocabulary_text"]
+__all__ = ["Recipe", "learn", "recipe_for", "results_table", "score_fact_set"]

@@ -1,0 +1,32 @@
+"""benchmarks/learn_factsets.py: its table pools seeds per relation beside the baseline and the
+reference without pretraining, from the runs' results.json."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from attnlab.data import factset
+
+from .test_factsets import write_set
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import learn_factsets  # noqa: E402
+
+
+def result(country: int, river: int, total: int = 50) -> dict:
+    base = {"answer": "Orna", "correct": 5, "total": total}
+    rel = {"country": {"correct": country, "total": total, "baseline": base},
+           "river": {"correct": river, "total": total, "baseline": base}}
+    return {"relations": rel, "overall": {"correct": country + river, "total": 2 * total,
+                                          "baseline": {"correct": 10, "total": 2 * total}}}
+
+
+def test_the_table_pools_seeds_per_relation(tmp_path):
+    facts = factset.load(write_set(tmp_path / "towns"))
+    rows = learn_factsets.rows_for(facts, [result(40, 30), result(44, 34)], result(1, 0))
+    assert [r[1] for r in rows] == ["country", "river", "all"]
+    country, river, overall = rows
+    assert country[4] == "40, 44" and country[5].startswith("84/100 (84.0%")
+    assert river[3].startswith("0/50 (0.0%") and overall[5].startswith("148/200 (74.0%")
+    assert country[2].startswith("5/50 (10.0%")
