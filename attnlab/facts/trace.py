@@ -80,16 +80,19 @@ def occurrences(text: str, name: str, first: int) -> list[int]:
     return starts
 
 
-def name_in(question: str, name: str | None) -> str:
-    """The person a question is about: ``name`` if given (it must occur in the question), else
-    the NAME of ``Where was NAME born?``."""
-    from ..answering.knowledge import person_of
+def name_in(question: str, name: str | None, schema=None) -> str:
+    """The subject a question is about: ``name`` if given (it must occur in the question), else
+    the subject of one of ``schema``'s question forms (default: the course's ``Where was NAME
+    born?``)."""
+    from ..data.relations import Schema
 
     if name is None:
-        name = person_of(question)
-        if name is None:
-            raise TraceError(f"cannot tell who {question!r} is about: ask 'Where was NAME born?' "
-                             "or give --name")
+        schema = schema or Schema()
+        asked = schema.parse(question)
+        if asked is None:
+            forms = " or ".join(repr(r.template) for r in schema.relations)
+            raise TraceError(f"cannot tell who {question!r} is about: ask {forms}, or give the name")
+        name = asked.subject
     elif not name or name not in question:
         raise TraceError(f"the name {name!r} does not occur in the question {question!r}")
     return name
@@ -99,7 +102,9 @@ def answer_point(model: GPT, vocab: Vocab, question: str, name: str | None = Non
     """Where the model produces its answer to ``question`` (see the module docstring)."""
     from ..answering.formats import answer_format
 
-    name = name_in(question, name)
+    from ..data.relations import Schema
+
+    name = name_in(question, name, Schema.from_list(model.config.relations))
     vocab.encode(question, source="<question>")  # a one-line error for an unknown character
     fmt = answer_format(model.config.qa_format)
     got = fmt.answer_one(model, vocab, question, name)

@@ -21,9 +21,9 @@ from typing import Sequence
 from ..answering.evaluate import Answer, answer_questions
 from ..core.paths import save_figure
 from ..core.plotting import pyplot
-from ..data.corpus import require_person
 from ..data.datasets import QAExample
 from .abstention import Rule, decide, people_of
+from ..data.relations import Schema
 
 _NAME = re.compile(r"^[A-Z][\w'-]*( [A-Z][\w'.-]*)+$")
 
@@ -136,7 +136,9 @@ def audit_answers(model, vocab, invented: list[str], dev: list[QAExample], train
                   batch_size: int = 256) -> AuditAnswers:
     """The model's answers about the ``invented`` people and the ``dev`` people, with the 10 most
     frequent places of the ``train`` file."""
-    questions = [QAExample(f"Where was {n} born?", None, "<invented>", i + 1) for i, n in enumerate(invented)]
+    relations = Schema.from_list(model.config.relations).relations  # each asked in turn
+    questions = [QAExample(relations[i % len(relations)].ask(n), None, "<invented>", i + 1)
+                 for i, n in enumerate(invented)]
     train_top = [p for p, _ in Counter(e.answer for e in train).most_common(10)]
     return AuditAnswers(invented, answer_questions(model, vocab, questions, batch_size=batch_size), dev,
                         answer_questions(model, vocab, dev, batch_size=batch_size), train_top)
@@ -253,7 +255,9 @@ def audit(model, vocab, invented: list[str], dev: list[QAExample], train: list[Q
     seen = audit_answers(model, vocab, invented, dev, train, batch_size=batch_size)
     rules = fit_rules(model, vocab, policy.holdout_file, fraction, policy.keep_right)
     chosen = policy.choose(rules) or Rule(how="--abstain off")
-    known = {require_person(e): e.answer for e in [*train, *dev]}
+    schema = Schema.from_list(model.config.relations)
+    known = {asked.subject: e.answer for e in [*train, *dev]
+             if (asked := schema.require(e)).relation == schema.relations[0]}
     result = Audit(seen, {key: seen.report(model, vocab, rules[key]) for key in FITTED},
                    seen.report(model, vocab, chosen), seen.report(model, vocab, Rule(how="never abstain")),
                    name_echo(invented, [a.answer for a in seen.invented_answers], known))
