@@ -223,7 +223,9 @@ def apply_fact_set(args: argparse.Namespace) -> None:
     own is refused unless --other-facts."""
     from ..data import factset
 
-    run = getattr(args, "checkpoint", None)
+    if not hasattr(args, "facts"):  # a command that reads no data files
+        return
+    run = getattr(args, "checkpoint", None) or (getattr(args, "runs", None) or [None])[0]
     own = factset.recorded(run) if isinstance(run, str) and Path(run).exists() else None
     chosen = getattr(args, "facts", None)
     facts = factset.load(_fact_set_dir(chosen)) if chosen else own

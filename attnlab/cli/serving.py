@@ -43,14 +43,16 @@ def build_lab(args: argparse.Namespace):
     """The runs (read before anything is served), the data files and the abstention rules."""
     from ..api import load
     from ..answering.knowledge import require_person
+    from ..data.relations import COURSE
     from ..serve.lab import Lab, Run
 
     trust.check_abstain_flags(args)
     docs = read_corpus(paths.input_file(args.corpus, "--corpus")).split("\n")
     dev = read_questions(paths.input_file(args.eval_file, "--eval-file"), labelled=True)
     places = {}
-    if args.train_file:
-        places = {require_person(e): e.answer
+    facts = getattr(args, "fact_set", None)
+    if args.train_file and (facts is None or not facts.schema.cued):  # the edit panel's birthplaces
+        places = {require_person(e, facts.schema if facts else COURSE): e.answer
                   for e in read_qa(paths.input_file(args.train_file, "--train-file"), labelled=True)}
     trust.check_abstain_files(args)
     out = paths.output_dir(args.out_dir, "--out-dir")

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..trust.abstention import Rule, decide
+from ..trust.abstention import Rule, decide, people_of
 from ..api import LoadedModel
 from ..trust.calibration import expected_calibration_error, reliability_bins
 from ..data.datasets import QAExample
-from ..answering.evaluate import Answer, Score, answer_questions
+from ..answering.evaluate import Answer, Score, answer_questions, score_by_relation
+from ..data.relations import Schema
 from ..trust.evidence import CorpusIndex
-from ..answering.knowledge import person_of
 from ..data.vocab import MASK_CHAR, PAD_CHAR
 
 MAX_QUESTION_CHARS = 200  # longer than any "Where was NAME born?" of the data files
@@ -84,11 +84,14 @@ def checked_text(text: str | None, what: str) -> str:
     return text
 
 
-def question_of(text: str) -> str:
-    """The question asked: ``text`` itself, or ``Where was TEXT born?`` when it is just a name."""
+def question_of(text: str, schema: Schema | None = None) -> str:
+    """The question asked: ``text`` itself, or the one relation's question about TEXT when it is
+    just a subject (``Where was TEXT born?`` for the course's set)."""
     text = checked_text(text, "question")
-    if person_of(text) is None and not text.endswith("?"):
-        return f"Where was {text} born?"
+    schema = schema or Schema()
+    asked = schema.parse(text)
+    if asked is not None and schema.parse(text, bare_subject=False) is None:
+        return asked.relation.ask(asked.subject)
     return text
 
 
@@ -99,7 +102,8 @@ class Lab:
             raise ValueError("the lab needs at least one run")
         self.runs = runs
         self.corpus = corpus
-        self.evidence = CorpusIndex(corpus)
+        self.schema = Schema.from_list(runs[0].model.config.relations)  # the first run's fact set
+        self.evidence = CorpusIndex(corpus, self.schema)
         self.dev_examples = dev
         self.out_dir = Path(out_dir)
         self.train_places = train_places or {}
@@ -120,6 +124,7 @@ class Lab:
         return [{"id": i, "name": r.name, "qa_format": r.model.config.qa_format,
                  "n_layer": r.model.config.n_layer, "n_head": r.model.config.n_head,
                  "parameters": sum(p.numel() for p in r.model.gpt.parameters()),
+                 "relations": list(Schema.from_list(r.model.config.relations).names),
                  "abstention": r.rule.describe() if r.rule else "never abstain"}
                 for i, r in enumerate(self.runs)]
 
@@ -130,7 +135,7 @@ class Lab:
         Questions asked at once are answered in one batch: each request puts its questions on
         the waiting list, and whoever holds the lock answers everything waiting, so 20 users
         asking together wait for about one batched answer, not for 19 answers one by one."""
-        question = question_of(text)
+        question = self.evidence.as_written(question_of(text, self.schema))
         numbers = list(range(len(self.runs))) if runs is None else list(dict.fromkeys(runs))  # each once
         if not numbers:
             raise LabError("no run chosen: tick at least one")
@@ -181,6 +186,7 @@ class Lab:
         found = self.evidence.find(asked.question, answer.answer)
         first = (found.supporting or found.lines or (None,))[0]
         return {"run": asked.run, "name": run.name, "answer": answer.answer, "confidence": answer.confidence,
+                "relation": answer.relation,
                 "complete": answer.complete, "recalled": answer.recalled, "given": asked.given,
                 "abstention": run.rule.describe() if run.rule else "never abstain",
                 "evidence": {"verdict": found.verdict, "supported": bool(found.supporting),
@@ -190,7 +196,8 @@ class Lab:
     def _given(self, run: Run, answers: list[Answer]) -> list[bool]:
         if run.rule is None:
             return [True] * len(answers)
-        names = [person_of(a.question) or "" for a in answers] if run.rule.needs_familiarity else [""] * len(answers)
+        asked = [QAExample(a.question, None, "question", 1) for a in answers]
+        names = people_of(asked, run.model.gpt) if run.rule.needs_familiarity else [""] * len(answers)
         return decide(run.model.gpt, run.model.vocab, run.rule, names, [a.confidence for a in answers])
 
     # ---- why: attention and causal trace -----------------------------------------------------
@@ -200,7 +207,7 @@ class Lab:
         the answer (recall format)."""
         from ..probing.attention_maps import attention_weights
 
-        question, run = question_of(text), self.run(number)
+        question, run = question_of(text, self.schema), self.run(number)
         vocab, block = run.model.vocab, run.model.config.block_size
         with self.lock:
             (answer,) = run.model.ask([question], source="question")
@@ -218,7 +225,7 @@ class Lab:
 
         if not 1 <= samples <= MAX_TRACE_SAMPLES:
             raise LabError(f"samples must lie in 1..{MAX_TRACE_SAMPLES}, got {samples}")
-        question, run = question_of(text), self.run(number)
+        question, run = question_of(text, self.schema), self.run(number)
         with self.lock:
             t = trace(run.model.gpt, run.model.vocab, question, samples=samples)
         p = t.point
@@ -246,11 +253,15 @@ class Lab:
         result = Score(sum(right), len(right))
         low, high = result.interval
         rows = [{"question": e.question, "gold": e.answer, "answer": a.answer, "right": r,
-                 "confidence": a.confidence, "given": g}
+                 "confidence": a.confidence, "given": g, "relation": a.relation}
                 for e, a, r, g in zip(examples, answers, right, given)]
         bins = [{"low": b.low, "high": b.high, "count": b.count, "confidence": b.mean_confidence,
                  "accuracy": b.accuracy} for b in reliability_bins(confidence, right)]
+        by_relation = {name: {"correct": sc.correct, "total": sc.total, "text": sc.with_interval()}
+                       for name, sc in score_by_relation([a.answer for a in answers], examples,
+                                                         Schema.from_list(run.model.config.relations)).items()}
         return answers, {"name": run.name, "rows": rows, "correct": result.correct, "total": result.total,
+                         "relations": by_relation,
                          "accuracy": result.correct / result.total if result.total else 0.0,
                          "interval": [low, high], "text": result.with_interval(), "bins": bins,
                          "ece": expected_calibration_error(confidence, right) if rows else 0.0}
@@ -300,13 +311,17 @@ class Lab:
         changed: question, gold, before, after."""
         from ..facts.edit import changed_answers
 
-        keep = [i for i, e in enumerate(self.dev_examples) if person_of(e.question) != person]
+        keep = [i for i, e in enumerate(self.dev_examples) if self._subject(e.question) != person]
         others = [self.dev_examples[i] for i in keep]
         before = [run.dev_answers[i] for i in keep]
         moved = changed_answers(edited, run.model.vocab, others, before)
         after = answer_questions(edited, run.model.vocab, [others[i] for i in moved]) if moved else []
         return len(others), [{"question": others[i].question, "gold": others[i].answer,
                               "before": before[i].answer, "after": a.answer} for i, a in zip(moved, after)]
+
+    def _subject(self, question: str) -> str | None:
+        asked = self.schema.parse(question, bare_subject=False)
+        return asked.subject if asked else None
 
     def save_edit(self, edit_id: int, name: str) -> dict[str, Any]:
         """Write the edited copy as the new run directory OUT_DIR/NAME, as ``attnlab edit`` writes
