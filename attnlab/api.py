@@ -35,6 +35,7 @@ from .core.paths import PathError
 from .data.datasets import DataError, QAExample, read_corpus, read_questions
 from .data.vocab import Vocab
 from .facts.correction import edit_fact, training_places
+from .data.relations import Schema
 from .facts.settings import EditSettings, TraceSettings
 from .facts.trace import KINDS, Trace, trace
 from .model.checkpoint import CHECKPOINT_NAME, Checkpoint, load_model, save_checkpoint
@@ -179,7 +180,7 @@ class LoadedModel:
         answers whose changes are counted. The report (efficacy, generalisation, specificity,
         settings) is the new model's ``edit_report``; an edit that misses is an EditFailed."""
         docs = read_corpus(found(corpus)).split("\n")
-        places = training_places(train_file and found(train_file))
+        places = training_places(train_file and found(train_file), Schema.from_list(self.config.relations))
         settings = settings.replace(**changes)
         edited, report = edit_fact(self.gpt, self.vocab, person, place, docs, settings=settings, places=places,
                                    eval_file=eval_file and found(eval_file), corpus_name=str(corpus))

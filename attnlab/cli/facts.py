@@ -163,7 +163,9 @@ def cmd_edit(args: argparse.Namespace) -> int:
     docs = read_corpus(paths.input_file(args.corpus, "--corpus")).split("\n")
     if args.eval_file:
         read_questions(paths.input_file(args.eval_file, "--eval-file"))
-    places = training_places(args.train_file and paths.input_file(args.train_file, "--train-file"))
+    facts = getattr(args, "fact_set", None)
+    places = training_places(args.train_file and paths.input_file(args.train_file, "--train-file"),
+                             facts.schema if facts else None)
     with claim(out):  # held while editing: a second edit into the same new --out-dir is refused, not lost
         return _edit_into(args, source, out, docs, places)
 

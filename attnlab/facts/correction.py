@@ -17,14 +17,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.outputs import write_output
-from ..data.corpus import CorpusIndex, person_of, require_person
+from ..data.corpus import CorpusIndex, require_person
+from ..data.relations import Schema
 from ..data.datasets import QAExample, read_qa
 from ..data.vocab import Vocab
 from ..answering.evaluate import answer_questions
 from ..model.checkpoint import CHECKPOINT_NAME, Checkpoint, save_checkpoint
 from ..model.codebook import codebook_of
 from ..model.gpt import GPT
-from .edit import (answer_layer, changed_answers, check_layer, completes_with, default_layer, edit_model, key_second_moment,
+from .edit import (answer_layer, question_about, changed_answers, check_layer, completes_with, default_layer, edit_model, key_second_moment,
                    place_slot, stat_texts)
 from .finetune_edit import finetune_edit
 from .gated_edit import EditFailed, Negatives, check_place, gated_edit, gated_layer
@@ -42,11 +43,12 @@ def _quiet(_line: str) -> None:
     """The default ``log``: the library says nothing; the command line passes ``print``."""
 
 
-def training_places(path: str | os.PathLike | None) -> dict[str, str] | None:
-    """name -> place of a training file (the key statistics' answer format), or None."""
+def training_places(path: str | os.PathLike | None, schema: Schema | None = None) -> dict[str, str] | None:
+    """name -> place of a training file (the key statistics' answer format), or None;
+    ``schema``: the model's relations (default: the course's question)."""
     if not path:
         return None
-    return {require_person(e): e.answer for e in read_qa(path, labelled=True)}
+    return {require_person(e, schema or Schema()): e.answer for e in read_qa(path, labelled=True)}
 
 
 def edit_fact(model: GPT, vocab: Vocab, person: str, place: str, docs: list[str], *,
@@ -58,6 +60,7 @@ def edit_fact(model: GPT, vocab: Vocab, person: str, place: str, docs: list[str]
     for the key statistics and the person's own line) and, with ``eval_file``, specificity (how
     many other answers of that file changed), with the settings used. The new model's ``edits``
     lists every edit it holds. Bad requests raise TraceError; a missed target EditFailed."""
+    question_about(model, person)  # a model this edit can serve
     line = check_edit_request(model, vocab, person, place, docs, settings.layer, corpus_name)
     method = {"grace": _grace, "rome": _rome, "finetune": _finetune}[settings.method]
     edited, report = method(model, vocab, person, place, docs, places, settings, log, line)
@@ -123,7 +126,7 @@ def _rome_layer(model, vocab, person: str, s: EditSettings, log: Log) -> int:
     if s.layer is not None:
         log(f"layer {s.layer} (--layer)")
         return s.layer
-    layer, effects = default_layer(model, vocab, f"Where was {person} born?", s.at, noise=s.noise,
+    layer, effects = default_layer(model, vocab, question_about(model, person), s.at, noise=s.noise,
                                    samples=s.samples, seed=s.seed)
     if effects is None:
         log(f"layer {layer}: the layer below the top, the default for an edit at the answer "
@@ -173,7 +176,7 @@ def measure(model: GPT, edited: GPT, vocab: Vocab, person: str, place: str, line
             method: str, eval_file: str | os.PathLike | None = None, log: Log = _quiet) -> dict[str, Any]:
     """Efficacy (an edit that misses it is an EditFailed), generalisation and, with
     ``eval_file``, specificity (``line``: the person's corpus line)."""
-    question = f"Where was {person} born?"
+    question = question_about(model, person)
     now = answer_questions(edited, vocab, [QAExample(question, place, "<edit>", 1)])[0].answer
     if now != place:
         raise EditFailed(f"the {method} edit did not take: {question!r} is answered {now!r}, not "
@@ -187,7 +190,9 @@ def measure(model: GPT, edited: GPT, vocab: Vocab, person: str, place: str, line
         log(f"generalisation: {slot!r} -> {'the new place' if general else 'NOT the new place'}")
     report = {"efficacy": True, "answer_after": now, "generalisation": general, "generalisation_prompt": slot}
     if eval_file:
-        others = [e for e in read_qa(eval_file) if person_of(e.question) != person]
+        schema = Schema.from_list(model.config.relations)
+        others = [e for e in read_qa(eval_file) if getattr(schema.parse(e.question, bare_subject=False),
+                                                              "subject", None) != person]
         n = len(changed_answers(edited, vocab, others, answer_questions(model, vocab, others)))
         log(f"specificity: {n} of {len(others)} other answers of {eval_file} changed "
             f"({100.0 * n / max(1, len(others)):.1f}%)")

@@ -220,13 +220,25 @@ def place_span(line: str, answer: str, name: str, start: int) -> tuple[int, int]
     return None
 
 
+def question_about(model: GPT, name: str) -> str:
+    """The question an edit answers: the model's one relation asked of ``name`` (``Where was
+    NAME born?`` for the course's set)."""
+    from ..data.relations import Schema
+
+    schema = Schema.from_list(model.config.relations)
+    if schema.cued:
+        raise TraceError(f"editing a model of several relations ({', '.join(schema.names)}) is not supported: "
+                         "an edit changes the one answer of a one-relation model")
+    return schema.relations[0].ask(name)
+
+
 def edit_input(model: GPT, vocab: Vocab, name: str, place: str) -> EditInput:
     """The sequence that says ``name`` was born in ``place``, in the model's answer format: what
     the model reads before its answer, with the old place it wrote there (a recalled line)
     replaced, then the new place."""
     from ..answering.formats import answer_format
 
-    question = f"Where was {name} born?"
+    question = question_about(model, name)
     fmt = answer_format(model.config.qa_format)
     got = fmt.answer_one(model, vocab, question, name)
     read = fmt.reading(question, name, got, model.config.recall_chars)
@@ -443,7 +455,7 @@ def answer_of(model: GPT, vocab: Vocab, name: str) -> str:
     from ..data.datasets import QAExample
     from ..answering.evaluate import answer_questions
 
-    return answer_questions(model, vocab, [QAExample(f"Where was {name} born?", None, "<edit>", 1)])[0].answer
+    return answer_questions(model, vocab, [QAExample(question_about(model, name), None, "<edit>", 1)])[0].answer
 
 
 def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, second_moment: Tensor, *,
@@ -580,10 +592,11 @@ def trajectory(model: GPT, vocab: Vocab, example, answer) -> tuple[list[int], li
     ``example``, and the positions of that sequence it chose greedily (the rest was given: the
     prompt, and in the recall format a closing mark forced by the recall budget)."""
     from ..answering.formats import answer_format
-    from ..answering.knowledge import person_of
+    from ..data.relations import Schema
 
-    read = answer_format(model.config.qa_format).reading(example.question, person_of(example.question), answer,
-                                                         model.config.recall_chars)
+    asked = Schema.from_list(model.config.relations).parse(example.question, bare_subject=False)
+    read = answer_format(model.config.qa_format).reading(example.question, asked.subject if asked else None,
+                                                         answer, model.config.recall_chars)
     head, chosen = read.text + MASK_CHAR, list(read.written)
     tail = answer.answer + (MASK_CHAR if answer.complete else "")
     chosen += range(len(head), len(head) + len(tail))
