@@ -159,6 +159,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
             raise TraceError(f"{flag} is required (or --undo N to remove an edit)")
         if not value.strip():
             raise TraceError(f"{flag} is empty")
+    _check_relation(args, source)
     out = _new_run_dir(args, source)
     docs = read_corpus(paths.input_file(args.corpus, "--corpus")).split("\n")
     if args.eval_file:
@@ -196,6 +197,17 @@ def _undo(args, source: Path, out: Path) -> int:
     print(f"removed edit {args.undo} ({record['person']!r}: {record.get('old_answer')!r} -> {record['place']!r}); "
           f"{len(getattr(model, 'edits', []))} edit(s) left; model: {out} (the original {source} is unchanged)")
     return 0
+
+
+def _check_relation(args: argparse.Namespace, source) -> None:
+    """--relation, when given, must be the model's one relation (before anything is written)."""
+    if args.relation is None:
+        return
+    from ..data.relations import Schema
+
+    schema = Schema.from_list(load_checkpoint(source, training_state=False).model_config.relations)
+    if args.relation not in schema.names:
+        raise TraceError(f"--relation {args.relation!r}: the model's relations are {', '.join(schema.names)}")
 
 
 def cmd_edits(args: argparse.Namespace) -> int:
@@ -237,9 +249,14 @@ def _register_edit(command) -> None:
     p = command("edit", "correct one fact (PERSON was born in PLACE) or undo an edit; writes a new run "
                 "directory", cmd_edit)
     p.add_argument("checkpoint", help="checkpoint file or run directory (never modified)")
-    p.add_argument("--person", default=None, help="the name, as in 'Where was NAME born?' (default: none; "
-                   "required unless --undo)")
-    p.add_argument("--place", default=None, help="the new birth place (default: none; required unless --undo)")
+    p.add_argument("--person", "--subject", dest="person", default=None,
+                   help="the subject, as in the model's question ('Where was NAME born?' for the birthplace set) "
+                        "(default: none; required unless --undo)")
+    p.add_argument("--place", "--value", dest="place", default=None,
+                   help="the new answer (the birth place) (default: none; required unless --undo)")
+    p.add_argument("--relation", default=None,
+                   help="the relation edited: the model's one relation (default: it; a model of several "
+                        "relations cannot be edited yet)")
     flags.out_dir(p, None, "new run directory for the edited model (default: none; required)", old=("--out",))
     p.add_argument("--undo", type=bounds.positive_int, default=None,
                    help="remove edit N (a gated edit; `attnlab edits RUN` lists them) instead of adding one "
