@@ -347,10 +347,18 @@ def test_malformed_tsv(tmp_path: Path, content: str, line: int, problem: str) ->
     path = tmp_path / "bad.tsv"
     path.write_text(content, encoding="utf-8")
     with pytest.raises(DataError) as e:
-        read_qa(path)
+        read_qa(path, labelled=True)
     msg = str(e.value)
     assert msg.startswith(f"{path}:{line}: ") and problem in msg and "\n" not in msg
     assert (e.value.source, e.value.line) == (str(path), line)
+
+
+def test_an_empty_answer_is_an_unlabelled_question_in_a_file_read_as_it_comes(tmp_path: Path) -> None:
+    path = tmp_path / "test.tsv"
+    path.write_text("Where was A born?\tRome\nWhere was B born?\t\n", encoding="utf-8")
+    assert [e.answer for e in read_qa(path)] == ["Rome", None]
+    with pytest.raises(DataError, match=r"test.tsv:2: empty place"):
+        read_qa(path, labelled=True)  # a training file needs every answer
 
 
 def test_lenient_formatting_accepted(tmp_path: Path) -> None:

@@ -105,12 +105,14 @@ def parse_qa(
     """Parse ``question<TAB>place`` lines (or bare questions for an unlabelled file).
 
     Blank and whitespace-only lines are skipped; a BOM, CRLF and a trailing newline are fine.
-    With ``labelled=None`` the file is unlabelled iff no non-blank line contains a tab;
-    otherwise every line must be ``question<TAB>place``. Question and place are kept exactly,
+    With ``labelled=None`` the file is unlabelled iff no non-blank line contains a tab, and a
+    ``question<TAB>`` line with nothing after the tab is an unlabelled question (a fact set's
+    test file); otherwise every line must be ``question<TAB>place``. Question and place are kept exactly,
     only surrounding whitespace is stripped.
     """
     lines = [(n, ln) for n, ln in enumerate(_normalise(text).split("\n"), 1) if ln.strip()]
     tabbed = next((n for n, ln in lines if "\t" in ln), None)
+    blank_answers = labelled is None  # a file read as it comes: ``question<TAB>`` is unlabelled
     if labelled is None:
         labelled = tabbed is not None
     elif not labelled and tabbed is not None:
@@ -135,9 +137,9 @@ def parse_qa(
         question, answer = (part.strip() for part in ln.split("\t"))
         if not question:
             raise DataError(source, n, "empty question")
-        if not answer:
+        if not answer and not blank_answers:
             raise DataError(source, n, "empty place")
-        examples.append(QAExample(question, answer, source, n))
+        examples.append(QAExample(question, answer or None, source, n))
     return examples
 
 

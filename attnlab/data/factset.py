@@ -83,10 +83,12 @@ class FactSet:
         return h.hexdigest()[:16]
 
     def vocabulary_text(self) -> str:
-        """Characters a model of this set reads and writes besides its corpus: the question
-        files (questions and answers) and the relations' names (the cues)."""
-        parts = [p.read_text(encoding="utf-8") for p in (self.train, self.dev, self.test) if p is not None]
-        return "".join(parts).replace("\t", "").replace("\r", "") + "".join(self.schema.names)
+        """Characters a model of this set reads and writes besides its corpus: the training
+        questions and answers, the dev and test questions (never their answers: nothing of them
+        enters training) and the relations' names (the cues)."""
+        train = [e.question + (e.answer or "") for e in read_qa(self.train)]
+        asked = [e.question for p in (self.dev, self.test) if p is not None for e in read_qa(p)]
+        return "".join(train + asked) + "".join(self.schema.names)
 
     def record(self) -> dict:
         """What a run stores of its fact set."""
