@@ -29,12 +29,14 @@ import torch
 from torch import Tensor
 
 from .answering.evaluate import Answer, Score, answer_questions, evaluate
-from .config.settings import DEFAULT_CORPUS, DEFAULT_TRAIN, ModelConfig, TrainConfig
+from .config.settings import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TRAIN, ModelConfig, TrainConfig
 from .core.datafiles import resolve as found  # data/NAME and models/NAME from any directory
 from .core.paths import PathError
 from .data.datasets import DataError, QAExample, read_corpus, read_questions
 from .data.vocab import Vocab
 from .facts.correction import edit_fact, training_places
+from .data import factset
+from .data.factset import FactSet
 from .data.relations import Schema
 from .facts.settings import EditSettings, TraceSettings
 from .facts.trace import KINDS, Trace, trace
@@ -75,6 +77,7 @@ class LoadedModel:
     gpt: GPT
     vocab: Vocab
     checkpoint: Checkpoint  # weights, configs and training metadata as stored
+    fact_set: FactSet | None = None  # what it learned (``attnlab learn`` records it), or as given to load
 
     @property
     def config(self) -> ModelConfig:
@@ -137,12 +140,17 @@ class LoadedModel:
         ``Rule(confidence=0.8)`` is ``--abstain-below 0.8``."""
         recorded = float((self.checkpoint.meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
         fraction = holdout_fraction or recorded or DEFAULT_HOLDOUT
-        return fit_rules(self.gpt, self.vocab, train_file or DEFAULT_TRAIN, fraction, keep_right)[kind]
+        own = self.fact_set.train if self.fact_set else DEFAULT_TRAIN
+        return fit_rules(self.gpt, self.vocab, train_file or own, fraction, keep_right)[kind]
 
-    def evaluate(self, file: str | os.PathLike, *, limit: int = 0, batch_size: int = 256) -> Evaluation:
-        """Answer every question of a labelled ``question<TAB>place`` file (its first ``limit``
-        questions; 0 = all) as ``attnlab evaluate`` does, and score the answers: exact-match
-        accuracy with its 95% Wilson interval. A file without labels is a DataError."""
+    def evaluate(self, file: str | os.PathLike | None = None, *, limit: int = 0, batch_size: int = 256
+                 ) -> Evaluation:
+        """Answer every question of a labelled ``question<TAB>place`` file (default: the fact
+        set's dev file; its first ``limit`` questions; 0 = all) as ``attnlab evaluate`` does, and
+        score the answers: exact-match accuracy with its 95% Wilson interval. A file without
+        labels is a DataError."""
+        if file is None:
+            file = self.fact_set.dev if self.fact_set else DEFAULT_DEV
         path = found(file)
         examples = read_questions(path, labelled=True)[: limit or None]
         with torch.no_grad():
@@ -238,7 +246,22 @@ def _check_question(question: Any, source: str, line: int) -> None:
         raise DataError(source, line, "a question is one line; this one holds a line break")
 
 
-def load(path: str | os.PathLike, device: str = "auto", **overrides: Any) -> LoadedModel:
+def load(path: str | os.PathLike, device: str = "auto", *, facts: str | os.PathLike | None = None,
+         **overrides: Any) -> LoadedModel:
     """The model of a run directory or checkpoint file, in eval mode on ``device`` (cpu, cuda or
-    auto). ``overrides`` change config fields that add no parameters (e.g. attention="argmax")."""
-    return LoadedModel(*load_model(found(path), device, **overrides))
+    auto), with the fact set it learned (``model.fact_set``: the one a run of ``attnlab learn``
+    records, or ``facts``, a fact-set folder, which then must be the run's own). ``overrides``
+    change config fields that add no parameters (e.g. attention="argmax")."""
+    model = LoadedModel(*load_model(found(path), device, **overrides))
+    model.fact_set = _fact_set_of(found(path), facts)
+    return model
+
+
+def _fact_set_of(run: Path, facts: str | os.PathLike | None) -> FactSet | None:
+    own = factset.recorded(run)
+    if facts is None:
+        return own
+    chosen = factset.load(facts)
+    if own is not None and chosen.digest() != own.digest():
+        raise DataError(str(facts), None, f"{run} learned another fact set ({own.name} at {own.root})")
+    return chosen

@@ -104,3 +104,17 @@ def test_mixed_peoples_lines_are_dropped_by_line_number(tmp_path):
     config = dataclasses.replace(get_preset("cpu15").pretrain, mix_people=1, mix_ratio=1 / 6, minutes=0)
     _, described = _lm_batches(text, Vocab.from_text(text), model, config, corpus, train, (), "cpu", lambda m: None)
     assert described.startswith("3 lines + 1 QA examples")  # Dev One, Dev Two, the question line
+
+
+def test_the_python_api_loads_the_runs_fact_set(learned, tmp_path):
+    import attnlab
+    from attnlab.data.datasets import DataError
+
+    facts, out = learned
+    model = attnlab.load(out)
+    assert model.fact_set.name == "towns" and model.evaluate().score.total == 4  # its dev file by default
+    assert model.ask(["which country is dunmoor in"])[0].relation == "country"
+    other = write_set(tmp_path / "other", dev="Which country is Eskby in?\tDrin\n")
+    with pytest.raises(DataError, match="learned another fact set"):
+        attnlab.load(out, facts=other)
+    assert attnlab.load(out, facts=facts).fact_set.root == facts

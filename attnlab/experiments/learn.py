@@ -37,7 +37,10 @@ RESULTS = "results.json"
 BASE_PRESET = "cpu15"  # the recipe whose data-dependent choices recipe_for derives from a fact set
 # Of a budget, what finetuning and scoring take after pretraining: at least this many minutes,
 # or this share of the budget.
-AFTER_PRETRAINING = (0.6, 0.1)
+AFTER_PRETRAINING = (0.6, 0.15)
+# Read-out examples in finetuning (other training subjects' documents given, the answer scored),
+# per format subject: enough to teach reading, few enough that finetuning stays short.
+READ_OUTS_PER_FORMAT_SUBJECT = 3
 # Training subjects that teach the answer format in a 15-minute budget (fewer in less): their
 # documents are pretrained on with their answers; the other training subjects' documents are
 # left out of pretraining (they only teach reading, their document given), so that each pass
@@ -90,8 +93,8 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     pre_minutes = round(max(0.05, minutes - after), 2)
     pre = dataclasses.replace(base.pretrain, seed=seed, minutes=pre_minutes, epochs=400, mix_people=n_format,
                               mix_ratio=min(100.0, n_format / docs), mix_overlap="refuse")
-    fine = dataclasses.replace(base.finetune, seed=seed, mix_people=n_format, read_out_people=len(train),
-                               preset="")
+    fine = dataclasses.replace(base.finetune, seed=seed, mix_people=n_format, preset="",
+                               read_out_people=READ_OUTS_PER_FORMAT_SUBJECT * n_format)
     return Recipe(model, pre, fine, n_format, pre_minutes)
 
 
