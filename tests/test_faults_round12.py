@@ -4,10 +4,18 @@ The serve cases are in test_serve.py, next to the other bad requests."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import pytest
 
 import attnlab
+from attnlab import cli
+from attnlab.experiments import runner as experiments
 from tests.conftest import REPO
+from tests.test_bad_input import refused
+from tests.test_variants import write_data
 
 SHIPPED = REPO / "models" / "cpu"
 RALF = "Where was Ralf Wadephul born?"
@@ -43,3 +51,71 @@ def test_run_with_cache_takes_one_name_as_a_string(model):
     assert list(cache) == ["embed"] and cache["embed"].shape[:2] == (1, len(RALF))
     _, cache = model.run_with_cache(RALF, "blocks.0.mlp.out")
     assert list(cache) == ["blocks.0.mlp.out"]
+
+
+# ---- compare -----------------------------------------------------------------------------------
+def _compare(paths, out, *extra: str) -> list[str]:
+    return ["compare", "--preset", "tiny", "--variants", "vanilla", "--no-scratch", "--max-steps", "1",
+            "--n-layer", "1", "--n-embd", "16", "--block-size", "48", "--batch-size", "4",
+            "--corpus", str(paths["corpus"]), "--train-file", str(paths["train"]),
+            "--eval-file", str(paths["dev"]), "--out-dir", str(out), "--device", "cpu", *extra]
+
+
+@pytest.mark.parametrize("extra", [("--seeds", "1000000"), ("--seeds", "101"), ("--seeds", "1000000", "--gather")])
+def test_compare_refuses_a_senseless_number_of_seeds_at_once(tmp_path, capsys, extra):
+    with pytest.raises(ValueError, match=r"the number of seeds must be an integer in \[1, 100\], got 1000000"):
+        experiments.compare(*[None] * 4, variants=["vanilla"], seeds=1_000_000, out=tmp_path / "lib")
+    assert not (tmp_path / "lib").exists()
+    paths = write_data(tmp_path)
+    message = refused(_compare(paths, tmp_path / "out", *extra), capsys)
+    assert "--seeds" in message and "[1, 100]" in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_compare_refuses_a_variant_named_twice_before_writing(tmp_path, capsys):
+    paths = write_data(tmp_path)
+    message = refused(_compare(paths, tmp_path / "out", "--variants", "vanilla,rotary,vanilla"), capsys)
+    assert "vanilla more than once" in message
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A finished tiny compare (one variant, one seed) with its record; tests change copies."""
+    where = tmp_path_factory.mktemp("recorded")
+    paths = write_data(where)
+    assert cli.main(_compare(paths, where / "out", "--records", str(where / "records"))) == 0
+    return paths, where / "records"
+
+
+def _garbled(recorded, tmp_path, change) -> tuple[list[str], Path]:
+    paths, records = recorded
+    copy = tmp_path / "records"
+    shutil.copytree(records, copy)
+    [path] = copy.rglob("*.json")
+    record = json.loads(path.read_text())
+    change(record)
+    path.write_text(json.dumps(record))
+    return _compare(paths, tmp_path / "again", "--records", str(copy)), path
+
+
+def test_a_record_is_reused_as_it_is(recorded, tmp_path):
+    argv, _ = _garbled(recorded, tmp_path, lambda r: None)
+    assert cli.main(argv) == 0
+    assert (tmp_path / "again" / "results.md").exists() and not (tmp_path / "again" / "vanilla").exists()
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda r: r.update(dev_predictions=r["dev_predictions"][:2]), "dev_predictions hold 2 answers for the 4 dev"),
+    (lambda r: r["row"].update(parameters="1234"), "'parameters' is '1234', not an integer"),
+    (lambda r: r["row"].update(dev_correct="3"), "'dev_correct' is '3', not an integer"),
+    (lambda r: r["row"].update(pretrain_loss=[1]), "'pretrain_loss' is [1], not a number"),
+    (lambda r: r["row"].update(dev_each="1"), "dev_each does not mark"),
+    (lambda r: r["row"].update(dev_correct=9), "counts 9 of 4"),
+    (lambda r: r["row"].pop("model"), "no 'model'"),
+])
+def test_a_damaged_record_is_refused_naming_the_file(recorded, tmp_path, capsys, change, problem):
+    argv, path = _garbled(recorded, tmp_path, change)
+    message = refused(argv, capsys)
+    assert str(path) in message and problem in message and "remove it" in message
+    assert not (tmp_path / "again" / "results.md").exists()
