@@ -15,6 +15,7 @@ from attnlab import cli
 from attnlab.experiments import runner as experiments
 from tests.conftest import REPO
 from tests.test_bad_input import refused
+from tests.test_facts import run  # noqa: F401  (run: test_facts's fixture, a tiny recall model)
 from tests.test_variants import write_data
 
 SHIPPED = REPO / "models" / "cpu"
@@ -119,3 +120,16 @@ def test_a_damaged_record_is_refused_naming_the_file(recorded, tmp_path, capsys,
     message = refused(argv, capsys)
     assert str(path) in message and problem in message and "remove it" in message
     assert not (tmp_path / "again" / "results.md").exists()
+
+
+# ---- edit --undo --json ------------------------------------------------------------------------
+def test_undo_with_json_prints_its_document(run, tmp_path, capsys):  # noqa: F811  (run: test_facts's fixture)
+    edited, undone = tmp_path / "a", tmp_path / "u"
+    assert cli.main(["edit", str(run / "run"), "--person", "Ana Linda", "--place", "Lima", "--out-dir", str(edited),
+                     "--corpus", str(run / "wiki.txt"), "--train-file", "", "--eval-file", ""]) == 0
+    capsys.readouterr()
+    assert cli.main(["edit", str(edited), "--undo", "1", "--out-dir", str(undone), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["undone"]["id"] == 1 and document["undone"]["person"] == "Ana Linda"
+    assert document["edits"] == [] and document["run_dir"] == str(undone)
+    assert sorted(document["written"]) == sorted(str(undone / f) for f in ("checkpoint.safetensors", "edits.json"))
