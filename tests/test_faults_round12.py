@@ -133,3 +133,14 @@ def test_undo_with_json_prints_its_document(run, tmp_path, capsys):  # noqa: F81
     assert document["undone"]["id"] == 1 and document["undone"]["person"] == "Ana Linda"
     assert document["edits"] == [] and document["run_dir"] == str(undone)
     assert sorted(document["written"]) == sorted(str(undone / f) for f in ("checkpoint.safetensors", "edits.json"))
+
+
+# ---- evaluate --attention ----------------------------------------------------------------------
+@pytest.mark.parametrize("attention, noted", [("rotary", True), ("argmax", False)])
+def test_evaluating_with_other_attention_scores_says_so(run, tmp_path, caplog, attention, noted):  # noqa: F811
+    argv = ["evaluate", str(run / "run"), "--eval-file", str(run / "dev.tsv"), "--abstain", "off", "--device", "cpu",
+            "--predictions", str(tmp_path / "p.txt"), "--attention", attention]
+    with caplog.at_level("INFO", logger="attnlab"):
+        assert cli.main(argv) == 0
+    note = f"trained with vanilla attention, run here with {attention}: its weights were not trained for"
+    assert (note in caplog.text) == noted, caplog.text

@@ -444,6 +444,19 @@ def load_model(path: str | os.PathLike, device: str = "cpu", **overrides: Any) -
     ckpt = load_checkpoint(path, training_state=False)
     model = ckpt.build_model(**overrides).to(resolve_device(str(device)))
     model.eval()
+    stored, used = ckpt.model_config.attention, model.config.attention
+    if _scores_of(used) != _scores_of(stored):  # argmax (hard weights of the same scores) is no change
+        logs.warn(f"{ckpt.path}: trained with {stored} attention, run here with {used}: its weights were "
+                  f"not trained for {_scores_of(used)}'s attention scores")
     logs.detail(f"loaded {ckpt.path}: {model.num_parameters():,} parameters ({model.config.attention}, "
                 f"{model.config.n_layer} layers, {model.config.qa_format} answers) on {next(model.parameters()).device}")
     return model, ckpt.vocab, ckpt
+
+
+def _scores_of(attention: str) -> str:
+    """The variant whose attention scores ``attention`` computes: rotary for rotary+argmax,
+    vanilla for argmax (the hard weights of vanilla's scores)."""
+    from .attention import ArgmaxAttention, base_name
+
+    base = base_name(attention)
+    return "vanilla" if base == ArgmaxAttention.name else base
