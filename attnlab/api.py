@@ -110,7 +110,7 @@ class LoadedModel:
         questions = list(questions) if isinstance(questions, Iterable) and not isinstance(
             questions, (bytes, bytearray, Mapping)) else None  # a dict's keys are no questions
         if questions is None:
-            raise TypeError(f"a question must be a string or a list of strings, got {type(questions_in).__name__}")
+            raise TypeError(f"ask takes a question (str) or a list of them, got {type(questions_in).__name__}")
         for i, q in enumerate(questions):
             _check_question(q, source, first_line + i)
         examples = [QAExample(q.strip(), None, source, first_line + i) for i, q in enumerate(questions)]

@@ -13,8 +13,8 @@ import pytest
 import attnlab
 from attnlab import cli
 from attnlab.experiments import runner as experiments
-from tests.conftest import REPO
-from tests.test_bad_input import refused
+from tests.conftest import DATA, REPO
+from tests.test_bad_input import exit_code, refused
 from tests.test_facts import run  # noqa: F401  (run: test_facts's fixture, a tiny recall model)
 from tests.test_variants import write_data
 
@@ -36,7 +36,7 @@ def test_load_of_something_that_is_no_path_says_so(path):
 
 @pytest.mark.parametrize("questions, kind", [({"q": 1}, "dict"), ({RALF: 1}, "dict"), (b"Where", "bytes"), (5, "int")])
 def test_ask_of_no_question_is_a_type_error(model, questions, kind):
-    with pytest.raises(TypeError, match=f"a question must be a string or a list of strings, got {kind}"):
+    with pytest.raises(TypeError, match=fr"ask takes a question \(str\) or a list of them, got {kind}"):
         model.ask(questions)
 
 
@@ -144,3 +144,43 @@ def test_evaluating_with_other_attention_scores_says_so(run, tmp_path, caplog, a
         assert cli.main(argv) == 0
     note = f"trained with vanilla attention, run here with {attention}: its weights were not trained for"
     assert (note in caplog.text) == noted, caplog.text
+
+
+# ---- pretrain: a held-out file mixed in, two names of one flag ---------------------------------
+PRETRAIN = ["pretrain", "--preset", "tiny", "--objective", "lm", "--mix-ratio", "0.1", "--max-steps", "1",
+            "--device", "cpu", "--eval-file", ""]
+
+
+@pytest.mark.parametrize("copy", [False, True])
+@pytest.mark.parametrize("held_out", [[], [str(DATA / "birth_dev.tsv")]])
+def test_pretraining_refuses_to_mix_in_a_held_out_file(tmp_path, capsys, copy, held_out):
+    mix = DATA / "birth_dev.tsv"
+    if copy:
+        mix = Path(shutil.copy(mix, tmp_path / "questions.tsv"))
+    message = refused([*PRETRAIN, "--mix-qa", str(mix), "--out-dir", str(tmp_path / "run"), "--held-out", *held_out],
+                      capsys)
+    assert f"--mix-qa {mix}:" in message and "the held-out evaluation file" in message
+    assert "birth_dev.tsv" in message and not (tmp_path / "run").exists()
+
+
+def test_the_training_file_may_still_be_mixed_in(tmp_path):
+    assert cli.main([*PRETRAIN, "--mix-qa", str(DATA / "birth_places_train.tsv"), "--out-dir", str(tmp_path / "run"),
+                     "--corpus", str(DATA / "wiki.txt"), "--mix-overlap", "drop"]) == 0
+
+
+@pytest.mark.parametrize("order", ["new first", "old first"])
+def test_out_dir_and_its_old_name_with_two_values_are_refused(tmp_path, capsys, order):
+    a, b = ["--out-dir", str(tmp_path / "A")], ["--run-dir", str(tmp_path / "B")]
+    code = exit_code([*PRETRAIN, *(a + b if order == "new first" else b + a)])
+    err = capsys.readouterr().err
+    assert code == 2 and "set the same option (--out-dir" in err and "give it once" in err, err
+    assert not (tmp_path / "A").exists() and not (tmp_path / "B").exists()
+    if order == "new first":
+        assert len(err.strip().splitlines()) == 1, err
+
+
+def test_out_dir_and_its_old_name_with_one_value_are_one_option(tmp_path, capsys):
+    argv = ["pretrain", "--preset", "tiny", "--max-steps", "1", "--device", "cpu", "--eval-file", "",
+            "--corpus", str(DATA / "wiki.txt"), "--out-dir", str(tmp_path / "A"), "--run-dir", str(tmp_path / "A")]
+    assert cli.main(argv) == 0 and (tmp_path / "A" / "checkpoint.safetensors").exists()
+    assert "--run-dir is deprecated; use --out-dir" in capsys.readouterr().err
