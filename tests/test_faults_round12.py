@@ -5,6 +5,7 @@ The serve cases are in test_serve.py, next to the other bad requests."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from tests.conftest import DATA, REPO
 from tests.test_bad_input import exit_code, refused
 from tests.test_facts import run  # noqa: F401  (run: test_facts's fixture, a tiny recall model)
 from tests.test_variants import write_data
+from tests.tiny_runs import train_tiny
 
 SHIPPED = REPO / "models" / "cpu"
 RALF = "Where was Ralf Wadephul born?"
@@ -184,3 +186,26 @@ def test_out_dir_and_its_old_name_with_one_value_are_one_option(tmp_path, capsys
             "--corpus", str(DATA / "wiki.txt"), "--out-dir", str(tmp_path / "A"), "--run-dir", str(tmp_path / "A")]
     assert cli.main(argv) == 0 and (tmp_path / "A" / "checkpoint.safetensors").exists()
     assert "--run-dir is deprecated; use --out-dir" in capsys.readouterr().err
+
+
+# ---- kill -9 during a checkpoint write: safetensors' own temporary file ------------------------
+def test_safetensors_temporary_files_of_a_killed_write_are_removed(tmp_path):
+    from attnlab.model.checkpoint import remove_stale_temp_files
+
+    old = [tmp_path / ".tmpoMBETZ", tmp_path / ".tmp-x1y2.safetensors"]  # safetensors', save_checkpoint's
+    kept = [tmp_path / ".tmpNow123", tmp_path / ".tmpab", tmp_path / ".tmp-1234-results.md", tmp_path / "notes.txt"]
+    for p in old + kept:
+        p.write_bytes(b"x")
+    for p in old + kept[1:]:
+        os.utime(p, (0, 0))  # left by an earlier process; .tmpNow123 is being written now
+    assert sorted(remove_stale_temp_files(tmp_path)) == sorted(old)
+    assert all(p.exists() for p in kept)
+
+
+def test_resuming_after_kill_9_leaves_no_safetensors_temporary(tmp_path):
+    run_dir = train_tiny(tmp_path / "run", recall=False)
+    left = run_dir / ".tmpQz81Lk"  # what a kill -9 inside safetensors' save_file leaves
+    left.write_bytes(b"\0" * 1000)
+    os.utime(left, (0, 0))
+    train_tiny(run_dir, "--resume", "--max-steps", "5", recall=False)
+    assert not left.exists() and not list(run_dir.glob(".tmp*"))
