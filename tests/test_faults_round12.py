@@ -209,3 +209,14 @@ def test_resuming_after_kill_9_leaves_no_safetensors_temporary(tmp_path):
     os.utime(left, (0, 0))
     train_tiny(run_dir, "--resume", "--max-steps", "5", recall=False)
     assert not left.exists() and not list(run_dir.glob(".tmp*"))
+
+
+# ---- audit on a corpus too small to invent people ----------------------------------------------
+def test_audit_on_a_tiny_corpus_names_the_file(run, tmp_path, capsys):  # noqa: F811
+    corpus = tmp_path / "one.txt"
+    corpus.write_text("Ana Lindi. Ana Lindi was born in Oslo.\n")
+    message = refused(["audit", str(run / "run"), "--corpus", str(corpus), "--eval-file", str(run / "dev.tsv"),
+                       "--train-file", str(run / "dev.tsv"), "--holdout-file", str(run / "dev.tsv"),
+                       "--out-dir", str(tmp_path / "audit"), "--device", "cpu", "--names", "3"], capsys)
+    assert f"{corpus}: too few people to recombine their names" in message
+    assert not (tmp_path / "audit").exists()
