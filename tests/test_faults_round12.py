@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -220,3 +223,30 @@ def test_audit_on_a_tiny_corpus_names_the_file(run, tmp_path, capsys):  # noqa: 
                        "--out-dir", str(tmp_path / "audit"), "--device", "cpu", "--names", "3"], capsys)
     assert f"{corpus}: too few people to recombine their names" in message
     assert not (tmp_path / "audit").exists()
+
+
+# ---- a second Ctrl-C while the interpreter shuts down ------------------------------------------
+SHUTDOWN = """
+import atexit, os, signal, sys, time
+from attnlab.__main__ import main
+
+def ctrl_c():  # registered after torch's: runs before them, as a Ctrl-C in the middle of shutdown
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.5)
+
+atexit.register(ctrl_c)
+sys.argv = ["attnlab", "variants", "--preset", "tiny"]
+sys.exit(main())
+"""
+
+
+def test_ctrl_c_during_shutdown_prints_nothing(tmp_path):
+    def as_from_a_terminal():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-c", SHUTDOWN], env=env, capture_output=True, text=True, timeout=120,
+                          preexec_fn=as_from_a_terminal)
+    assert done.returncode == 0 and "| vanilla |" in done.stdout, done.stderr
+    assert "KeyboardInterrupt" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
