@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import torch
 from torch import Tensor
@@ -110,11 +110,13 @@ class LoadedModel:
         comes back with ``answer`` "" and ``withheld`` holding what the model would have said."""
         if isinstance(questions, str):
             questions = [questions]
+        questions_in = questions
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        questions = list(questions) if isinstance(questions, Iterable) and not isinstance(questions, bytes) else None
+        questions = list(questions) if isinstance(questions, Iterable) and not isinstance(
+            questions, (bytes, bytearray, Mapping)) else None  # a dict's keys are no questions
         if questions is None:
-            raise TypeError("ask takes a question (str) or a list of them")
+            raise TypeError(f"ask takes a question (str) or a list of them, got {type(questions_in).__name__}")
         for i, q in enumerate(questions):
             _check_question(q, source, first_line + i)
         examples = [QAExample(q.strip(), None, source, first_line + i) for i, q in enumerate(questions)]
@@ -226,10 +228,14 @@ class LoadedModel:
 
     def run_with_cache(self, text: str, names: Iterable[str] | None = None) -> tuple[Tensor, dict[str, Tensor]]:
         """One forward pass over ``text``: the logits (1, T, vocab) and the activations named
-        ``names`` (default: every hook point, ``hook_names``), each with its batch dimension of 1,
+        ``names`` (default: every hook point, ``hook_names``; one name may be a string), each with its batch dimension of 1,
         e.g. ``cache["blocks.0.mlp.out"]`` (1, T, C) or ``cache["blocks.0.attn.pattern"]``
         (1, heads, T, T)."""
-        names = self.hook_names if names is None else list(names)
+        if not isinstance(text, str):
+            raise TypeError(f"run_with_cache takes a text (a string), got {type(text).__name__}")
+        if not text:
+            raise ValueError("run_with_cache needs a text of at least one character, got ''")
+        names = self.hook_names if names is None else [names] if isinstance(names, str) else list(names)
         ids = torch.tensor([self.vocab.encode(text, source="<text>")], device=self.device)
         with torch.no_grad(), capturing(self.gpt, names) as cache:
             logits, _ = self.gpt.run(ids, need_weights=needs_weights(names))
@@ -252,6 +258,8 @@ def load(path: str | os.PathLike, device: str = "auto", *, facts: str | os.PathL
     auto), with the fact set it learned (``model.fact_set``: the one a run of ``attnlab learn``
     records, or ``facts``, a fact-set folder, which then must be the run's own). ``overrides``
     change config fields that add no parameters (e.g. attention="argmax")."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"load takes the path of a run directory or a checkpoint file, got {type(path).__name__}")
     model = LoadedModel(*load_model(found(path), device, **overrides))
     model.fact_set = _fact_set_of(found(path), facts)
     return model

@@ -101,6 +101,7 @@ def test_evidence_is_the_corpus_line_that_states_the_answer(client, lab):
     ({}, 422, "question: Field required"),
     ({"question": RALF, "runs": [7]}, 404, "no run 7"),
     ({"question": RALF, "runs": ["a"]}, 422, "malformed request"),
+    ({"question": RALF, "runs": [True]}, 422, "runs: Input should be a valid integer"),  # not run 1
     ({"question": RALF, "runs": []}, 400, "no run chosen"),
 ])
 def test_bad_input_is_a_4xx_with_a_one_line_message(client, body, status, words):
@@ -110,11 +111,20 @@ def test_bad_input_is_a_4xx_with_a_one_line_message(client, body, status, words)
     assert words in message and "\n" not in message and "Traceback" not in message
 
 
-@pytest.mark.parametrize("body", [b"not json", b"\xff\xfe", b'{"question": 3}', b"[]"])
+@pytest.mark.parametrize("body", [b"not json", b"\xff\xfe", b'{"question": 3}', b"[]", b'{"question": "\xff"}'])
 def test_a_body_that_is_not_a_question_is_a_4xx(client, body):
     got = client.post("/api/ask", content=body, headers={"content-type": "application/json"})
     assert 400 <= got.status_code < 500, got.text
     assert got.json()["error"] and "Traceback" not in got.text
+
+
+def test_a_chunked_body_is_cut_off_at_the_size_limit(client):
+    chunks = (b"x" * 1024 for _ in range(10 * 1024))  # 10 MB with no Content-Length: sent chunked
+    got = client.post("/api/ask", content=chunks, headers={"content-type": "application/json"})
+    assert got.status_code == 413 and "larger than" in got.json()["error"]
+    small = client.post("/api/ask", content=iter([b'{"question": ', f'"{RALF}"}}'.encode()]),
+                        headers={"content-type": "application/json"})
+    assert small.status_code == 200 and small.json()
 
 
 def test_attention_of_every_layer_and_head_is_the_libraries(client, lab):
@@ -213,7 +223,7 @@ def test_a_save_never_overwrites_nor_leaves_the_output_directory(client, tmp_pat
     edit = client.post("/api/edit", json={"run": 0, "person": "Ralf Wadephul", "place": "Paris"}).json()
     (tmp_path / "out" / "ralf-paris").mkdir(parents=True)
     for name, status in [("ralf-paris", 409), ("../escape", 400), ("a/b", 400), (".hidden", 400), ("", 400),
-                         ("x" * 65, 400)]:
+                         ("x" * 65, 400), ("evil\n", 400)]:
         got = client.post(f"/api/edit/{edit['id']}/save", json={"name": name})
         assert got.status_code == status, name
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ralf-paris"]

@@ -144,9 +144,9 @@ def _register_compare(command) -> None:
     flags.preset(p, "cpu15", "recipe every variant is trained with")
     p.add_argument("--variants", default=None,
                    help=f"comma-separated variants to train (default: all: {','.join(REGISTRY)})")
-    p.add_argument("--seeds", type=bounds.positive_int, default=1,
+    p.add_argument("--seeds", type=bounds.COMPARE_SEEDS.argtype(), default=1,
                    metavar="N",
-                   help="train each variant N times, seed k with both stages' --seed plus k (the same seeds for "
+                   help="train each variant N times (1 to 100), seed k with both stages' --seed plus k (the same seeds for "
                         "every variant; runs in VARIANT/seed-K/ when N > 1); the table shows each seed's count, "
                         "the mean with a 95%% interval over questions and seeds, and a paired test against "
                         "--reference (docs/guides/comparisons.md)")

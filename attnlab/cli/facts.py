@@ -193,9 +193,12 @@ def _undo(args, source: Path, out: Path) -> int:
     """A new run directory holding the model with every edit of ``source`` but edit N."""
     ckpt = load_checkpoint(source, training_state=False)
     model, meta, record = undo_edit(ckpt, args.undo)
-    save_edited_run(out, model, ckpt.vocab, meta, None)
+    written = save_edited_run(out, model, ckpt.vocab, meta, None)
+    left = list(getattr(model, 'edits', []))
     print(f"removed edit {args.undo} ({record['person']!r}: {record.get('old_answer')!r} -> {record['place']!r}); "
-          f"{len(getattr(model, 'edits', []))} edit(s) left; model: {out} (the original {source} is unchanged)")
+          f"{len(left)} edit(s) left; model: {out} (the original {source} is unchanged)")
+    publish(args, {"undone": record, "edits": left, "source": str(source), "run_dir": str(out),
+                   "written": [str(p) for p in written]})
     return 0
 
 

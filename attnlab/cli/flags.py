@@ -10,9 +10,9 @@ One name per idea: the labelled evaluation file is ``--eval-file`` and the outpu
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import dataclasses
 import sys
+from pathlib import Path
 from typing import Any
 
 from ..core import datafiles
@@ -52,13 +52,39 @@ class Deprecated(argparse.Action):
         super().__init__(option_strings, dest, **kw)
 
     def __call__(self, parser, namespace, values, option_string=None):
+        current = getattr(namespace, self.dest, None)
+        if current is not None and current != parser.get_default(self.dest) and current != values:
+            _given_twice(parser, self.new, current, option_string, values)  # --out-dir A --run-dir B
+        _given(parser, namespace, self.dest, self.new, option_string, values)
         print(f"{parser.prog}: {option_string} is deprecated; use {self.new}", file=sys.stderr)
         setattr(namespace, self.dest, values)
 
 
+class _Renamed(argparse._StoreAction):
+    """The new name of a flag that has old ones: given with an old one, the values must agree."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _given(parser, namespace, self.dest, option_string, option_string, values)
+        setattr(namespace, self.dest, values)
+
+
+def _given(parser, namespace, dest: str, new: str, option: str, value: Any) -> None:
+    """Record which name gave ``dest`` its value; one setting given under two of its names with
+    different values (--run-dir B --out-dir A) is refused, exit code 2, before anything is done."""
+    given = namespace.__dict__.setdefault("_renamed_flags_given", {})
+    if dest in given and given[dest][0] != option and given[dest][1] != value:
+        _given_twice(parser, new, given[dest][1], option, value, given[dest][0])
+    given[dest] = (option, value)
+
+
+def _given_twice(parser, new: str, first: Any, option: str, value: Any, first_option: str | None = None) -> None:
+    parser.error(f"{first_option or new} {first} and {option} {value} set the same option ({new}; the other "
+                 f"name is its old one) to different values: give it once")
+
+
 def _renamed(parser: argparse.ArgumentParser, new: str, old: tuple[str, ...], **kw: Any) -> None:
     """``new`` with ``kw``; each ``old`` name still accepted (hidden from help, deprecated)."""
-    action = parser.add_argument(new, **kw)
+    action = parser.add_argument(new, action=_Renamed, **kw)
     for name in old:
         parser.add_argument(name, dest=action.dest, action=Deprecated, new=new, help=argparse.SUPPRESS,
                             default=argparse.SUPPRESS, metavar=action.metavar)
@@ -178,8 +204,27 @@ def mix_qa_file(args: argparse.Namespace, config: TrainConfig) -> str:
     if args.mix_qa is not None and config.mix_ratio <= 0 and not getattr(args, "resume", False):
         raise ValueError(f"--mix-qa {args.mix_qa} mixes nothing without --mix-ratio > 0 (preset "
                          f"{args.preset}: {config.mix_ratio:g}); give --mix-ratio R, or leave --mix-qa out")
+    if args.mix_qa:
+        _refuse_held_out_mix(args.mix_qa, args.held_out)
     facts = getattr(args, "fact_set", None)
     return args.mix_qa or (str(facts.train) if facts else datafiles.resolved_text(DEFAULT_TRAIN.as_written))
+
+
+def _refuse_held_out_mix(mix_qa: str, held_out: list[str]) -> None:
+    """A held-out file is never mixed into pretraining: a --held-out file, or the course's dev or
+    test file (or a copy of one), whatever --held-out says. (A mix that merely shares questions
+    with a --held-out file is refused later, naming the lines.)"""
+    from ..core.paths import file_sha256
+
+    if not Path(mix_qa).is_file():
+        return  # the file checks name it
+    course = [datafiles.resolved_text(f.as_written) for f in (DEFAULT_DEV, DEFAULT_TEST)]
+    for held in [*course, *held_out]:
+        same = Path(held).is_file() and Path(held).resolve() == Path(mix_qa).resolve()
+        if same or (held in course and Path(held).is_file() and file_sha256(held) == file_sha256(mix_qa)):
+            what = "is" if same else "has the content of"
+            raise ValueError(f"--mix-qa {mix_qa}: {what} the held-out evaluation file {held}; only "
+                             "training-file questions may be mixed into pretraining")
 
 
 def attention_view(parser: argparse.ArgumentParser) -> None:

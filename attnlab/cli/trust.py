@@ -297,7 +297,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     read_questions(paths.input_file(args.train_file, "--train-file"), labelled=True)
     read_questions(paths.input_file(args.holdout_file, "--holdout-file"), labelled=True)
     out = _out_dir(args, "audit", AUDIT_FILES)
-    invented = invent_people(docs, args.names, args.seed)
+    invented = invent_people(docs, args.names, args.seed, source=args.corpus)
     model, vocab, ckpt = load_model(args.checkpoint, device=args.device)
     fraction = holdout_fraction_for(args, args.checkpoint, ckpt.meta, logs.note)
     rule_for_run(args, args.checkpoint, ckpt.meta, logs.note)

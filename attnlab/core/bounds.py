@@ -90,6 +90,8 @@ UNIT = Bound(float, 0, 1, name="unit_interval")  # [0, 1]: probabilities, shares
 FRACTION = Bound(float, 0, 1, high_open=True, name="fraction")  # [0, 1): dropout, held-out share
 OPEN_UNIT = Bound(float, 0, 1, low_open=True, high_open=True, name="open_unit_interval")  # (0, 1)
 TOP_P = Bound(float, 0, 1, low_open=True, name="top_p")  # (0, 1]
+# compare's seeds: each trains every variant (or is gathered from records); a grid holds a few
+COMPARE_SEEDS = Bound(int, 1, 100, name="seeds")
 
 
 def listed(bound: Bound) -> Callable[[str], list]:

@@ -66,9 +66,12 @@ def record_path(records: str | Path, variant: str, seed: int, settings: dict[str
     return Path(records) / variant / f"seed-{seed}-{settings_key(settings)[:16]}.json"
 
 
-def find(records: str | Path, variant: str, seed: int, settings: dict[str, Any]) -> dict[str, Any] | None:
+def find(records: str | Path, variant: str, seed: int, settings: dict[str, Any],
+         questions: int | None = None) -> dict[str, Any] | None:
     """The record of this variant and seed made with exactly these settings, or None. A file at
-    the key's path whose settings differ (a key collision, or an edited file) is an error."""
+    the key's path whose settings differ (a key collision, or an edited file) is an error, and
+    so is one whose row or dev predictions are damaged (``questions``: how many the dev file
+    holds, which its predictions must answer)."""
     path = record_path(records, variant, seed, settings)
     if not path.is_file():
         return None
@@ -80,7 +83,45 @@ def find(records: str | Path, variant: str, seed: int, settings: dict[str, Any])
         raise ValueError(f"{path}: not a comparison record of format {FORMAT}; remove it to train that run again")
     if result_settings(record.get("settings") or {}) != result_settings(settings):
         raise ValueError(f"{path}: its settings are not the ones its name says; remove it to train that run again")
+    problem = row_problem(record["row"], questions)
+    predictions = record.get("dev_predictions")
+    if problem is None and predictions is not None:
+        if not isinstance(predictions, list) or not all(isinstance(p, str) for p in predictions):
+            problem = "its dev_predictions are not a list of answers"
+        elif questions is not None and len(predictions) != questions:
+            problem = f"its dev_predictions hold {len(predictions)} answers for the {questions} dev questions"
+    if problem is not None:
+        raise ValueError(f"{path}: a damaged record: {problem}; remove it to train that run again")
     return record
+
+
+# A row's fields (Row.to_dict) and the types they hold; None is allowed for all but the names.
+_ROW_FIELDS = {"model": str, "kind": str, "parameters": int, "pretrain_loss": (int, float), "dev_correct": int,
+               "dev_total": int, "stored": int, "stored_total": int, "stored_asked": int, "seconds": (int, float),
+               "run_dir": str, "dev_each": str, "variant": str, "seed": int}
+_KINDS = {str: "text", int: "an integer", (int, float): "a number"}
+
+
+def row_problem(row: dict[str, Any], questions: int | None = None) -> str | None:
+    """What is wrong with a stored row (a record's, or a run's row.json), or None: a field
+    missing or of the wrong type, counts that do not add up, or (``questions``: how many the dev
+    file holds) a per-question correctness of another length."""
+    for name, kind in _ROW_FIELDS.items():
+        value = row.get(name)
+        if name not in row and name not in ("dev_each", "variant", "seed"):  # the last three came later
+            return f"its row has no {name!r}"
+        if value is None and name not in ("model", "kind", "run_dir"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, kind):
+            return f"its row's {name!r} is {value!r}, not {_KINDS[kind]}"
+    correct, total, each = row.get("dev_correct"), row.get("dev_total"), row.get("dev_each")
+    if (correct is None) != (total is None) or (total is not None and not 0 <= correct <= total):
+        return f"its row counts {correct!r} of {total!r} dev questions right"
+    if each is not None and (set(each) - {"0", "1"} or len(each) != total or each.count("1") != correct):
+        return f"its row's dev_each does not mark {correct} of {total} dev questions right"
+    if questions is not None and total is not None and total != questions:
+        return f"its row scores {total} dev questions, and the dev file holds {questions}"
+    return None
 
 
 def save(records: str | Path, variant: str, seed: int, row: dict[str, Any], settings: dict[str, Any],

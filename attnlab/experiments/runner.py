@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .._version import __version__
-from ..core import datafiles, logs
+from ..core import bounds, datafiles, logs
 from ..model.attention import REGISTRY
 from ..model.checkpoint import CHECKPOINT_NAME, load_checkpoint, remove_stale_temp_files
 from ..config.settings import (
@@ -334,6 +334,8 @@ class Runner:
             return None
         stored = _read_json(saved)
         check_settings(saved, stored.get("settings"), settings)
+        if (problem := records_module.row_problem(stored)) is not None:
+            raise ValueError(f"{saved}: damaged: {problem}; start over with --overwrite")
         self.log(f"reusing the finished run in {where}")
         return Row.from_dict(stored)
 
@@ -717,13 +719,16 @@ def _trained_seeds(seeds: int, only_seeds: Sequence[int] | None, gather: bool) -
 
 
 def _check_variants(variants: list[str], reference: str | None, seeds: int) -> str:
-    """The reference variant, after refusing unknown variants, a reference not among them and a
-    seed count below 1."""
+    """The reference variant, after refusing unknown variants, a variant named twice, a reference
+    not among them and a seed count outside 1..100."""
     unknown = [v for v in variants if v not in REGISTRY]
     if unknown:
         raise ValueError(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(REGISTRY)}")
-    if seeds < 1:
-        raise ValueError(f"--seeds must be at least 1, got {seeds}")
+    twice = sorted({v for v in variants if variants.count(v) > 1})
+    if twice:
+        raise ValueError(f"the variants name {', '.join(twice)} more than once; name each variant once")
+    if (problem := bounds.COMPARE_SEEDS.problem(seeds)) is not None:
+        raise ValueError(f"the number of seeds {problem}")
     reference = reference or ("vanilla" if "vanilla" in variants else variants[0])
     if reference not in variants:
         raise ValueError(f"the reference variant {reference!r} is not among the variants trained "
@@ -777,7 +782,7 @@ def _variant_row(run: Runner, label: str, model_config: ModelConfig, pretrain_co
     record yet leaves one. None: gathering, and neither exists."""
     variant, seed = model_config.attention, pretrain_config.seed
     settings = run.recipe_settings(model_config, pretrain_config, finetune_config)
-    recorded = records and records_module.find(records, variant, seed, settings)
+    recorded = records and records_module.find(records, variant, seed, settings, questions=len(read_qa(run.dev_file)))
     if recorded:
         run.log(f"reusing the record {records_module.record_path(records, variant, seed, settings)} "
                 f"(made with these settings and attnlab {settings.get('attnlab')})")

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ FORMAT_EDITED = "attnlab-checkpoint-2"
 FORMATS = (FORMAT, FORMAT_EDITED)
 CHECKPOINT_NAME = "checkpoint.safetensors"
 TEMP_PATTERN = ".tmp-*.safetensors"  # save_checkpoint's temporary files (mkstemp prefix and suffix)
+# safetensors' own: save_file writes .tmpXXXXXX (Rust's tempfile) beside its target, then renames it
+SAFETENSORS_TEMP = re.compile(r"\.tmp[A-Za-z0-9]{6}")
 _PROCESS_START = time.time()  # temporary files older than this are not this process's
 
 
@@ -215,12 +218,19 @@ def _reason(e: Exception) -> str:
     return str(e)
 
 
+def temp_files(directory: str | os.PathLike) -> list[Path]:
+    """The temporary files of checkpoint writes in ``directory``: save_checkpoint's and those
+    safetensors makes while writing one of them."""
+    directory = Path(directory)
+    return [*directory.glob(TEMP_PATTERN), *(p for p in directory.glob(".tmp*") if SAFETENSORS_TEMP.fullmatch(p.name))]
+
+
 def remove_stale_temp_files(directory: str | os.PathLike) -> list[Path]:
     """Remove the temporary files of checkpoint writes that were cut short (a killed process):
     only files named like save_checkpoint's and last written before this process started, so a
     write in progress (this process's, or another's still writing) is never touched."""
     removed = []
-    for tmp in Path(directory).glob(TEMP_PATTERN):
+    for tmp in temp_files(directory):
         with contextlib.suppress(FileNotFoundError):  # another process may remove it first
             if tmp.is_file() and tmp.stat().st_mtime < _PROCESS_START:
                 tmp.unlink()
@@ -444,6 +454,19 @@ def load_model(path: str | os.PathLike, device: str = "cpu", **overrides: Any) -
     ckpt = load_checkpoint(path, training_state=False)
     model = ckpt.build_model(**overrides).to(resolve_device(str(device)))
     model.eval()
+    stored, used = ckpt.model_config.attention, model.config.attention
+    if _scores_of(used) != _scores_of(stored):  # argmax (hard weights of the same scores) is no change
+        logs.warn(f"{ckpt.path}: trained with {stored} attention, run here with {used}: its weights were "
+                  f"not trained for {_scores_of(used)}'s attention scores")
     logs.detail(f"loaded {ckpt.path}: {model.num_parameters():,} parameters ({model.config.attention}, "
                 f"{model.config.n_layer} layers, {model.config.qa_format} answers) on {next(model.parameters()).device}")
     return model, ckpt.vocab, ckpt
+
+
+def _scores_of(attention: str) -> str:
+    """The variant whose attention scores ``attention`` computes: rotary for rotary+argmax,
+    vanilla for argmax (the hard weights of vanilla's scores)."""
+    from .attention import ArgmaxAttention, base_name
+
+    base = base_name(attention)
+    return "vanilla" if base == ArgmaxAttention.name else base

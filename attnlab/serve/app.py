@@ -18,7 +18,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel
+from pydantic import BaseModel, StrictInt
+from starlette.exceptions import HTTPException
 
 from .lab import Lab, LabError
 
@@ -29,20 +30,20 @@ DEFAULT_RATE = 120  # requests a minute from one client
 
 class AskBody(BaseModel):
     question: str
-    runs: list[int] | None = None
+    runs: list[StrictInt] | None = None  # strict: JSON true is not run 1
 
 
 class RunQuestion(BaseModel):
     question: str
-    run: int = 0
+    run: StrictInt = 0
 
 
 class TraceBody(RunQuestion):
-    samples: int = 3
+    samples: StrictInt = 3
 
 
 class EditBody(BaseModel):
-    run: int = 0
+    run: StrictInt = 0
     person: str
     place: str
     method: str | None = None  # None: attnlab edit's default
@@ -95,6 +96,14 @@ def _guard(app: FastAPI, limit: RateLimit) -> None:
             size = request.headers.get("content-length")
             if size is not None and (not size.isdigit() or int(size) > MAX_BODY_BYTES):
                 return _error(413, f"the request is larger than {MAX_BODY_BYTES} bytes")
+            if size is None:  # sent chunked: the limit is kept while the body is read, not after
+                chunks, read = [], 0
+                async for chunk in request.stream():
+                    read += len(chunk)
+                    if read > MAX_BODY_BYTES:
+                        return _error(413, f"the request is larger than {MAX_BODY_BYTES} bytes")
+                    chunks.append(chunk)
+                request._body = b"".join(chunks)  # what the endpoint then reads (Starlette's cache)
             if (wait := limit.wait(request.client.host if request.client else "?", time.monotonic())):
                 return _error(429, f"too many requests: at most {limit.per_minute} a minute; "
                                    f"try again in {wait:.0f} s")
@@ -103,6 +112,10 @@ def _guard(app: FastAPI, limit: RateLimit) -> None:
     @app.exception_handler(LabError)
     async def lab_error(request: Request, e: LabError):
         return _error(e.status, str(e))
+
+    @app.exception_handler(HTTPException)  # FastAPI's own, e.g. a body that is not UTF-8
+    async def http_error(request: Request, e: HTTPException):
+        return _error(e.status_code, " ".join(str(e.detail).split()))
 
     @app.exception_handler(ValueError)  # the library's input errors: VocabError, DataError, TraceError
     async def bad_input(request: Request, e: ValueError):

@@ -333,7 +333,7 @@ class Lab:
         copy = self.edits.get(edit_id)
         if copy is None:
             raise LabError(f"no edit {edit_id} in memory (only the last {KEPT_EDITS} are kept)", 404)
-        if not _SAVE_NAME.match(name or ""):
+        if not _SAVE_NAME.fullmatch(name or ""):
             raise LabError(f"the directory name {name!r} must be 1-64 letters, digits, '.', '_' or '-' "
                            "and start with a letter or digit")
         target = self.out_dir / name

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from ..core import distributed, logs
-from ..model.checkpoint import CHECKPOINT_NAME, TEMP_PATTERN, Checkpoint, load_checkpoint
+from ..model.checkpoint import CHECKPOINT_NAME, Checkpoint, load_checkpoint, temp_files
 from ..core.paths import file_sha256, write_atomically
 from ..config.settings import ModelConfig, TrainConfig, cli_fields
 
@@ -189,7 +189,7 @@ def _remove_dead_writes(run_dir: Path) -> None:
     here, so every temporary checkpoint file is its own (the age rule of
     checkpoint.remove_stale_temp_files cannot see this when the resuming process is older than
     the killed one, as a long-lived Python session is)."""
-    for tmp in run_dir.glob(TEMP_PATTERN):
+    for tmp in temp_files(run_dir):
         tmp.unlink(missing_ok=True)
 
 

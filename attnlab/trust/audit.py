@@ -39,16 +39,18 @@ def corpus_people(docs: Sequence[str], max_chars: int = 40) -> list[str]:
     return people
 
 
-def invent_people(docs: Sequence[str], n: int, seed: int = 0) -> list[str]:
+def invent_people(docs: Sequence[str], n: int, seed: int = 0, source: str = "the corpus") -> list[str]:
     """``n`` distinct names "FIRST SURNAME", each part taken from a different corpus person,
-    such that no corpus line contains the full name (seeded, so the same list every time)."""
+    such that no corpus line contains the full name (seeded, so the same list every time).
+    ``source`` names the corpus in the errors."""
     if n <= 0:
         raise ValueError(f"--names must be a positive number of people, got {n}")
     people = corpus_people(docs)
     firsts = sorted({p.split()[0] for p in people})
     surnames = sorted({p.split()[-1] for p in people if not p.split()[-1].endswith(".")})
     if len(firsts) < 2 or len(surnames) < 2:
-        raise ValueError("the corpus has too few people to recombine their names")
+        raise ValueError(f"{source}: too few people to recombine their names ({len(firsts)} first name(s) and "
+                         f"{len(surnames)} surname(s) of {len(people)} people; at least 2 of each are needed)")
     text = "\n".join(docs)
     rng = random.Random(seed)
     names: list[str] = []
@@ -63,7 +65,7 @@ def invent_people(docs: Sequence[str], n: int, seed: int = 0) -> list[str]:
         if name not in text:
             names.append(name)
     if len(names) < n:
-        raise ValueError(f"could invent only {len(names)} names absent from the corpus, not {n}")
+        raise ValueError(f"{source}: could invent only {len(names)} names absent from it, not {n}")
     return names
 
 
