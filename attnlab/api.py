@@ -41,8 +41,8 @@ from .model.checkpoint import CHECKPOINT_NAME, Checkpoint, load_model, save_chec
 from .model.generate import continue_texts
 from .model.gpt import GPT
 from .model.hooks import capturing, hook_names, needs_weights
-from .trust.abstention import DEFAULT_HOLDOUT, DEFAULT_KEEP_RIGHT, Rule, decide, fit_rules, people_of
-from .trust.policy import AbstainPolicy
+from .trust.abstention import Rule, decide, fit_rules, people_of
+from .trust.policy import DEFAULT_HOLDOUT, DEFAULT_KEEP_RIGHT, AbstainPolicy
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,6 @@ import sys
 
 from ..core import bounds, logs, paths
 from ..config.settings import DEFAULT_CORPUS
-from ..data.datasets import read_corpus, read_questions
-from ..data.formats import text_format
 from ..core.outputs import refuse_existing, refuse_inputs
 from . import flags, results, trust
 
@@ -39,6 +37,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _check_evaluate_files(args: argparse.Namespace) -> None:
     """The checkpoint, the question file and where the predictions go, before any decoding."""
+    from ..data.datasets import read_corpus, read_questions
     from ..model.checkpoint import resolve
     from ..model.shipped import output_dir
 
@@ -59,6 +58,7 @@ def _check_evaluate_files(args: argparse.Namespace) -> None:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     from ..api import load
+    from ..data.formats import text_format
     from .asking import answer_lines, evidence_index, record, table
 
     _check_ask_input(args)
@@ -94,6 +94,7 @@ def _check_ask_input(args: argparse.Namespace) -> None:
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
+    from ..data.datasets import read_questions
     from ..training.pipeline import baseline
 
     read_questions(paths.input_file(args.train_file, "--train-file"), labelled=True)

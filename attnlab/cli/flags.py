@@ -15,14 +15,11 @@ import sys
 from typing import Any
 
 from ..core import datafiles
-from ..model.attention import names as attention_names
+from ..model.attention.registry import names as attention_names
 from ..config.settings import (
     DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, PRESETS, ModelConfig, TrainConfig, cli_fields,
-    DEFAULT_PRESET, RENAMED_PRESETS, get_preset
+    DEFAULT_PRESET, RENAMED_PRESETS, RESUMABLE, get_preset
 )
-from ..config.files import read_config_file
-from ..data.datasets import DataError
-from ..core.devices import check_device
 from ..core.paths import PathError
 
 
@@ -83,6 +80,8 @@ def section(parser, title: str):
 
 def device_name(text: str) -> str:
     """argparse type of --device: a device this machine has (devices.check_device)."""
+    from ..core.devices import check_device
+
     try:
         return check_device(text)
     except ValueError as e:
@@ -137,14 +136,12 @@ def resume(parser: argparse.ArgumentParser) -> None:
 
 def resume_or_overwrite(parser: argparse.ArgumentParser) -> None:
     """Training commands: what to do with an output directory that already holds a run
-    (attnlab/training/rundir.py; the flags a resumed run may change are rundir.RESUMABLE)."""
-    from ..training.rundir import resumable_flags
-
+    (attnlab/training/rundir.py; the flags a resumed run may change are settings.RESUMABLE)."""
     group = section(parser, OUTPUT_SECTION).add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true",
                        help="continue the run in the output directory from its checkpoint: the model, "
                             "schedule, data and settings are the checkpoint's (--preset is not used), and "
-                            "a flag given must agree with them, except " + resumable_flags() +
+                            "a flag given must agree with them, except " + ", ".join(map(_flag, RESUMABLE)) +
                             " (--max-steps, --epochs: not ending before the checkpoint's step) (default: off)")
     group.add_argument("--overwrite", action="store_true",
                        help="replace the run in the output directory (checkpoint, metrics.jsonl, "
@@ -224,6 +221,9 @@ def with_config_file(parser: argparse.ArgumentParser, argv: list[str] | None,
     error and exit code 2, as argparse's own errors are."""
     if not getattr(args, "config", None):
         return args
+    from ..config.files import read_config_file
+    from ..data.datasets import DataError
+
     try:
         values = read_config_file(args.config)
     except (DataError, PathError, OSError) as e:

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core import bounds as b
 from ..core.datafiles import DataFile
-from ..data.formats import QA_FORMATS, text_format  # one object per answer format, named by this value
+from ..data.format_names import QA_FORMATS, RECALLING_FORMATS  # the formats: attnlab/data/formats.py
 
 POSITION_SCHEMES = ("learned", "sinusoidal", "none")
 POSITION_MODES = ("add", "concat")
@@ -125,7 +125,7 @@ class ModelConfig(_Serialisable):
         self._check_fields()
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
-        if text_format(self.qa_format).recalls and not 0 < self.recall_chars < self.block_size:
+        if self.qa_format in RECALLING_FORMATS and not 0 < self.recall_chars < self.block_size:
             raise ValueError(f"recall_chars must be between 1 and block_size-1, got {self.recall_chars}")
         if self.position_mode == "concat" and not 0 < self.pos_width < self.n_embd:
             raise ValueError(f"position_dim must be between 1 and n_embd-1, got {self.pos_width}")
@@ -240,6 +240,27 @@ class TrainConfig(_Serialisable):
         if self.mix_ratio > 0 and self.objective != "lm":
             raise ValueError("mix_ratio needs the lm objective (span corruption mixes nothing in)")
 
+
+
+# The training settings a resumed run may change, each with why: they say how long the run
+# goes on, what it logs, and where and how fast the same computation runs (they may change
+# floating-point rounding, as another device does, but never the data, the schedule or the
+# model). Every other setting comes from the checkpoint. Shown in the training commands' help;
+# attnlab/training/rundir.py applies them.
+RESUMABLE: dict[str, str] = {
+    "max_steps": "where the run stops (not before the checkpoint's step); the schedule stays the checkpoint's",
+    "epochs": "likewise",
+    "checkpoint_every": "bookkeeping",
+    "log_every": "bookkeeping",
+    "eval_every": "bookkeeping",
+    "tensorboard": "bookkeeping",
+    "device": "where the run goes on",
+    "compile": "how fast: the same computation",
+    "amp": "precision of the same computation (auto follows the device)",
+    "fast": "how fast: the same function",
+    "length_buckets": "how the batch is cut: the same batch and loss",
+    "micro_batch_size": "how the batch is cut: the same batch and loss",
+}
 
 
 # The course's data files, relative to the checkout (the README's commands run from its root).
