@@ -236,6 +236,31 @@ def _check_question(question: Any, source: str, line: int) -> None:
 
 
 def load(path: str | os.PathLike, device: str = "auto", **overrides: Any) -> LoadedModel:
-    """The model of a run directory or checkpoint file, in eval mode on ``device`` (cpu, cuda or
-    auto). ``overrides`` change config fields that add no parameters (e.g. attention="argmax")."""
+    """Load a trained model: the model of a run directory or checkpoint file, in eval mode,
+    ready to answer questions.
+
+    Args:
+        path: a run directory (holding ``checkpoint.safetensors``), a checkpoint file, or a
+            shipped model such as ``"models/cpu"`` (found from any directory).
+        device: ``"auto"`` (CUDA when there is one), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        **overrides: config fields that add no parameters, e.g. ``attention="argmax"`` to read
+            a vanilla model with hard attention.
+
+    Returns:
+        a ``LoadedModel``: ``ask`` answers a question or a list of them (a list of answers,
+        each with its confidence), ``generate``
+        continues text, ``trace`` and ``edit`` find and correct a fact, ``gpt`` and ``vocab``
+        are the model and its vocabulary.
+
+    Raises:
+        CheckpointError (a ValueError) naming the file when it is missing or damaged.
+
+    Example::
+
+        >>> import attnlab
+        >>> model = attnlab.load("models/cpu")
+        >>> [answer] = model.ask("Where was Alfred Mele born?")
+        >>> answer.answer, round(answer.confidence, 2)
+        ('Detroit', 0.78)
+    """
     return LoadedModel(*load_model(found(path), device, **overrides))
