@@ -310,7 +310,7 @@ def one_line(e: BaseException | str) -> str:
 
 def verbosity(parser: argparse.ArgumentParser) -> None:
     """Every command: how much it says besides its results (attnlab/core/logs.py)."""
-    g = parser.add_argument_group("output").add_mutually_exclusive_group()
+    g = section(parser, OUTPUT_SECTION).add_mutually_exclusive_group()  # one "output" group a command
     g.add_argument("-q", "--quiet", action="store_true",
                    help="print only results, warnings and errors: no progress bars or notes (default: off)")
     g.add_argument("-v", "--verbose", action="store_true",
@@ -328,22 +328,32 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def readable(value: Any) -> str:
+    """A default as help shows it: a float to 3 significant digits (0.17024174327545114 -> 0.17)."""
+    return str(float(f"{value:.3g}")) if isinstance(value, float) else str(value)
+
+
 def _preset_default(field: dataclasses.Field, stages: tuple[str, ...]) -> str:
     """'cpu15: X; ...; spec: Y' for a field across presets (model fields or training stages), or
-    'X in every preset' when they agree."""
+    'X in every preset' when they agree. Finetuning's two stages differ in some presets: their
+    values read 'X from --init, Y from scratch'."""
     parts = []
     for p in PRESETS.values():
         if p.name == "tiny":
             continue
         if not stages:
-            value = p.model.get(field.name, field.default)
+            value = readable(p.model.get(field.name, field.default))
         else:
-            values = {getattr(getattr(p, s), field.name) for s in stages}
-            value = "/".join(str(v) for v in sorted(values, key=str))
-        parts.append((p.name, str(value)))
+            values = [readable(getattr(getattr(p, s), field.name)) for s in stages]
+            value = values[0] if len(set(values)) == 1 else ", ".join(
+                f"{v} {_STAGE_WORDS.get(s, s)}" for v, s in zip(values, stages))
+        parts.append((p.name, value))
     if len({value for _, value in parts}) == 1:
         return f"{parts[0][1]} in every preset"
     return "; ".join(f"{name}: {value}" for name, value in parts)
+
+
+_STAGE_WORDS = {"finetune": "from --init", "finetune_scratch": "from scratch"}
 
 
 def model_flags(parser: argparse.ArgumentParser) -> None:

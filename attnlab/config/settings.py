@@ -324,7 +324,8 @@ _QUICK = Preset(
 # their place (mix_ratio 0.681 = 2,000 of 2,937 lines, each once per epoch).
 _CPU = Preset(
     name="cpu",
-    description="the recipe of the shipped model models/cpu: recall format, lm objective with mixed QA, AdamW",
+    description="the first recall-format recipe (AdamW, every training person mixed in), kept for comparison; "
+                "the shipped model models/cpu is cpu60's",
     expected="about 22 minutes on 2 CPU cores",
     model=dict(block_size=128, n_layer=4, n_head=4, n_embd=128, dropout=0.0, qa_format="recall",
                recall_chars=96),
@@ -391,7 +392,7 @@ _CPU5 = Preset(
 # machine it runs on (at most 80 epochs), so that finetuning ends within the hour.
 _CPU60 = Preset(
     name="cpu60",
-    description="the shipped model's recipe: cpu15 with every training person mixed in and read with swapped "
+    description="the shipped model's recipe (models/cpu): cpu15 with every training person mixed in and read with swapped "
                 "places, 160 characters, 20% held out, fitted to an hour of this machine",
     model={**_CPU.model, "block_size": 192, "recall_chars": 160},
     pretrain=dataclasses.replace(_CPU15.pretrain, mix_ratio=1600 / 2937, mix_people=0, epochs=80, minutes=55.0,

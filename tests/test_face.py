@@ -1,0 +1,62 @@
+"""The face of the tool, as a new user meets it (issue 45, item 6): help texts that say what
+is true and read easily, and a package namespace and docstring that teach."""
+
+from __future__ import annotations
+
+import json
+import pydoc
+from pathlib import Path
+
+import pytest
+
+import attnlab
+from attnlab import cli
+from attnlab.config.settings import PRESETS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _help(*argv: str, capsys) -> str:
+    with pytest.raises(SystemExit):
+        cli.main([*argv, "--help"])
+    return capsys.readouterr().out
+
+
+def test_only_the_recipe_that_made_the_shipped_model_says_so():
+    made_by = json.loads((ROOT / "models/cpu/provenance.json").read_text())["preset"]
+    claim = [p.name for p in PRESETS.values() if "shipped model" in p.description and "cpu60's" not in p.description]
+    assert claim == [made_by] == ["cpu60"]
+
+
+def test_defaults_read_easily(capsys):
+    text = " ".join(_help("pretrain", capsys=capsys).split())
+    assert "0.17024174327545114" not in text and "cpu15: 0.17;" in text  # --mix-ratio, 3 significant digits
+    text = " ".join(_help("finetune", capsys=capsys).split())
+    assert "cpu15: 1/10" not in text and "cpu15: 1 from --init, 10 from scratch" in text  # --epochs
+
+
+@pytest.mark.parametrize("command", ["pretrain", "evaluate", "calibrate", "trace", "ask"])
+def test_one_output_group_a_command(command, capsys):
+    assert _help(command, capsys=capsys).count("\noutput:") == 1
+
+
+def test_abstain_describes_the_modes_it_offers(capsys):
+    text = " ".join(_help("ask", capsys=capsys).split())
+    start = text.index("--abstain {", text.index("abstention (")) 
+    flag = text[start:text.index("--abstain-below P", start + 1)]
+    offered = flag[len("--abstain {"):flag.index("}")].split(",")
+    assert offered == ["off", "auto", "names"]
+    assert "below:" not in flag and all(f"{mode}:" in flag for mode in offered)
+
+
+def test_the_package_lists_its_public_names_only():
+    names = dir(attnlab)
+    assert not {"Any", "TYPE_CHECKING", "importlib"} & set(names)
+    assert set(attnlab.__all__) <= set(names) and "__version__" in names
+    assert all(getattr(attnlab, name) is not None for name in attnlab.__all__)
+
+
+def test_help_of_load_explains_it_with_an_example():
+    text = pydoc.render_doc(attnlab.load, renderer=pydoc.plaintext)
+    assert len(text.splitlines()) > 15
+    assert 'attnlab.load("models/cpu")' in text and "Example" in text
