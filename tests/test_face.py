@@ -16,9 +16,9 @@ from attnlab.config.settings import PRESETS
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _help(*argv: str, capsys) -> str:
+def _help(*argv: str, capsys, flag: str = "--help") -> str:
     with pytest.raises(SystemExit):
-        cli.main([*argv, "--help"])
+        cli.main([*argv, flag])
     return capsys.readouterr().out
 
 
@@ -29,7 +29,7 @@ def test_only_the_recipe_that_made_the_shipped_model_says_so():
 
 
 def test_defaults_read_easily(capsys):
-    text = " ".join(_help("pretrain", capsys=capsys).split())
+    text = " ".join(_help("pretrain", capsys=capsys, flag="--help-all").split())
     assert "0.17024174327545114" not in text and "cpu15: 0.17;" in text  # --mix-ratio, 3 significant digits
     text = " ".join(_help("finetune", capsys=capsys).split())
     assert "cpu15: 1/10" not in text and "cpu15: 1 from --init, 10 from scratch" in text  # --epochs
@@ -60,3 +60,33 @@ def test_help_of_load_explains_it_with_an_example():
     text = pydoc.render_doc(attnlab.load, renderer=pydoc.plaintext)
     assert len(text.splitlines()) > 15
     assert 'attnlab.load("models/cpu")' in text and "Example" in text
+
+
+def _subparser(command: str):
+    import argparse
+
+    parser = cli.build_parser()
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune", "compare", "evaluate", "variants"])
+def test_help_shows_the_common_flags_and_help_all_every_one(command, capsys):
+    import argparse
+
+    short = _help(command, capsys=capsys)
+    with pytest.raises(SystemExit) as done:
+        cli.main([command, "--help-all"])
+    assert done.value.code == 0
+    full = capsys.readouterr().out
+    flags = [s for a in _subparser(command)._actions if a.help != argparse.SUPPRESS for s in a.option_strings]
+    assert [f for f in flags if f not in full] == []
+    assert len(short.splitlines()) < len(full.splitlines())
+    assert "--help-all" in short
+    if command == "pretrain":
+        assert len(short.splitlines()) < 80
+        assert "--mix-ratio" not in short and "--max-steps" in short
+
+
+def test_a_flag_help_leaves_out_still_works():
+    args = cli.build_parser().parse_args(["pretrain", "--mix-ratio", "0.5", "--objective", "lm", "--no-compile"])
+    assert (args.mix_ratio, args.objective, args.compile) == (0.5, "lm", "off")
