@@ -134,7 +134,9 @@ def register(command) -> None:
     p = command("ask", "answer questions typed as arguments or on stdin (each line as soon as it is read), "
                 "with a confidence", cmd_ask)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
-    p.add_argument("questions", nargs="*", help='questions such as "Where was Ada Lovelace born?" (default: read stdin)')
+    # default=[]: without it argparse calls the questions required when none is given (issue 45)
+    p.add_argument("questions", nargs="*", default=[],
+                   help='questions such as "Where was Ada Lovelace born?" (default: none: one per line on stdin)')
     p.add_argument("--evidence", default=DEFAULT_CORPUS.as_written, metavar="CORPUS",
                    help="corpus in which to check whether each answer is stated about the person "
                         f"('' to skip) (default: {DEFAULT_CORPUS.as_written})")

@@ -142,7 +142,7 @@ def _statistics_over(args: argparse.Namespace, model, vocab, suffix: str) -> Non
 def register(command) -> None:
     p = command("generate", "continue prompts (greedy or sampled) and detect loops", cmd_generate)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
-    p.add_argument("prompts", nargs="*", help="prompts (default: one per line on stdin)")
+    p.add_argument("prompts", nargs="*", default=[], help="prompts (default: none: one per line on stdin)")
     p.add_argument("--max-new", type=bounds.positive_int, default=100,
                    help="new characters per prompt (clipped so that the longest prompt plus them fit the block)")
     p.add_argument("--temperature", type=bounds.non_negative_float, default=0.0,
