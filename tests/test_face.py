@@ -90,3 +90,29 @@ def test_help_shows_the_common_flags_and_help_all_every_one(command, capsys):
 def test_a_flag_help_leaves_out_still_works():
     args = cli.build_parser().parse_args(["pretrain", "--mix-ratio", "0.5", "--objective", "lm", "--no-compile"])
     assert (args.mix_ratio, args.objective, args.compile) == (0.5, "lm", "off")
+
+
+def _metrics(directory: Path) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "metrics.jsonl").write_text('{"step": 1, "tokens": 10, "loss": 2.0, "lr": 0.001}\n')
+    return directory
+
+
+def test_plot_labels_runs_of_the_same_name_by_their_directories(tmp_path):
+    from attnlab.experiments.curves import run_labels
+
+    a, b = _metrics(tmp_path / "a" / "pretrain"), _metrics(tmp_path / "b" / "pretrain")
+    c = _metrics(tmp_path / "c" / "finetune")
+    assert run_labels([a, b, c]) == ["a/pretrain", "b/pretrain", "finetune"]
+    assert run_labels([a, a]) == ["pretrain (1)", "pretrain (2)"]
+    assert run_labels([a / "metrics.jsonl"]) == ["pretrain"]
+
+
+def test_ask_without_questions_reads_stdin_as_its_help_says(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["ask"])
+    err = capsys.readouterr().err
+    assert "checkpoint" in err and "questions" not in err  # questions are optional: stdin is read
+    args = cli.build_parser().parse_args(["ask", "models/cpu"])
+    assert args.questions == []
+    assert "one per line on stdin" in _help("ask", capsys=capsys)
