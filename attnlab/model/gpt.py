@@ -72,6 +72,8 @@ class GPT(FastPath, nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd)
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        if self.head.weight.is_meta:  # a layout (checkpoint checks, from_state): no values to draw
+            return
         self.apply(self._init_weights)
         if config.positions == "learned":
             nn.init.normal_(self.pos_emb, mean=0.0, std=0.02)
