@@ -14,8 +14,8 @@ Ctrl-C while torch loads and end quietly (attnlab/__main__.py).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
 from ._version import __version__
 
@@ -36,19 +36,20 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     if name not in _PUBLIC:
         raise AttributeError(f"module 'attnlab' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)
+    value = getattr(_importlib.import_module(_PUBLIC[name], __name__), name)
     globals()[name] = value  # imported once
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    """The public names and the version: no helper of this module, no subpackage."""
+    return sorted([*__all__, "__version__"])
 
 
-if TYPE_CHECKING:  # what type checkers and editors see
+if _typing.TYPE_CHECKING:  # what type checkers and editors see
     from .api import LoadedModel, load
     from .config.settings import GPTConfig, ModelConfig, TrainConfig, get_preset
     from .data.datasets import CharCorruptionDataset, NameDataset, SpanCorruptionDataset

@@ -44,8 +44,8 @@ from .model.checkpoint import CHECKPOINT_NAME, Checkpoint, load_model, save_chec
 from .model.generate import continue_texts
 from .model.gpt import GPT
 from .model.hooks import capturing, hook_names, needs_weights
-from .trust.abstention import DEFAULT_HOLDOUT, DEFAULT_KEEP_RIGHT, Rule, decide, fit_rules, people_of
-from .trust.policy import AbstainPolicy
+from .trust.abstention import Rule, decide, fit_rules, people_of
+from .trust.policy import DEFAULT_HOLDOUT, DEFAULT_KEEP_RIGHT, AbstainPolicy
 
 
 @dataclass(frozen=True)
@@ -254,10 +254,36 @@ def _check_question(question: Any, source: str, line: int) -> None:
 
 def load(path: str | os.PathLike, device: str = "auto", *, facts: str | os.PathLike | None = None,
          **overrides: Any) -> LoadedModel:
-    """The model of a run directory or checkpoint file, in eval mode on ``device`` (cpu, cuda or
-    auto), with the fact set it learned (``model.fact_set``: the one a run of ``attnlab learn``
-    records, or ``facts``, a fact-set folder, which then must be the run's own). ``overrides``
-    change config fields that add no parameters (e.g. attention="argmax")."""
+    """Load a trained model: the model of a run directory or checkpoint file, in eval mode,
+    ready to answer questions.
+
+    Args:
+        path: a run directory (holding ``checkpoint.safetensors``), a checkpoint file, or a
+            shipped model such as ``"models/cpu"`` (found from any directory).
+        device: ``"auto"`` (CUDA when there is one), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        facts: a fact-set folder (docs/guides/your-facts.md) the model is for; by default the
+            one a run of ``attnlab learn`` records (``model.fact_set``). A folder other than the
+            run's own is a DataError.
+        **overrides: config fields that add no parameters, e.g. ``attention="argmax"`` to read
+            a vanilla model with hard attention.
+
+    Returns:
+        a ``LoadedModel``: ``ask`` answers a question or a list of them (a list of answers,
+        each with its confidence), ``generate``
+        continues text, ``trace`` and ``edit`` find and correct a fact, ``gpt`` and ``vocab``
+        are the model and its vocabulary.
+
+    Raises:
+        CheckpointError (a ValueError) naming the file when it is missing or damaged.
+
+    Example::
+
+        >>> import attnlab
+        >>> model = attnlab.load("models/cpu")
+        >>> [answer] = model.ask("Where was Alfred Mele born?")
+        >>> answer.answer, round(answer.confidence, 2)
+        ('Detroit', 0.78)
+    """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"load takes the path of a run directory or a checkpoint file, got {type(path).__name__}")
     model = LoadedModel(*load_model(found(path), device, **overrides))

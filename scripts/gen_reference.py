@@ -10,6 +10,7 @@ import os
 from contextlib import contextmanager
 
 from attnlab import cli
+from attnlab.cli import flags
 from attnlab.config.settings import PRESETS, ModelConfig, TrainConfig, cli_fields
 from attnlab.facts.settings import EditSettings, TraceSettings
 from attnlab.trust.policy import AbstainPolicy
@@ -42,10 +43,10 @@ def cli_markdown() -> str:
     with _columns(HELP_COLUMNS):
         parts = ["# CLI reference", "",
                  "Generated from the `attnlab` argparse parser when the docs are built: every command",
-                 "and flag, exactly as `attnlab COMMAND --help` prints it.", "",
+                 "and flag, exactly as `attnlab COMMAND --help-all` prints it (`--help` shows the common ones).", "",
                  "## attnlab", "", "```text", cli.build_parser().format_help().rstrip(), "```", ""]
         for name, parser in commands().items():
-            parts += [f"## attnlab {name}", "", "```text", parser.format_help().rstrip(), "```", ""]
+            parts += [f"## attnlab {name}", "", "```text", flags.format_help_all(parser).rstrip(), "```", ""]
     return "\n".join(parts)
 
 

@@ -104,3 +104,14 @@ def test_an_edit_of_a_recall_that_filled_its_budget_gives_the_closing_mark_after
         assert target.given == (len(line),) and target.text[len(line)] == MASK_CHAR
         _, y = _target(vocab.encode(target.text), target.prompt_len, "cpu", target.given)
         assert int(y[0, len(line) - 1]) == PAD_ID  # the given mark is not scored
+
+
+def test_the_torch_free_names_are_the_formats():
+    """config/settings.py and --help read the names from data/format_names.py, without torch."""
+    from attnlab.data.format_names import RECALLING_FORMATS
+
+    assert QA_FORMATS == tuple(TEXT_FORMATS)
+    assert RECALLING_FORMATS == {name for name, f in TEXT_FORMATS.items() if f.recalls}
+    from attnlab.data import format_names
+
+    assert format_names.MASK_CHAR == MASK_CHAR

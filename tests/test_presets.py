@@ -36,12 +36,13 @@ def test_the_default_recipes_are_the_ones_that_know():
 
 @pytest.mark.parametrize("command, preset", [("pretrain", "cpu15"), ("compare", "cpu15"), ("demo", "demo")])
 def test_commands_default_to_a_knowledge_preset(command, preset):
-    text = " ".join(_help(command).split())
+    assert f"(default: {preset}); one of {', '.join(PRESETS)}" in " ".join(_help(command).split())
+    text = " ".join(_help(command, "--help-all").split())
     assert f"(default: {preset}); one of:" in text
 
 
 def test_help_lists_each_preset_on_its_own_line_with_size_and_time():
-    text = _help("pretrain")
+    text = _help("pretrain", "--help-all")
     for name, p in PRESETS.items():
         line = next(ln for ln in text.splitlines() if ln.strip().startswith(f"{name}: "))
         assert p.description.split()[0] in line

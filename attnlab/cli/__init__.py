@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         flags.data_dir(p)
         flags.cpu_settings(p)
         flags.verbosity(p)
+        flags.help_all(p)  # every command has flags --help leaves out (--data-dir, --cpu-settings)
     return parser
 
 

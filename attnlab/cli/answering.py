@@ -8,9 +8,6 @@ import sys
 
 from ..core import bounds, logs, paths
 from ..config.settings import DEFAULT_CORPUS
-from ..data.relations import Schema
-from ..data.datasets import read_corpus, read_questions
-from ..data.formats import text_format
 from ..core.outputs import refuse_existing, refuse_inputs
 from . import flags, results, trust
 
@@ -40,6 +37,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _check_evaluate_files(args: argparse.Namespace) -> None:
     """The checkpoint, the question file and where the predictions go, before any decoding."""
+    from ..data.datasets import read_corpus, read_questions
     from ..model.checkpoint import resolve
     from ..model.shipped import output_dir
 
@@ -60,6 +58,8 @@ def _check_evaluate_files(args: argparse.Namespace) -> None:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     from ..api import load
+    from ..data.formats import text_format
+    from ..data.relations import Schema
     from .asking import answer_lines, evidence_index, record, table
 
     _check_ask_input(args)
@@ -96,6 +96,7 @@ def _check_ask_input(args: argparse.Namespace) -> None:
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
+    from ..data.datasets import read_questions
     from ..training.pipeline import baseline
 
     read_questions(paths.input_file(args.train_file, "--train-file"), labelled=True)
@@ -135,7 +136,9 @@ def register(command) -> None:
     p = command("ask", "answer questions typed as arguments or on stdin (each line as soon as it is read), "
                 "with a confidence", cmd_ask)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
-    p.add_argument("questions", nargs="*", help='questions such as "Where was Ada Lovelace born?" (default: read stdin)')
+    # default=[]: without it argparse calls the questions required when none is given (issue 45)
+    p.add_argument("questions", nargs="*", default=[],
+                   help='questions such as "Where was Ada Lovelace born?" (default: none: one per line on stdin)')
     p.add_argument("--evidence", default=DEFAULT_CORPUS.as_written, metavar="CORPUS",
                    help="corpus in which to check whether each answer is stated about the person "
                         f"('' to skip) (default: {DEFAULT_CORPUS.as_written})")

@@ -8,9 +8,8 @@ import dataclasses
 import os
 
 from ..core import bounds, paths
-from ..model.attention import REGISTRY
-from ..model.attention import names as attention_names
-from ..data.datasets import read_corpus, read_questions
+from ..model.attention.registry import VARIANTS
+from ..model.attention.registry import names as attention_names
 from ..core.outputs import refuse_existing
 from . import flags, results
 
@@ -37,6 +36,7 @@ def _publish_rows(args: argparse.Namespace, rows) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from ..data.datasets import read_corpus, read_questions
     from ..experiments.runner import compare
 
     if args.attention is not None:
@@ -62,6 +62,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_variants(args: argparse.Namespace) -> int:
     from ..experiments.variants import format_variant_table, variant_table
+    from ..data.datasets import read_corpus
     from ..data.vocab import Vocab
 
     config = flags.model_config_from(args)
@@ -143,7 +144,7 @@ def _register_compare(command) -> None:
                 "same preset, seeds and data; a markdown table with paired tests and a bar chart", cmd_compare)
     flags.preset(p, "cpu15", "recipe every variant is trained with")
     p.add_argument("--variants", default=None,
-                   help=f"comma-separated variants to train (default: all: {','.join(REGISTRY)})")
+                   help=f"comma-separated variants to train (default: all: {','.join(VARIANTS)})")
     p.add_argument("--seeds", type=bounds.COMPARE_SEEDS.argtype(), default=1,
                    metavar="N",
                    help="train each variant N times (1 to 100), seed k with both stages' --seed plus k (the same seeds for "

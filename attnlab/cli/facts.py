@@ -9,28 +9,20 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
-
 from ..core import bounds, paths
-from ..answering.evaluate import answer_questions
-from ..data.corpus import require_person
-from ..data.datasets import read_corpus, read_qa, read_questions
-from ..facts import trace as tracing
-from ..facts.correction import edit_fact, save_edited_run, training_places, undo_edit
-from ..facts.gated_edit import EditFailed
 from ..facts.settings import EditSettings, TraceSettings
-from ..facts.trace import TraceError
-from ..model.checkpoint import CHECKPOINT_NAME, load_checkpoint, load_model, resolve
-from ..training.rundir import claim
 from . import flags
-from ..core.progress import progress_bar
 from ..core.outputs import refuse_existing, write_output
-from ..model.shipped import output_dir
 from .results import GoalNotMet, add_json_flag, publish
+
+# The library's tracing and editing (and torch with them) are imported when a command runs, so
+# that --help needs no torch.
 
 
 # ---- trace -----------------------------------------------------------------------------------
 def _trace_one(model, vocab, args, out: Path) -> dict:
+    from ..facts import trace as tracing
+
     settings = flags.settings_from(args, TraceSettings)
     t = tracing.trace(model, vocab, args.question, name=args.name, **settings.to_dict())
     p = t.point
@@ -60,6 +52,15 @@ def _trace_one(model, vocab, args, out: Path) -> dict:
 
 
 def _trace_over(model, vocab, args, out: Path) -> dict:
+    import numpy as np
+    
+    from ..answering.evaluate import answer_questions
+    from ..core.progress import progress_bar
+    from ..data.corpus import require_person
+    from ..data.datasets import read_qa
+    from ..facts import trace as tracing
+    from ..facts.trace import TraceError
+
     examples = read_qa(args.over, labelled=True)[: args.limit or None]
     if not examples:
         raise TraceError(f"{args.over}: no questions")
@@ -98,6 +99,8 @@ def _trace_over(model, vocab, args, out: Path) -> dict:
 
 
 def _report_strongest(recovered, labels, name_last) -> None:
+    from ..facts import trace as tracing
+
     for kind, (layer, label, value) in tracing.strongest(recovered, labels).items():
         print(f"strongest {kind} effect: layer {layer} at {label} (recovered {value:.4f})")
     if name_last is not None:
@@ -111,6 +114,11 @@ def _write_json(path: Path, data, overwrite: bool = False) -> None:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
+    from ..data.datasets import read_questions
+    from ..facts.trace import TraceError
+    from ..model.checkpoint import load_model
+    from ..model.shipped import output_dir
+
     if args.question is None and not args.over:
         raise TraceError("give a QUESTION to trace, --over FILE to average, or both")
     if args.question is not None and not args.question.strip():
@@ -138,6 +146,9 @@ def trace_files(args: argparse.Namespace) -> list[str]:
 # ---- edit ------------------------------------------------------------------------------------
 def _new_run_dir(args, source: Path) -> Path:
     """--out-dir, checked: a new run directory, not the original one (nothing is written yet)."""
+    from ..facts.trace import TraceError
+    from ..model.checkpoint import CHECKPOINT_NAME
+
     if not args.out_dir:  # not argparse's required=True, which would refuse the old name --out
         raise TraceError("--out-dir is required: the new run directory for the edited model")
     out = Path(args.out_dir)
@@ -149,6 +160,12 @@ def _new_run_dir(args, source: Path) -> Path:
 
 
 def cmd_edit(args: argparse.Namespace) -> int:
+    from ..data.datasets import read_corpus, read_questions
+    from ..facts.correction import training_places
+    from ..facts.trace import TraceError
+    from ..model.checkpoint import resolve
+    from ..training.rundir import claim
+
     source = resolve(args.checkpoint)
     if args.undo is not None:
         if args.person is not None or args.place is not None:
@@ -174,6 +191,10 @@ def cmd_edit(args: argparse.Namespace) -> int:
 def _edit_into(args: argparse.Namespace, source: Path, out: Path, docs: list[str], places) -> int:
     """The edit of ``cmd_edit``, its checks done and ``out`` held; an edit that does not take
     fails before anything is written (``claim`` then removes the directory it made)."""
+    from ..facts.correction import edit_fact, save_edited_run
+    from ..facts.gated_edit import EditFailed
+    from ..model.checkpoint import load_model
+
     model, vocab, ckpt = load_model(source, device=args.device)
     try:
         edited, report = edit_fact(model, vocab, args.person, args.place, docs, places=places,
@@ -191,6 +212,9 @@ def _edit_into(args: argparse.Namespace, source: Path, out: Path, docs: list[str
 
 def _undo(args, source: Path, out: Path) -> int:
     """A new run directory holding the model with every edit of ``source`` but edit N."""
+    from ..facts.correction import save_edited_run, undo_edit
+    from ..model.checkpoint import load_checkpoint
+
     ckpt = load_checkpoint(source, training_state=False)
     model, meta, record = undo_edit(ckpt, args.undo)
     written = save_edited_run(out, model, ckpt.vocab, meta, None)
@@ -214,6 +238,8 @@ def _check_relation(args: argparse.Namespace, source) -> None:
 
 
 def cmd_edits(args: argparse.Namespace) -> int:
+    from ..model.checkpoint import load_checkpoint
+
     ckpt = load_checkpoint(args.checkpoint, training_state=False)
     if not ckpt.edits:
         print(f"{ckpt.path}: no edits (an unedited model)")

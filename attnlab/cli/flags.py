@@ -16,20 +16,32 @@ from pathlib import Path
 from typing import Any
 
 from ..core import datafiles
-from ..model.attention import names as attention_names
+from ..model.attention.registry import names as attention_names
 from ..config.settings import (
     DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, PRESETS, ModelConfig, TrainConfig, cli_fields,
-    DEFAULT_PRESET, RENAMED_PRESETS, get_preset
+    DEFAULT_PRESET, RENAMED_PRESETS, RESUMABLE, get_preset
 )
-from ..config.files import read_config_file
-from ..data.datasets import DataError
-from ..core.devices import check_device
 from ..core.paths import PathError
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Appends "(default: X)" unless the help text already states its default; a help text
-    with line breaks (a listing) keeps them, each line wrapped on its own."""
+    with line breaks (a listing) keeps them, each line wrapped on its own. The flags marked
+    ``advanced`` (most of the generated model and training flags) are left out of --help and
+    shown by --help-all (``show_all``)."""
+
+    def __init__(self, *args: Any, show_all: bool = False, **kw: Any):
+        super().__init__(*args, **kw)
+        self.show_all = show_all
+
+    def _shown(self, actions) -> list:
+        return [a for a in actions if self.show_all or not getattr(a, "advanced", False)]
+
+    def add_usage(self, usage, actions, groups, prefix=None) -> None:
+        super().add_usage(usage, self._shown(actions), groups, prefix)
+
+    def add_arguments(self, actions) -> None:
+        super().add_arguments(self._shown(actions))
 
     def _split_lines(self, text: str, width: int) -> list[str]:
         if "\n" not in text:
@@ -39,6 +51,9 @@ class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionH
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
+        short = getattr(action, "short_help", None)
+        if short and not self.show_all:  # --help's shorter text; --help-all's is the whole one
+            return short
         if "default" in text:
             return text
         return super()._get_help_string(action)
@@ -110,6 +125,8 @@ def section(parser, title: str):
 
 def device_name(text: str) -> str:
     """argparse type of --device: a device this machine has (devices.check_device)."""
+    from ..core.devices import check_device
+
     try:
         return check_device(text)
     except ValueError as e:
@@ -126,8 +143,9 @@ def preset(parser: argparse.ArgumentParser, default: str = DEFAULT_PRESET, help:
     size, expected time); a retired name is accepted with a note (``resolve_preset``)."""
     listing = "\n".join(f"  {p.summary()}" for p in PRESETS.values()).replace("%", "%%")
     text = help if "(default" in help else f"{help or 'named recipe'} (default: {default})"
-    parser.add_argument("--preset", default=default, type=resolve_preset, choices=list(PRESETS), metavar="NAME",
-                        help=f"{text}; one of:\n{listing}")
+    action = parser.add_argument("--preset", default=default, type=resolve_preset, choices=list(PRESETS),
+                                 metavar="NAME", help=f"{text}; one of:\n{listing}")
+    action.short_help = f"{text}; one of {', '.join(PRESETS)} (--help-all says what each is for)"
 
 
 def resolve_preset(name: str) -> str:
@@ -164,15 +182,15 @@ def resume(parser: argparse.ArgumentParser) -> None:
 
 def resume_or_overwrite(parser: argparse.ArgumentParser) -> None:
     """Training commands: what to do with an output directory that already holds a run
-    (attnlab/training/rundir.py; the flags a resumed run may change are rundir.RESUMABLE)."""
-    from ..training.rundir import resumable_flags
-
+    (attnlab/training/rundir.py; the flags a resumed run may change are settings.RESUMABLE)."""
     group = section(parser, OUTPUT_SECTION).add_mutually_exclusive_group()
-    group.add_argument("--resume", action="store_true",
+    resume = group.add_argument("--resume", action="store_true",
                        help="continue the run in the output directory from its checkpoint: the model, "
                             "schedule, data and settings are the checkpoint's (--preset is not used), and "
-                            "a flag given must agree with them, except " + resumable_flags() +
+                            "a flag given must agree with them, except " + ", ".join(map(_flag, RESUMABLE)) +
                             " (--max-steps, --epochs: not ending before the checkpoint's step) (default: off)")
+    resume.short_help = ("continue the run in the output directory from its checkpoint, with its settings "
+                         "(--help-all: the flags it may change) (default: off)")
     group.add_argument("--overwrite", action="store_true",
                        help="replace the run in the output directory (checkpoint, metrics.jsonl, "
                             "config.json); without --resume or --overwrite a directory holding a "
@@ -188,13 +206,14 @@ def overwrite(parser: argparse.ArgumentParser, what: str) -> None:
 
 def mixing(parser: argparse.ArgumentParser) -> None:
     """What lm pretraining may mix in, and what it never may."""
-    parser.add_argument("--mix-qa", default=None, metavar="FILE",
+    mix = parser.add_argument("--mix-qa", default=None, metavar="FILE",
                         help="question<TAB>place file mixed into lm pretraining; needs --mix-ratio > 0 (given "
                              "without it, an error: it would mix nothing); its questions may not be asked in a "
                              f"--held-out file (default: {DEFAULT_TRAIN.as_written} when --mix-ratio > 0)")
-    parser.add_argument("--held-out", nargs="*", default=[DEFAULT_DEV.as_written, DEFAULT_TEST.as_written],
-                        metavar="FILE",
-                        help="evaluation files whose people may never be mixed into training")
+    held = parser.add_argument("--held-out", nargs="*", default=[DEFAULT_DEV.as_written, DEFAULT_TEST.as_written],
+                               metavar="FILE",
+                               help="evaluation files whose people may never be mixed into training")
+    mix.advanced = held.advanced = True  # --help-all: lm pretraining's mix (--mix-ratio is there too)
 
 
 def mix_qa_file(args: argparse.Namespace, config: TrainConfig) -> str:
@@ -234,10 +253,11 @@ def attention_view(parser: argparse.ArgumentParser) -> None:
 
 def data_dir(parser: argparse.ArgumentParser) -> None:
     """Every command: where ``data/NAME`` paths are read (resolve_data_paths, datafiles.py)."""
-    section(parser, DATA_SECTION).add_argument("--data-dir", default=None, metavar="DIR",
+    action = section(parser, DATA_SECTION).add_argument("--data-dir", default=None, metavar="DIR",
                         help="directory holding the data files: data/NAME options read DIR/NAME "
                              f"(or ${datafiles.DATA_DIR_ENV}) (default: ./data if present, else the "
                              "installed package's data)")
+    action.advanced = True  # --help-all
 
 
 OUTPUT_OPTIONS = {"out_dir", "predictions", "image"}
@@ -310,9 +330,10 @@ def resolve_data_paths(args: argparse.Namespace) -> None:
 
 def config_file(parser: argparse.ArgumentParser) -> None:
     """Training commands: a run's settings as defaults (with_config_file, config_file.py)."""
-    parser.add_argument("--config", default=None, metavar="FILE",
-                        help="settings from a run's config.json (or TOML of the same shape); flags "
-                             "given on the command line override them (default: none)")
+    action = parser.add_argument("--config", default=None, metavar="FILE",
+                                 help="settings from a run's config.json (or TOML of the same shape); flags "
+                                      "given on the command line override them (default: none)")
+    action.advanced = True  # --help-all
 
 
 def with_config_file(parser: argparse.ArgumentParser, argv: list[str] | None,
@@ -323,6 +344,9 @@ def with_config_file(parser: argparse.ArgumentParser, argv: list[str] | None,
     error and exit code 2, as argparse's own errors are."""
     if not getattr(args, "config", None):
         return args
+    from ..config.files import read_config_file
+    from ..data.datasets import DataError
+
     try:
         values = read_config_file(args.config)
     except (DataError, PathError, OSError) as e:
@@ -409,7 +433,7 @@ def one_line(e: BaseException | str) -> str:
 
 def verbosity(parser: argparse.ArgumentParser) -> None:
     """Every command: how much it says besides its results (attnlab/core/logs.py)."""
-    g = parser.add_argument_group("output").add_mutually_exclusive_group()
+    g = section(parser, OUTPUT_SECTION).add_mutually_exclusive_group()  # one "output" group a command
     g.add_argument("-q", "--quiet", action="store_true",
                    help="print only results, warnings and errors: no progress bars or notes (default: off)")
     g.add_argument("-v", "--verbose", action="store_true",
@@ -417,9 +441,10 @@ def verbosity(parser: argparse.ArgumentParser) -> None:
 
 
 def cpu_settings(parser: argparse.ArgumentParser) -> None:
-    section(parser, MACHINE_SECTION).add_argument("--cpu-settings", action=argparse.BooleanOptionalAction, default=True,
+    action = section(parser, MACHINE_SECTION).add_argument("--cpu-settings", action=argparse.BooleanOptionalAction, default=True,
                         help="apply the process-wide CPU settings first: flush denormals, keep freed "
                              "memory (attnlab/core/cpu_settings.py) (default: on)")
+    action.advanced = True  # --help-all
 
 
 # ---- flags generated from the config dataclasses ---------------------------------------------
@@ -427,22 +452,72 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def readable(value: Any) -> str:
+    """A default as help shows it: a float to 3 significant digits (0.17024174327545114 -> 0.17)."""
+    return str(float(f"{value:.3g}")) if isinstance(value, float) else str(value)
+
+
 def _preset_default(field: dataclasses.Field, stages: tuple[str, ...]) -> str:
     """'cpu15: X; ...; spec: Y' for a field across presets (model fields or training stages), or
-    'X in every preset' when they agree."""
+    'X in every preset' when they agree. Finetuning's two stages differ in some presets: their
+    values read 'X from --init, Y from scratch'."""
     parts = []
     for p in PRESETS.values():
         if p.name == "tiny":
             continue
         if not stages:
-            value = p.model.get(field.name, field.default)
+            value = readable(p.model.get(field.name, field.default))
         else:
-            values = {getattr(getattr(p, s), field.name) for s in stages}
-            value = "/".join(str(v) for v in sorted(values, key=str))
-        parts.append((p.name, str(value)))
+            values = [readable(getattr(getattr(p, s), field.name)) for s in stages]
+            value = values[0] if len(set(values)) == 1 else ", ".join(
+                f"{v} {_STAGE_WORDS.get(s, s)}" for v, s in zip(values, stages))
+        parts.append((p.name, value))
     if len({value for _, value in parts}) == 1:
         return f"{parts[0][1]} in every preset"
     return "; ".join(f"{name}: {value}" for name, value in parts)
+
+
+_STAGE_WORDS = {"finetune": "from --init", "finetune_scratch": "from scratch"}
+
+
+# The generated flags --help shows; --help-all shows every one (issue 45: pretrain --help was
+# 343 lines). The rest keep their defaults from --preset, and a --config file may set any of them.
+COMMON_FIELDS = {"attention", "qa_format", "epochs", "max_steps", "minutes", "batch_size", "learning_rate", "seed"}
+SHORT_HELP = {  # --help's text of a common flag whose whole text is long (--help-all shows that)
+    "max_steps": "stop after this many optimiser steps of the full schedule (resumable to more steps; "
+                 "0 = run all epochs)",
+    "minutes": "fit pretraining into this many minutes of training on this machine (0 = run all --epochs)",
+    "qa_format": "how the model answers: direct or recall (--help-all says how each works)",
+}
+
+
+class HelpAll(argparse.Action):
+    """--help-all: the command's help with every flag, then exit (as --help does)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(format_help_all(parser), end="", file=sys.stdout)
+        parser.exit()
+
+
+def format_help_all(parser: argparse.ArgumentParser) -> str:
+    """A command's help with every flag (--help-all; the CLI reference, scripts/gen_reference.py)."""
+    kept = parser.formatter_class
+    parser.formatter_class = lambda prog: Formatter(prog, show_all=True)
+    try:
+        return parser.format_help()
+    finally:
+        parser.formatter_class = kept
+
+
+def help_all(parser: argparse.ArgumentParser) -> None:
+    """--help-all on a command that has flags --help leaves out."""
+    if any(getattr(a, "advanced", False) for a in parser._actions):
+        parser.add_argument("--help-all", action=HelpAll,
+                            help="show every option: --help shows the common ones (the model and training "
+                             "settings it leaves out keep their defaults from --preset)")
 
 
 def model_flags(parser: argparse.ArgumentParser) -> None:
@@ -475,16 +550,25 @@ def _add_field(group, f: dataclasses.Field, default_text: str) -> None:
     bound (a number) or choices (a name), so a bad value is refused as it is parsed."""
     help_text = f"{f.metadata['help']} (default: {default_text})"
     if f.type in ("bool", bool):
-        group.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
-                           default=None, help=help_text)
+        added = [group.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
+                                    default=None, help=help_text)]
     else:
         choices = _CHOICES[f.name]() if f.name in _CHOICES else f.metadata.get("choices")
         kind = f.metadata["bound"].argtype() if "bound" in f.metadata else str
-        group.add_argument(_flag(f.name), dest=f.name, type=kind, default=None, choices=choices,
-                           metavar=None if choices else f.name.upper(), help=help_text)
+        added = [group.add_argument(_flag(f.name), dest=f.name, type=kind, default=None, choices=choices,
+                                    metavar=None if choices else f.name.upper(), help=help_text)]
         if f.name in _SWITCHES:
-            group.add_argument(_flag(f"no_{f.name}"), dest=f.name, action="store_const", const="off",
-                               help=f"shorthand for {_flag(f.name)} off (default: {default_text})")
+            added.append(group.add_argument(_flag(f"no_{f.name}"), dest=f.name, action="store_const", const="off",
+                                            help=f"shorthand for {_flag(f.name)} off (default: {default_text})"))
+    for action in added:
+        action.advanced = f.name not in COMMON_FIELDS  # --help-all only
+        if f.name in SHORT_HELP:
+            action.short_help = f"{SHORT_HELP[f.name]} (default: {default_text})"
+        if "; " in default_text:  # --help: the default preset's value; --help-all: every preset's
+            ours = next((v for v in default_text.split("; ") if v.startswith(f"{DEFAULT_PRESET}: ")), None)
+            if ours:
+                action.short_help = (getattr(action, "short_help", None) or action.help).replace(
+                    default_text, f"from --preset; {ours}")
 
 
 def overrides(args: argparse.Namespace, cls: type) -> dict[str, Any]:

@@ -10,13 +10,13 @@ from pathlib import Path
 from ..core import bounds, paths
 from .. import explore
 from ..core.outputs import refuse_existing
-from ..model.shipped import output_dir
-from ..data.datasets import read_texts
-from ..data.vocab import MASK_CHAR, visible
+from ..data.format_names import MASK_CHAR
 from . import flags
 
 
 def _prompts_from_file(path: str, prompt_chars: int, limit: int) -> list[str]:
+    from ..data.datasets import read_texts
+
     texts = read_texts(path)
     if not texts:
         raise ValueError(f"{path}: no prompts")
@@ -27,6 +27,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from ..model.checkpoint import load_model
     from ..core.devices import resolve_device
     from ..model.generate import continue_texts
+    from ..data.vocab import visible
     from ..probing.loops import find_loop
 
     if args.loops:
@@ -58,6 +59,7 @@ def _decoding(args: argparse.Namespace) -> str:
 
 def _survey_loops(args: argparse.Namespace, model, vocab) -> int:
     """generate --loops: how often greedy continuations of a file's lines loop."""
+    from ..data.vocab import visible
     from ..probing.loops import survey_loops
 
     prompts = _prompts_from_file(args.loops, args.prompt_chars, args.limit)
@@ -112,6 +114,8 @@ def cmd_attention(args: argparse.Namespace) -> int:
 
 def _check_attention_inputs(args: argparse.Namespace) -> None:
     """Before the model is loaded: something to do, the text, --out-dir and --over."""
+    from ..model.shipped import output_dir
+
     if args.text is None and not args.over:
         raise ValueError("give a TEXT to draw, --over FILE to average statistics, or both")
     if args.text is not None:
@@ -124,6 +128,7 @@ def _check_attention_inputs(args: argparse.Namespace) -> None:
 
 def _statistics_over(args: argparse.Namespace, model, vocab, suffix: str) -> None:
     """attention --over FILE: the per-head statistics averaged over its texts."""
+    from ..data.datasets import read_texts
     from ..probing.attention_maps import statistics_over, statistics_table
 
     texts = [t + suffix for t in read_texts(args.over)][: args.limit or None]
@@ -137,7 +142,7 @@ def _statistics_over(args: argparse.Namespace, model, vocab, suffix: str) -> Non
 def register(command) -> None:
     p = command("generate", "continue prompts (greedy or sampled) and detect loops", cmd_generate)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
-    p.add_argument("prompts", nargs="*", help="prompts (default: one per line on stdin)")
+    p.add_argument("prompts", nargs="*", default=[], help="prompts (default: none: one per line on stdin)")
     p.add_argument("--max-new", type=bounds.positive_int, default=100,
                    help="new characters per prompt (clipped so that the longest prompt plus them fit the block)")
     p.add_argument("--temperature", type=bounds.non_negative_float, default=0.0,

@@ -10,7 +10,6 @@ import socket
 import sys
 
 from ..core import bounds, logs, paths
-from ..data.datasets import read_corpus, read_qa, read_questions
 from . import flags, trust
 
 LOOPBACK = "127.0.0.1"
@@ -43,6 +42,7 @@ def build_lab(args: argparse.Namespace):
     """The runs (read before anything is served), the data files and the abstention rules."""
     from ..api import load
     from ..answering.knowledge import require_person
+    from ..data.datasets import read_corpus, read_qa, read_questions
     from ..data.relations import COURSE
     from ..serve.lab import Lab, Run
 

@@ -9,11 +9,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..core import logs, paths
-from ..model.checkpoint import CHECKPOINT_NAME
 from ..config.settings import DEFAULT_PRESET, PRESETS, ModelConfig, TrainConfig
-from ..data.datasets import read_corpus, read_qa, read_questions
 from . import flags
-from .summary import training_summary
 
 
 def _main_log(env, say: Callable[[str], None] = logs.note) -> Callable[[str], None]:
@@ -29,6 +26,7 @@ def _configs(args: argparse.Namespace, stage: str, run_dir: Path, device: str
     if not args.resume:
         model = None if stage == "finetune" else flags.model_config_from(args)
         return model, dataclasses.replace(flags.train_config_from(args, stage), device=device)
+    from ..model.checkpoint import CHECKPOINT_NAME
     from ..training import rundir
 
     ckpt = rundir.resumable(run_dir, "finetune" if stage.startswith("finetune") else stage)
@@ -39,6 +37,7 @@ def _configs(args: argparse.Namespace, stage: str, run_dir: Path, device: str
 def cmd_pretrain(args: argparse.Namespace) -> int:
     from ..core import distributed
     from ..training.pipeline import pretrain
+    from .summary import training_summary
 
     run_dir = Path(args.out_dir or f"runs/pretrain-{args.attention or 'vanilla'}")
     args.out_dir = str(run_dir)
@@ -70,6 +69,8 @@ def _with_fact_set(args: argparse.Namespace, model_config: ModelConfig | None
 
 def _check_pretrain_files(args: argparse.Namespace, config: TrainConfig) -> None:
     """Every file pretraining reads, and its output directory, before anything is written."""
+    from ..data.datasets import read_corpus, read_qa, read_questions
+
     read_corpus(paths.input_file(args.corpus, "--corpus"))
     if config.mix_ratio > 0:
         read_questions(paths.input_file(args.mix_qa, "--mix-qa"), labelled=True)
@@ -83,6 +84,7 @@ def _check_pretrain_files(args: argparse.Namespace, config: TrainConfig) -> None
 def cmd_finetune(args: argparse.Namespace) -> int:
     from ..core import distributed
     from ..training.pipeline import evaluate_file, finetune
+    from .summary import training_summary
 
     stage = "finetune" if args.init else "finetune_scratch"
     args.preset = args.preset or (run_recipe(args.init) if args.init else DEFAULT_PRESET)
@@ -131,6 +133,7 @@ def _check_finetune_files(args: argparse.Namespace) -> None:
     """Every file finetuning reads, and its output directory, before anything is written. The
     corpus is read from scratch (it defines the vocabulary), and from --init only for some runs
     (the recall format), so there it may be missing."""
+    from ..data.datasets import read_corpus, read_questions
     from ..model.checkpoint import resolve
 
     if args.init:

@@ -10,12 +10,8 @@ import dataclasses
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..trust.abstention import DEFAULT_HOLDOUT, Rule, decide, people_of
-from ..trust.calibrate import auroc_text
-from ..trust.calibration import N_BINS, check_probability
-from ..trust.policy import MODES, AbstainPolicy
+from ..trust.policy import DEFAULT_HOLDOUT, MODE_HELP, AbstainPolicy
 from ..core import bounds, logs, paths
-from ..data.datasets import read_corpus, read_questions
 from ..core.outputs import refuse_existing
 from . import flags, tables
 from .results import add_json_flag, publish
@@ -42,9 +38,11 @@ def add_abstain_flags(parser: argparse.ArgumentParser, default: str = "off") -> 
         kind = f.metadata["bound"].kind if "bound" in f.metadata else str
         options = dict(dest=_dest(f), type=kind, default=f.default, metavar=f.metadata.get("metavar"),
                        help=f.metadata["help"])
-        if f.name == "mode":
-            options.update(choices=[m for m in MODES if m != "below"], default=None,
-                           help=f"(default: {shown}) {f.metadata['help']}")
+        if f.name == "mode":  # below is chosen by its threshold, --abstain-below P, so not offered here
+            offered = {mode: text for mode, text in MODE_HELP.items() if mode != "below"}
+            modes = "; ".join(f"{mode}: {text}" for mode, text in offered.items())
+            options.update(choices=list(offered), default=None,
+                           help=f"(default: {shown}) {modes} (a confidence threshold alone: --abstain-below P)")
         g.add_argument(_flag(f), **options)
 
 
@@ -59,6 +57,8 @@ def _dest(f: dataclasses.Field) -> str:
 
 def check_abstain_flags(args: argparse.Namespace) -> None:
     """Refuse bad abstention flags before any work is done (ValueError: exit 2)."""
+    from ..trust.calibration import check_probability
+
     if args.abstain_below is not None:
         check_probability(args.abstain_below, "--abstain-below")
         if args.abstain in ("auto", "names"):
@@ -70,6 +70,8 @@ def check_abstain_flags(args: argparse.Namespace) -> None:
 
 def check_abstain_files(args: argparse.Namespace) -> None:
     """The file a fitted rule is fitted on (--abstain auto or names), before any work is done."""
+    from ..data.datasets import read_questions
+
     if abstain_mode(args) in ("auto", "names", "run"):
         read_questions(paths.input_file(args.holdout_file, "--holdout-file"), labelled=True)
 
@@ -118,15 +120,18 @@ def policy_from_args(args: argparse.Namespace) -> AbstainPolicy:
     return AbstainPolicy(**{**values, "mode": "auto" if mode == "run" else mode})
 
 
-def rule_from_args(args: argparse.Namespace, model, vocab, run: str, meta: dict, log: Log) -> Rule | None:
+def rule_from_args(args: argparse.Namespace, model, vocab, run: str, meta: dict, log: Log):
+    """The rule (trust/abstention.py ``Rule``) the abstention flags ask for, or None."""
     policy = policy_from_args(args)
     if policy.mode in ("auto", "names"):
         holdout_fraction_for(args, run, meta, log)  # says when the run does not record its held-out people
     return policy.rule(model, vocab, meta)
 
 
-def _given(args, answers) -> tuple[Rule | None, list[bool]]:
+def _given(args, answers) -> tuple:
+    """The rule (or None) and whether each answer is given."""
     from ..model.checkpoint import load_model
+    from ..trust.abstention import decide, people_of
     from ..core.devices import resolve_device
 
     model, vocab, ckpt = load_model(args.checkpoint, device=str(resolve_device(getattr(args, "device", "auto"))))
@@ -177,7 +182,7 @@ def read_qa_labels(path) -> list[str | None]:
     return [e.answer for e in read_qa(path)]
 
 
-def abstention_figures(rule: Rule, given: Sequence[bool], answers, labels: Sequence[str | None]) -> dict:
+def abstention_figures(rule, given: Sequence[bool], answers, labels: Sequence[str | None]) -> dict:
     """How a rule's abstention fares on a question file: ``answered``, ``abstained``, and
     ``answered_correct`` (right among the answered; None without labels)."""
     k = sum(given)
@@ -207,6 +212,7 @@ def given_in_ask(args: argparse.Namespace, model, log: Log | None = None) -> Cal
         return lambda answers: [True] * len(answers)
     rule = rule_from_args(args, model.gpt, model.vocab, args.checkpoint, model.checkpoint.meta, log)
     log(rule.describe())
+    from ..trust.abstention import decide, people_of
 
     def given(answers: Sequence) -> list[bool]:
         names = people_of(answers_as_examples(answers), model.gpt) if rule.needs_familiarity else [""] * len(answers)
@@ -219,6 +225,7 @@ def given_in_ask(args: argparse.Namespace, model, log: Log | None = None) -> Cal
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..model.checkpoint import load_model
     from ..core.devices import resolve_device
+    from ..trust.abstention import Rule
     from ..trust.calibrate import CALIBRATE_FILES, calibrate
 
     check_abstain_flags(args)
@@ -245,7 +252,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _labelled(path) -> list:
     """calibrate's question file: every line labelled, to tell right from wrong."""
-    from ..data.datasets import DataError
+    from ..data.datasets import DataError, read_questions
 
     examples = read_questions(paths.input_file(path, "--eval-file"))
     unlabelled = next((e for e in examples if e.answer is None), None)
@@ -271,6 +278,9 @@ def _share(k: int, n: int) -> str:
 
 
 def report_lines(report: dict) -> list[str]:
+    from ..trust.calibrate import auroc_text
+    from ..trust.calibration import N_BINS
+
     overall = report["right"] / report["total"]
     lines = [f"ECE ({N_BINS} equal-width bins): {report['ece']:.3f}",
              f"AUROC of confidence, right vs wrong: {auroc_text(report['auroc'])}",
@@ -288,7 +298,7 @@ def report_lines(report: dict) -> list[str]:
 def cmd_audit(args: argparse.Namespace) -> int:
     from ..trust.audit import AUDIT_FILES, audit, invent_people
     from ..model.checkpoint import load_model
-    from ..data.datasets import documents, read_qa
+    from ..data.datasets import documents, read_corpus, read_qa, read_questions
 
     _check_names(args.names)
     check_abstain_flags(args)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core import bounds as b
 from ..core.datafiles import DataFile
-from ..data.formats import QA_FORMATS, text_format  # one object per answer format, named by this value
+from ..data.format_names import QA_FORMATS, RECALLING_FORMATS  # the formats: attnlab/data/formats.py
 
 POSITION_SCHEMES = ("learned", "sinusoidal", "none")
 POSITION_MODES = ("add", "concat")
@@ -140,7 +140,7 @@ class ModelConfig(_Serialisable):
         object.__setattr__(self, "relations", tuple(tuple(p) for p in self.relations))  # JSON gives lists
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
-        if text_format(self.qa_format).recalls and not 0 < self.recall_chars < self.block_size:
+        if self.qa_format in RECALLING_FORMATS and not 0 < self.recall_chars < self.block_size:
             raise ValueError(f"recall_chars must be between 1 and block_size-1, got {self.recall_chars}")
         if self.position_mode == "concat" and not 0 < self.pos_width < self.n_embd:
             raise ValueError(f"position_dim must be between 1 and n_embd-1, got {self.pos_width}")
@@ -257,6 +257,27 @@ class TrainConfig(_Serialisable):
 
 
 
+# The training settings a resumed run may change, each with why: they say how long the run
+# goes on, what it logs, and where and how fast the same computation runs (they may change
+# floating-point rounding, as another device does, but never the data, the schedule or the
+# model). Every other setting comes from the checkpoint. Shown in the training commands' help;
+# attnlab/training/rundir.py applies them.
+RESUMABLE: dict[str, str] = {
+    "max_steps": "where the run stops (not before the checkpoint's step); the schedule stays the checkpoint's",
+    "epochs": "likewise",
+    "checkpoint_every": "bookkeeping",
+    "log_every": "bookkeeping",
+    "eval_every": "bookkeeping",
+    "tensorboard": "bookkeeping",
+    "device": "where the run goes on",
+    "compile": "how fast: the same computation",
+    "amp": "precision of the same computation (auto follows the device)",
+    "fast": "how fast: the same function",
+    "length_buckets": "how the batch is cut: the same batch and loss",
+    "micro_batch_size": "how the batch is cut: the same batch and loss",
+}
+
+
 # The course's data files, relative to the checkout (the README's commands run from its root).
 DATA = DataFile("data")  # resolved when used: from any directory, or --data-dir (datafiles.py)
 DEFAULT_CORPUS = DATA / "wiki.txt"
@@ -318,7 +339,8 @@ _QUICK = Preset(
 # their place (mix_ratio 0.681 = 2,000 of 2,937 lines, each once per epoch).
 _CPU = Preset(
     name="cpu",
-    description="the recipe of the shipped model models/cpu: recall format, lm objective with mixed QA, AdamW",
+    description="the first recall-format recipe (AdamW, every training person mixed in), kept for comparison; "
+                "the shipped model models/cpu is cpu60's",
     expected="about 22 minutes on 2 CPU cores",
     model=dict(block_size=128, n_layer=4, n_head=4, n_embd=128, dropout=0.0, qa_format="recall",
                recall_chars=96),
@@ -384,7 +406,7 @@ _CPU5 = Preset(
 # machine it runs on (at most 80 epochs), so that finetuning ends within the hour.
 _CPU60 = Preset(
     name="cpu60",
-    description="the shipped model's recipe: cpu15 with every training person mixed in and read with swapped "
+    description="the shipped model's recipe (models/cpu): cpu15 with every training person mixed in and read with swapped "
                 "places, 160 characters, 20% held out, fitted to an hour of this machine",
     model={**_CPU.model, "block_size": 192, "recall_chars": 160},
     pretrain=dataclasses.replace(_CPU15.pretrain, mix_ratio=1600 / 2937, mix_people=0, epochs=80, minutes=55.0,

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 PAD_CHAR = "\u25a1"  # □, id 0: padding; PAD targets are ignored by the loss
-MASK_CHAR = "\u2047"  # ⁇, id 1: span-corruption mask and QA sentinel
+MASK_CHAR = "\u2047"  # ⁇, id 1: span-corruption mask and QA sentinel (also in format_names.py, without torch)
 PAD_ID = 0
 MASK_ID = 1
 

@@ -131,11 +131,44 @@ def training_figure(runs: list[RunMetrics]):
     return fig
 
 
+def run_labels(runs: list[str | Path]) -> list[str]:
+    """Each run's legend label: its directory's name, with as many parent directories as it
+    takes to tell runs of the same name apart (runs/a/pretrain and runs/b/pretrain: a/pretrain,
+    b/pretrain); the same run given twice keeps its own label, numbered."""
+    parts = [_label_parts(r) for r in runs]
+    depth = [1] * len(parts)
+    while True:
+        labels = ["/".join(p[-d:]) for p, d in zip(parts, depth)]
+        clash = [i for i, label in enumerate(labels) if depth[i] < len(parts[i])
+                 and any(other == label and parts[j] != parts[i] for j, other in enumerate(labels))]
+        if not clash:
+            break
+        for i in clash:
+            depth[i] += 1
+    seen: dict[str, int] = {}
+    numbered = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        numbered.append(f"{label} ({seen[label]})" if labels.count(label) > 1 else label)
+    return numbered
+
+
+def _label_parts(run: str | Path) -> list[str]:
+    """The directories of a run's path, to its name (a metrics file: its run directory's, or its stem)."""
+    path = metrics_path(run).resolve()
+    named = path.parent if path.name == METRICS_NAME else path.with_suffix("")
+    return [p for p in named.parts if p not in ("/", "")] or [named.name]
+
+
 def plot_runs(runs: list[str | Path], out: str | Path) -> Path:
-    """Draw the runs' training curves into ``out`` (PNG, or any format matplotlib knows)."""
+    """Draw the runs' training curves into ``out`` (PNG, or any format matplotlib knows), each
+    labelled by its run directory's name (``run_labels``)."""
     plt = pyplot()
 
-    fig = training_figure([read_metrics(r) for r in runs])
+    metrics = [read_metrics(r) for r in runs]
+    for m, label in zip(metrics, run_labels(runs)):
+        m.name = label
+    fig = training_figure(metrics)
     out = save_figure(fig, out, dpi=100)
     plt.close(fig)
     return out

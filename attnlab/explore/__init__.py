@@ -13,15 +13,29 @@ from __future__ import annotations
 
 import argparse
 
-from ..core import bounds
-from ..core.paths import output_dir
+import importlib
+import typing
 
-# Importing a theme registers its topics: this order is the order of the notes (and of `all`).
-from . import one_head, heads, architecture  # noqa: F401,I001
-from .architecture import constructed_picks, dependency_sets, fit_relative_bias, sinusoidal_positions
-from .base import DTYPE, NEEDS, TOPICS, ExploreError, ExploreOptions, TopicResult, requirements
-from .heads import KEY_NOISE, routing_setup, sample_keys, self_attention, temperature_tolerance
-from .one_head import average_weight, average_weight_fast
+from ..core import bounds
+from ..core.lazy import exports
+from ..core.paths import output_dir
+from .options import ExploreError, ExploreOptions
+
+if typing.TYPE_CHECKING:  # what type checkers and editors see
+    from .architecture import constructed_picks, dependency_sets, fit_relative_bias, sinusoidal_positions
+    from .base import DTYPE, NEEDS, TOPICS, TopicResult
+    from .heads import KEY_NOISE, routing_setup, sample_keys, self_attention, temperature_tolerance
+    from .one_head import average_weight, average_weight_fast
+
+# Each theme's module and its topics, in the order of the notes (and of `all`). Importing a theme
+# (with torch) registers its topics; that is done when a topic is run or looked up, so that the
+# command line lists the topics without torch (tests/test_explore.py checks this list).
+THEMES = {
+    "one_head": ("copy", "average", "project"),
+    "heads": ("single-vs-multi-head", "routing", "temperature"),
+    "architecture": ("merged-qk", "receptive-field", "positions"),
+}
+TOPIC_NAMES = tuple(name for names in THEMES.values() for name in names)
 
 __all__ = [
     "ExploreError", "ExploreOptions", "TopicResult", "TOPICS", "NEEDS", "DTYPE", "run_topics", "validate",
@@ -30,17 +44,42 @@ __all__ = [
     "average_weight", "average_weight_fast", "KEY_NOISE",
 ]
 
+_DEFINED_IN = {
+    **dict.fromkeys(["constructed_picks", "dependency_sets", "fit_relative_bias", "sinusoidal_positions"],
+                    ".architecture"),
+    **dict.fromkeys(["DTYPE", "NEEDS", "TOPICS", "TopicResult", "requirements"], ".base"),
+    **dict.fromkeys(["KEY_NOISE", "routing_setup", "sample_keys", "self_attention", "temperature_tolerance"],
+                    ".heads"),
+    **dict.fromkeys(["average_weight", "average_weight_fast"], ".one_head"),
+}
+_exported, __dir__ = exports(__name__, _DEFINED_IN, __all__)
+
+
+def __getattr__(name: str) -> typing.Any:
+    """The topics and helpers, with every theme imported first (so TOPICS holds every topic)."""
+    if name in _DEFINED_IN:
+        for theme in THEMES:
+            importlib.import_module(f".{theme}", __name__)
+        topics = importlib.import_module(".base", __name__).TOPICS
+        if list(topics) != list(TOPIC_NAMES):  # a theme imported on its own first: the notes' order
+            ordered = {topic: topics[topic] for topic in TOPIC_NAMES}
+            topics.clear()
+            topics.update(ordered)
+    return _exported(name)
+
+
 def validate(names: list[str] | None, options: ExploreOptions) -> list[str]:
     """Error messages for options that make one of the selected topics meaningless."""
+    requirements = __getattr__("requirements")
     return [e for name in _resolve(names) for e in requirements(name, options)]
 
 
 def _resolve(names: list[str] | None) -> list[str]:
     if not names or names == ["all"] or "all" in names:
-        return list(TOPICS)
-    unknown = [name for name in names if name not in TOPICS]
+        return list(TOPIC_NAMES)
+    unknown = [name for name in names if name not in TOPIC_NAMES]
     if unknown:
-        raise ExploreError(f"unknown topic(s) {', '.join(unknown)}; choose from {', '.join(TOPICS)} or all")
+        raise ExploreError(f"unknown topic(s) {', '.join(unknown)}; choose from {', '.join(TOPIC_NAMES)} or all")
     return list(names)
 
 
@@ -54,14 +93,15 @@ def run_topics(names: list[str] | None, options: ExploreOptions) -> list[TopicRe
     errors = validate(selected, options)
     if errors:
         raise ExploreError(errors)
-    return [TOPICS[name](options) for name in selected]
+    topics = __getattr__("TOPICS")
+    return [topics[name](options) for name in selected]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = ExploreOptions()
     parser.add_argument(
-        "topic", nargs="?", default="all", choices=[*TOPICS, "all"], metavar="TOPIC",
-        help=f"which claim to check: one of {', '.join(TOPICS)}, or all (default: %(default)s)",
+        "topic", nargs="?", default="all", choices=[*TOPIC_NAMES, "all"], metavar="TOPIC",
+        help=f"which claim to check: one of {', '.join(TOPIC_NAMES)}, or all (default: %(default)s)",
     )
     parser.add_argument("--dim", type=bounds.positive_int, default=defaults.dim,
                         help="vector dimension d (model width J for merged-qk) (default: %(default)s)")

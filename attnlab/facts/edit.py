@@ -56,7 +56,7 @@ from ..data.vocab import MASK_CHAR, PAD_ID, Vocab
 # ``both``: two keys, one at each read-out of the place (the recalled line's and the answer's after
 # ``⁇``), each with its own value (a rank-two edit); the answer's alone when the line does not
 # spell the place.
-LOCI = ("name", "answer", "both")
+from .settings import LOCI  # noqa: E402 (defined with the settings, without torch: the flags' choices)
 
 
 def check_layer(model: GPT, layer: int) -> int:

@@ -45,8 +45,7 @@ from .edit import EditInput, _right_padded, _target, answer_of, edit_input, plac
 from .trace import TraceError
 from ..data.vocab import MASK_CHAR, PAD_ID, Vocab
 
-METHODS = ("grace", "rome", "finetune")
-DEFAULT_METHOD = "grace"
+from .settings import DEFAULT_METHOD, METHODS  # noqa: E402,F401 (defined with the settings, without torch)
 
 
 class EditFailed(TraceError):

@@ -10,8 +10,12 @@ from dataclasses import dataclass
 
 from ..config.settings import Settings, _f
 from ..core import bounds
-from .edit import LOCI
-from .gated_edit import DEFAULT_METHOD, METHODS
+
+# Defined here, not beside the edits (edit.py, gated_edit.py, which need torch), so that the
+# command line builds the edit flags without torch. Where the edit reads its key (edit.py):
+LOCI = ("name", "answer", "both")
+METHODS = ("grace", "rome", "finetune")  # how an edit is made (gated_edit.py)
+DEFAULT_METHOD = "grace"
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ class Checkpoint:
     edits: list[dict[str, Any]] = field(default_factory=list)  # format 2: the edits made, in order
     edit_layer: int | None = None  # format 2: the layer of the gated edits' codebook
     edit_state: dict[str, Tensor] = field(default_factory=dict)  # format 2: the codebook's tensors
+    checked: ModelConfig | None = field(default=None, init=False, repr=False, compare=False)  # check_weights passed
 
     def build_model(self, **overrides: Any) -> GPT:
         """The model with its weights; ``overrides`` change config fields that do not change
@@ -72,9 +73,9 @@ class Checkpoint:
             overrides = {**overrides, "attention": attention_override(
                 self.model_config.attention, overrides["attention"])}
         config = ModelConfig.from_dict({**self.model_config.to_dict(), **overrides})
-        self.check_weights(config)
-        model = GPT(config)
-        model.load_state_dict(self.model_state)
+        if config != self.checked:  # load_checkpoint checked the stored config already
+            self.check_weights(config)
+        model = GPT.from_state(config, self.model_state)  # no random weights made to be overwritten
         if self.edits:
             from .codebook import restore
 
@@ -106,6 +107,7 @@ class Checkpoint:
             if got.dtype != want.dtype:
                 raise CheckpointError(f"{where}: tensor model.{name} is {got.dtype}, but the model's "
                                       f"weights are {want.dtype}")
+        self.checked = config
 
 
 def resolve(path: str | os.PathLike) -> Path:

@@ -72,9 +72,36 @@ class GPT(FastPath, nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd)
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        if self.head.weight.is_meta:  # a layout (checkpoint checks, from_state): no values to draw
+            return
         self.apply(self._init_weights)
         if config.positions == "learned":
             nn.init.normal_(self.pos_emb, mean=0.0, std=0.02)
+
+    @classmethod
+    def from_state(cls, config: ModelConfig, state: dict[str, Tensor]) -> GPT:
+        """The model of ``config`` holding the weights ``state`` (a copy of them), built once and
+        without the random initialisation the weights would overwrite: laid out on the meta
+        device, then given its tensors. The tables that are no weights (non-persistent buffers:
+        sinusoidal positions, rotary angles) are computed as a new model computes them, by the
+        ``tables()`` of the module that holds them."""
+        with torch.device("meta"):
+            model = cls(config)
+        model.load_state_dict({k: v.clone() for k, v in state.items()}, assign=True)
+        for name, module in model.named_modules():
+            tables = module.tables() if hasattr(module, "tables") else {}
+            for key, value in tables.items():
+                setattr(module, key, value)
+            left = [k for k, b in module.named_buffers(recurse=False) if b.is_meta]
+            if left:  # a new module's table that nobody computes: refuse rather than answer with garbage
+                raise RuntimeError(f"{name or 'model'}: no tables() computes buffer(s) {', '.join(left)}")
+        return model
+
+    def tables(self) -> dict[str, Tensor]:
+        """The model's tables that are no weights: the sinusoidal position table, if any."""
+        if self.config.positions != "sinusoidal":
+            return {}
+        return {"pos_emb": sinusoidal_table(self.config.block_size, self.config.pos_width)}
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:

@@ -26,31 +26,12 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 from ..core import distributed, logs
 from ..model.checkpoint import CHECKPOINT_NAME, Checkpoint, load_checkpoint, temp_files
 from ..core.paths import file_sha256, write_atomically
-from ..config.settings import ModelConfig, TrainConfig, cli_fields
+from ..config.settings import RESUMABLE, ModelConfig, TrainConfig, cli_fields
 
 LOCK_NAME = "train.lock"
 METRICS_NAME = "metrics.jsonl"
 CONFIG_NAME = "config.json"
 EVENTS_PATTERN = "events.out.tfevents.*"  # TensorBoard's files (attnlab/training/metrics_sinks.py)
-
-# The training settings a resumed run may change, each with why: they say how long the run
-# goes on, what it logs, and where and how fast the same computation runs (they may change
-# floating-point rounding, as another device does, but never the data, the schedule or the
-# model). Every other setting comes from the checkpoint. Shown in the training commands' help.
-RESUMABLE: dict[str, str] = {
-    "max_steps": "where the run stops (not before the checkpoint's step); the schedule stays the checkpoint's",
-    "epochs": "likewise",
-    "checkpoint_every": "bookkeeping",
-    "log_every": "bookkeeping",
-    "eval_every": "bookkeeping",
-    "tensorboard": "bookkeeping",
-    "device": "where the run goes on",
-    "compile": "how fast: the same computation",
-    "amp": "precision of the same computation (auto follows the device)",
-    "fast": "how fast: the same function",
-    "length_buckets": "how the batch is cut: the same batch and loss",
-    "micro_batch_size": "how the batch is cut: the same batch and loss",
-}
 
 C = TypeVar("C")
 _HELD: set[str] = set()  # run directories this process holds (a nested claim is free)

@@ -33,8 +33,6 @@ from ..data.relations import Schema
 from ..model.gpt import GPT
 from ..data.vocab import PAD_ID, Vocab
 
-DEFAULT_HOLDOUT = 0.1  # held-out share of the training file when a run records none
-DEFAULT_KEEP_RIGHT = 0.9  # the rule keeps this share of the right answers of held-out people
 KNOWN_SHARE = 0.98  # familiarity threshold: keep this share of held-out (real) people
 
 

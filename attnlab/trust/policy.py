@@ -13,14 +13,31 @@ command starts (their messages predate the policy).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config.settings import DEFAULT_TRAIN, Settings, _f
 from ..core import bounds
 from ..core.datafiles import resolve
-from .abstention import DEFAULT_HOLDOUT, DEFAULT_KEEP_RIGHT, Rule, fit_rules
 
-MODES = ("off", "below", "auto", "names")
+if TYPE_CHECKING:
+    from .abstention import Rule
+
+# The rules themselves (abstention.py, which needs torch) are imported when a rule is made, so
+# that the command line builds the abstention flags from this module without torch.
+DEFAULT_HOLDOUT = 0.1  # held-out share of the training file when a run records none
+DEFAULT_KEEP_RIGHT = 0.9  # the rule keeps this share of the right answers of held-out people
+
+# Each mode and what it does (the help of --abstain, which offers them all but below: that one
+# is chosen by giving its threshold, --abstain-below P).
+MODE_HELP = {
+    "off": "answer every question",
+    "below": "withhold answers whose confidence is below `below` (--abstain-below P)",
+    "auto": "withhold answers below a confidence threshold and about names the model does not know, both "
+            "fitted on training-file people held out from finetuning for the target keep_right (--keep-right; "
+            "never on dev or test labels)",
+    "names": "only the name check (for a run with no held-out people, whose confidence fit is optimistic)",
+}
+MODES = tuple(MODE_HELP)
 
 
 @dataclass(frozen=True)
@@ -28,11 +45,7 @@ class AbstainPolicy(Settings):
     """When an answer is withheld. ``AbstainPolicy(mode="below", below=0.8)`` is
     ``--abstain-below 0.8``; ``AbstainPolicy(mode="auto")`` is ``--abstain auto``."""
 
-    mode: str = _f("off", "off: answer every question; below: withhold answers whose confidence is below "
-                   "`below` (--abstain-below P); auto: withhold answers below a confidence threshold and "
-                   "about names the model does not know, both fitted on training-file people held out from "
-                   "finetuning for the target keep_right (--keep-right; never on dev or test labels); names: "
-                   "only the name check (for a run with no held-out people, whose confidence fit is optimistic)",
+    mode: str = _f("off", "; ".join(f"{mode}: {text}" for mode, text in MODE_HELP.items()),
                    choices=MODES, flag="--abstain")
     below: float | None = _f(None, "withhold every answer whose confidence is below P, a number in [0, 1] "
                              "(default: off; mode below)", bound=bounds.UNIT, flag="--abstain-below", metavar="P")
@@ -60,6 +73,8 @@ class AbstainPolicy(Settings):
         ``fraction(meta)`` of ``holdout_file``."""
         if self.mode not in ("auto", "names"):
             return self.choose({})
+        from .abstention import fit_rules
+
         return self.choose(fit_rules(model, vocab, resolve(self.holdout_file), self.fraction(meta or {}),
                                      self.keep_right))
 
@@ -69,5 +84,7 @@ class AbstainPolicy(Settings):
         if self.mode == "off":
             return None
         if self.mode == "below":
+            from .abstention import Rule
+
             return Rule(self.below, None, "--abstain-below")
         return fitted["name" if self.mode == "names" else "both"]

@@ -1,4 +1,5 @@
-"""Attention variants. The registry below is the single place a new variant is added.
+"""Attention variants. The registry (registry.py, which needs no torch) is the single place a
+new variant is added; ``REGISTRY`` here maps each name to its class.
 
 A name is a registry key (``vanilla``, ``rotary``, ...) or ``NAME+argmax``: that variant's
 scores with hard argmax weights (see argmax.py), used to probe a trained checkpoint.
@@ -6,51 +7,66 @@ scores with hard argmax weights (see argmax.py), used to probe a trained checkpo
 
 from __future__ import annotations
 
-from ...config.settings import ModelConfig
-from . import masks
-from .argmax import HARD_SUFFIX, ArgmaxAttention, hard_variant, straight_through_argmax
-from .base import Attention, DotProductAttention, KVCache
-from .merged_qk import MergedQKAttention, merge_query_key
-from .relative import RelativeAttention
-from .rotary import RotaryAttention
-from .synthesizer import SynthesizerAttention
-from .vanilla import VanillaAttention
+import importlib
+import typing
 
-REGISTRY: dict[str, type[Attention]] = {
-    cls.name: cls
-    for cls in (
-        VanillaAttention,
-        SynthesizerAttention,
-        RelativeAttention,
-        RotaryAttention,
-        MergedQKAttention,
-        ArgmaxAttention,
-    )
+from ...config.settings import ModelConfig
+from .registry import HARD, HARD_SUFFIX, VARIANTS, base_name, names
+
+if typing.TYPE_CHECKING:  # what type checkers and editors see
+    from . import masks
+    from .argmax import ArgmaxAttention, hard_variant, straight_through_argmax
+    from .base import Attention, DotProductAttention, KVCache
+    from .merged_qk import MergedQKAttention, merge_query_key
+    from .relative import RelativeAttention
+    from .rotary import RotaryAttention
+    from .synthesizer import SynthesizerAttention
+    from .vanilla import VanillaAttention
+
+# The classes and helpers, imported with torch when first used (PEP 562), so that the registry's
+# names (registry.py) are read without torch: name -> the module that defines it.
+_DEFINED_IN = {
+    **{spec.partition(":")[2]: spec.partition(":")[0] for spec in VARIANTS.values()},
+    "hard_variant": ".argmax", "straight_through_argmax": ".argmax", "merge_query_key": ".merged_qk",
+    "Attention": ".base", "DotProductAttention": ".base", "KVCache": ".base",
 }
 
 
-def base_name(name: str) -> str:
-    """The variant whose scores ``name`` uses: ``rotary`` for ``rotary+argmax``."""
-    return name[: -len(HARD_SUFFIX)] if name.endswith(HARD_SUFFIX) else name
+def __getattr__(name: str) -> typing.Any:
+    if name in globals():  # imported already (a call from this module)
+        return globals()[name]
+    if name == "REGISTRY":
+        value: typing.Any = _registry()
+    elif name == "masks":
+        value = importlib.import_module(".masks", __name__)
+    elif name in _DEFINED_IN:
+        value = getattr(importlib.import_module(_DEFINED_IN[name], __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # imported once
+    return value
 
 
-def names() -> list[str]:
-    """Every name a model's attention can have: the registry's variants, then NAME+argmax of
-    each (the choices of the --attention flags)."""
-    return [*REGISTRY, *(n + HARD_SUFFIX for n in REGISTRY if n != ArgmaxAttention.name)]
+def _registry() -> dict[str, type[Attention]]:
+    """REGISTRY: registry name -> the variant's class, in VARIANTS' order."""
+    registry = {}
+    for name, spec in VARIANTS.items():
+        module, _, cls = spec.partition(":")
+        registry[name] = getattr(importlib.import_module(module, __name__), cls)
+    return registry
 
 
 def attention_class(name: str) -> type[Attention]:
     """The class for a registry name or ``NAME+argmax``; one clear error otherwise."""
     base = base_name(name)
     try:
-        cls = REGISTRY[base]
+        cls = __getattr__("REGISTRY")[base]
     except KeyError:
         raise ValueError(
-            f"unknown attention variant {name!r}; choose one of {', '.join(REGISTRY)} "
+            f"unknown attention variant {name!r}; choose one of {', '.join(VARIANTS)} "
             f"(or NAME{HARD_SUFFIX})"
         ) from None
-    return hard_variant(cls) if base != name else cls
+    return __getattr__("hard_variant")(cls) if base != name else cls
 
 
 def build_attention(config: ModelConfig) -> Attention:
@@ -61,11 +77,11 @@ def attention_override(stored: str, requested: str) -> str:
     """The variant to build when a checkpoint trained with ``stored`` is evaluated with
     ``--attention requested``: ``argmax`` means "these scores, hard weights", so a rotary
     checkpoint becomes ``rotary+argmax`` rather than silently losing its rotation."""
-    if requested != ArgmaxAttention.name:
+    if requested != HARD:
         return requested
     base = base_name(stored)
-    if base in (ArgmaxAttention.name, "vanilla"):
-        return ArgmaxAttention.name
+    if base in (HARD, "vanilla"):
+        return HARD
     return base + HARD_SUFFIX
 
 

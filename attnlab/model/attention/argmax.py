@@ -19,8 +19,7 @@ import torch
 from torch import Tensor
 
 from .base import Attention, DotProductAttention
-
-HARD_SUFFIX = "+argmax"
+from .registry import HARD_SUFFIX
 
 
 def straight_through_argmax(scores: Tensor) -> Tensor:

@@ -48,9 +48,14 @@ class RotaryAttention(DotProductAttention):
         if self.head_dim % 2:
             raise ValueError(f"rotary attention needs an even head width, got {self.head_dim}")
         # Angles depend only on the position: computed once, looked up per call.
-        cos, sin = rotation_tables(config.block_size, self.head_dim)
-        self.register_buffer("cos", cos, persistent=False)
-        self.register_buffer("sin", sin, persistent=False)
+        for name, table in self.tables().items():
+            self.register_buffer(name, table, persistent=False)
+
+    def tables(self) -> dict[str, Tensor]:
+        """The rotation's cos and sin tables (no weights: a loaded model computes them too,
+        GPT.from_state)."""
+        cos, sin = rotation_tables(self.config.block_size, self.head_dim)
+        return {"cos": cos, "sin": sin}
 
     def with_positions(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         cos = self.cos[positions][:, None].to(q.dtype)  # (B|1, 1, T, e/2)
