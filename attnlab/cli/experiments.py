@@ -115,7 +115,8 @@ def register(command) -> None:
     flags.preset(p, "demo", "recipe trained from scratch while you wait")
     p.add_argument("--shipped", default="models/cpu", help="shipped model scored beside it ('' to skip)")
     flags.out_dir(p, "runs/demo", "output directory", old=("--out",))
-    p.add_argument("--attention", default="vanilla", choices=attention_names(), help="attention variant to demonstrate")
+    p.add_argument("--attention", default="vanilla", type=flags.attention_name, metavar="VARIANT",
+                   help=f"attention variant to demonstrate ({', '.join(attention_names())}, or FILE.py:ClassName)")
     flags.device(p)
     _continuing(p.add_mutually_exclusive_group(), "demo")
     results.add_json_flag(p)

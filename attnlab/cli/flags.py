@@ -423,6 +423,24 @@ _SWITCHES = {"compile", "amp"}  # on/off/auto settings that also get a --no-NAME
 _CHOICES = {"attention": attention_names}
 
 
+def attention_name(value: str) -> str:
+    """An --attention value: a variant's name (``attnlab variants``), or your own attention
+    class by path, FILE.py:ClassName or package.module:ClassName (loaded when the model is
+    built; docs/guides/your-attention.md)."""
+    from ..model.attention import plugin
+
+    if plugin.is_plugin(value):
+        try:
+            plugin.split(value)
+        except plugin.PluginError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return value
+    if value not in attention_names():
+        raise argparse.ArgumentTypeError(f"unknown variant {value!r} (choose from {', '.join(attention_names())}, "
+                                         "or your own: FILE.py:ClassName)")
+    return value
+
+
 def _add_field(group, f: dataclasses.Field, default_text: str) -> None:
     """The flag of a config field: a switch for a bool, else parsed and checked by the field's
     bound (a number) or choices (a name), so a bad value is refused as it is parsed."""
@@ -433,6 +451,8 @@ def _add_field(group, f: dataclasses.Field, default_text: str) -> None:
     else:
         choices = _CHOICES[f.name]() if f.name in _CHOICES else f.metadata.get("choices")
         kind = f.metadata["bound"].argtype() if "bound" in f.metadata else str
+        if f.name == "attention":  # a name, or a path form: checked by its type, not by choices
+            kind, choices = attention_name, None
         group.add_argument(_flag(f.name), dest=f.name, type=kind, default=None, choices=choices,
                            metavar=None if choices else f.name.upper(), help=help_text)
         if f.name in _SWITCHES:

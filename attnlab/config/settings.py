@@ -112,7 +112,7 @@ class ModelConfig(_Serialisable):
     n_layer: int = _f(4, "number of transformer blocks", bound=b.POSITIVE_INT)
     n_head: int = _f(8, "attention heads per block", bound=b.POSITIVE_INT)
     n_embd: int = _f(256, "model width", bound=b.POSITIVE_INT)
-    attention: str = _f("vanilla", "attention variant, by registry name (see `attnlab variants`)")
+    attention: str = _f("vanilla", "attention variant, by registry name (see `attnlab variants`), or your own: FILE.py:ClassName")
     positions: str = _f("learned", "absolute position scheme: learned, sinusoidal or none",
                          choices=POSITION_SCHEMES)
     position_mode: str = _f("add", "how absolute positions join the token embedding: add or concat",

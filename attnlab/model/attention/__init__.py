@@ -1,7 +1,8 @@
 """Attention variants. The registry below is the single place a new variant is added.
 
 A name is a registry key (``vanilla``, ``rotary``, ...) or ``NAME+argmax``: that variant's
-scores with hard argmax weights (see argmax.py), used to probe a trained checkpoint.
+scores with hard argmax weights (see argmax.py), used to probe a trained checkpoint; or your own
+class by path, ``FILE.py:ClassName`` or ``package.module:ClassName`` (see plugin.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from ...config.settings import ModelConfig
 from . import masks
 from .argmax import HARD_SUFFIX, ArgmaxAttention, hard_variant, straight_through_argmax
 from .base import Attention, DotProductAttention, KVCache
+from . import plugin
 from .merged_qk import MergedQKAttention, merge_query_key
 from .relative import RelativeAttention
 from .rotary import RotaryAttention
@@ -43,6 +45,12 @@ def names() -> list[str]:
 def attention_class(name: str) -> type[Attention]:
     """The class for a registry name or ``NAME+argmax``; one clear error otherwise."""
     base = base_name(name)
+    if plugin.is_plugin(base):
+        cls = plugin.plugin_class(base)
+        if base != name and issubclass(cls, plugin.CourseAttention):
+            raise plugin.PluginError(f"{plugin.display(base)}: {HARD_SUFFIX} replaces the softmax of the lab "
+                                     "interface; a course-interface module computes its own")
+        return hard_variant(cls) if base != name else cls
     try:
         cls = REGISTRY[base]
     except KeyError:
@@ -53,8 +61,22 @@ def attention_class(name: str) -> type[Attention]:
     return hard_variant(cls) if base != name else cls
 
 
+def pin(name: str) -> str:
+    """A plug-in name with its file's content hash (NAME+argmax keeps its suffix); others as
+    they are."""
+    base = base_name(name)
+    return plugin.pinned(base) + name[len(base):]
+
+
 def build_attention(config: ModelConfig) -> Attention:
-    return attention_class(config.attention)(config)
+    cls = attention_class(config.attention)
+    if not plugin.is_plugin(config.attention) or issubclass(cls, plugin.CourseAttention):
+        return cls(config)
+    try:  # the user's constructor: its error names the user's line
+        return cls(config)
+    except Exception as e:  # noqa: BLE001
+        source = plugin.source_of(base_name(config.attention))
+        raise plugin.PluginError(plugin.user_error(e, source, f"building {cls.__name__}(config)")) from None
 
 
 def attention_override(stored: str, requested: str) -> str:
@@ -70,8 +92,8 @@ def attention_override(stored: str, requested: str) -> str:
 
 
 __all__ = [
-    "REGISTRY", "Attention", "masks", "base_name", "names", "DotProductAttention", "KVCache", "build_attention",
+    "REGISTRY", "Attention", "masks", "base_name", "names", "DotProductAttention", "KVCache", "build_attention", "pin",
     "attention_class", "attention_override", "hard_variant", "straight_through_argmax",
     "merge_query_key", "VanillaAttention", "SynthesizerAttention", "RelativeAttention",
-    "RotaryAttention", "MergedQKAttention", "ArgmaxAttention",
+    "RotaryAttention", "MergedQKAttention", "ArgmaxAttention", "plugin",
 ]
