@@ -4,14 +4,13 @@ is one line naming the user's file (and line)."""
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from attnlab.cli import flags
+from attnlab import cli
 from attnlab.config.settings import ModelConfig
 from attnlab.data.vocab import MASK_CHAR, PAD_CHAR, Vocab
 from attnlab.experiments.runner import _check_variants
@@ -88,12 +87,14 @@ def test_bad_plugins_are_one_line_naming_the_users_file(tmp_path: Path) -> None:
         GPT(tiny(f"{tmp_path / 'absent.py'}:A"))
 
 
-def test_the_flag_takes_a_path_form_and_refuses_a_bad_name() -> None:
-    assert flags.attention_name("rotary") == "rotary"
-    assert flags.attention_name(COURSE) == COURSE
+def test_the_flag_takes_a_path_form_and_refuses_a_bad_name(capsys) -> None:
+    parser = cli.build_parser()
+    for good in ("rotary", "rotary+argmax", COURSE, "package.module:Cls"):
+        assert parser.parse_args(["pretrain", "--attention", good]).attention == good
     for bad in ("rotry", "x.py:1A"):
-        with pytest.raises(argparse.ArgumentTypeError):
-            flags.attention_name(bad)
+        with pytest.raises(SystemExit) as e:
+            parser.parse_args(["pretrain", "--attention", bad])
+        assert e.value.code == 2 and "FILE.py:ClassName" in capsys.readouterr().err
 
 
 def test_compare_takes_a_plugin_and_refuses_a_bad_one(tmp_path: Path) -> None:

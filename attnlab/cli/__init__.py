@@ -48,6 +48,7 @@ EXAMPLES = {
     "edit": 'attnlab edit models/cpu --person "Alfred Mele" --place Paris --out-dir runs/edited',
     "edits": "attnlab edits runs/edited",
     "serve": "attnlab serve models/cpu --port 8000",
+    "check-attention": "attnlab check-attention examples/attention/rotary.py:RotaryAttention --same-as rotary",
 }
 
 

@@ -19,9 +19,9 @@ def cmd_check_attention(args: argparse.Namespace) -> int:
 def register(command) -> None:
     p = command("check-attention", "check an attention layer as a grader would: shape, causality, batch "
                 "independence, gradients, determinism, KV cache, equality with a lab variant", cmd_check_attention)
-    p.add_argument("attention", type=flags.attention_name, metavar="FILE.py:CLASS",
+    p.add_argument("attention", choices=flags.attention_choices(), metavar="FILE.py:CLASS",
                    help="your attention class (FILE.py:ClassName or package.module:ClassName), or a variant's name")
-    p.add_argument("--same-as", default=None, type=flags.attention_name, metavar="VARIANT",
+    p.add_argument("--same-as", default=None, choices=flags.attention_choices(), metavar="VARIANT",
                    help="also check equality (to 1e-6) with this lab variant after copying its weights across "
                         "by name, e.g. vanilla (default: off)")
     results.add_json_flag(p)

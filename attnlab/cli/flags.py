@@ -419,26 +419,28 @@ def train_flags(parser: argparse.ArgumentParser, stages: tuple[str, ...]) -> Non
 _SWITCHES = {"compile", "amp"}  # on/off/auto settings that also get a --no-NAME shorthand
 
 
+class AttentionChoices(list):
+    """The --attention choices: the variants' names (listed in help and errors), and any path
+    form FILE.py:ClassName or package.module:ClassName (loaded when the model is built;
+    docs/guides/your-attention.md)."""
+
+    def __contains__(self, value: object) -> bool:
+        from ..model.attention import plugin
+
+        if isinstance(value, str) and plugin.is_plugin(value):
+            try:
+                return bool(plugin.split(value))
+            except plugin.PluginError:
+                return False
+        return list.__contains__(self, value)
+
+
+def attention_choices() -> AttentionChoices:
+    return AttentionChoices([*attention_names(), "FILE.py:ClassName"])
+
+
 # Names whose choices live in a package the config module cannot import (it imports config).
-_CHOICES = {"attention": attention_names}
-
-
-def attention_name(value: str) -> str:
-    """An --attention value: a variant's name (``attnlab variants``), or your own attention
-    class by path, FILE.py:ClassName or package.module:ClassName (loaded when the model is
-    built; docs/guides/your-attention.md)."""
-    from ..model.attention import plugin
-
-    if plugin.is_plugin(value):
-        try:
-            plugin.split(value)
-        except plugin.PluginError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-        return value
-    if value not in attention_names():
-        raise argparse.ArgumentTypeError(f"unknown variant {value!r} (choose from {', '.join(attention_names())}, "
-                                         "or your own: FILE.py:ClassName)")
-    return value
+_CHOICES = {"attention": attention_choices}
 
 
 def _add_field(group, f: dataclasses.Field, default_text: str) -> None:
@@ -451,8 +453,6 @@ def _add_field(group, f: dataclasses.Field, default_text: str) -> None:
     else:
         choices = _CHOICES[f.name]() if f.name in _CHOICES else f.metadata.get("choices")
         kind = f.metadata["bound"].argtype() if "bound" in f.metadata else str
-        if f.name == "attention":  # a name, or a path form: checked by its type, not by choices
-            kind, choices = attention_name, None
         group.add_argument(_flag(f.name), dest=f.name, type=kind, default=None, choices=choices,
                            metavar=None if choices else f.name.upper(), help=help_text)
         if f.name in _SWITCHES:
