@@ -38,6 +38,9 @@ def test_a_plugin_model_is_pinned_and_decodes_as_without_the_cache(name: str) ->
     cached = generate(model, prompts, 6).tokens
     assert cached == generate(model, prompts, 6, use_cache=False).tokens
     assert cached[0] == generate(model, prompts[:1], 6).tokens[0]  # left padding changes nothing
+    # A long prompt beside a short one: the batch decodes past the block in the finished row.
+    uneven = [list(range(2, 16)), [3, 4]]
+    assert generate(model, uneven, 12).tokens[1] == generate(model, uneven[1:], 12).tokens[0]
 
 
 def test_a_course_module_is_wrapped_and_its_dropout_names_answer() -> None:

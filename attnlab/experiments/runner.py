@@ -670,7 +670,7 @@ def compare(
     run.start(([run.out / "scratch"] if scratch_trained else [])
               + [seed_dir(run.out / plugin.dirname(name), k, seeds) for name in variants for k in trained])
     run.out.mkdir(parents=True, exist_ok=True)
-    log(f"== attnlab compare: {', '.join(variants)}; outputs in {run.out}")
+    log(f"== attnlab compare: {', '.join(map(plugin.label, variants))}; outputs in {run.out}")
     try:
         rows = _compare_rows(run, model_config, pretrain_config, finetune_config, scratch_config, variants,
                              scratch_trained, seeds, records, trained)

@@ -247,7 +247,10 @@ class CourseAttention(Attention):
                 end = t
                 while end + 1 < T and starts[end + 1] == starts[t]:
                     end += 1
-                lo, hi = starts[t], S - T + end + 1
+                hi = S - T + end + 1
+                # Only a row that has finished decoding runs past the block (its positions are
+                # clamped and its outputs unused): the module sees at most the block's last keys.
+                lo = max(starts[t], hi - self.config.block_size)
                 out[b, t : end + 1] = self.run_inner(x[b : b + 1, lo:hi])[0, -(end - t + 1):]
                 t = end + 1
         return out
