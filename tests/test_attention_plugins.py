@@ -63,6 +63,9 @@ def test_a_run_keeps_the_source_and_refuses_a_changed_file(tmp_path: Path) -> No
     mine.write_text(mine.read_text() + "\n# edited\n")
     with pytest.raises(CheckpointError, match="changed since the model was made"):
         load_checkpoint(tmp_path / "run")
+    mine.unlink()
+    with pytest.raises(CheckpointError, match="no such file.*keeps a copy in RUN/attention/mine.py"):
+        load_checkpoint(tmp_path / "run")
 
 
 def _problem(tmp_path: Path, source: str, cls: str = "A") -> str:
@@ -86,8 +89,17 @@ def test_bad_plugins_are_one_line_naming_the_users_file(tmp_path: Path) -> None:
     assert ":4: ValueError while building A(config)" in _problem(
         tmp_path, "from torch import nn\nclass A(nn.Module):\n    def __init__(self, c):\n"
                   "        raise ValueError('no')\n    def forward(self, x):\n        return x\n")
+    assert "defines no queries_keys" in _problem(
+        tmp_path, "from attnlab.model.attention import Attention\nclass A(Attention):\n    pass\n")
     with pytest.raises(plugin.PluginError, match="no such file"):
         GPT(tiny(f"{tmp_path / 'absent.py'}:A"))
+
+
+def test_a_module_path_names_a_class_too() -> None:
+    cls = plugin.plugin_class("tests.fixtures.attention.lab_attention:SharpAttention")
+    assert cls.__name__ == "SharpAttention" and cls.queries_keys is not None
+    model = GPT(tiny("tests.fixtures.attention.lab_attention:SharpAttention"))
+    assert model.config.attention.startswith("tests.fixtures.attention.lab_attention:SharpAttention@sha256:")
 
 
 def test_the_flag_takes_a_path_form_and_refuses_a_bad_name(capsys) -> None:

@@ -104,7 +104,13 @@ def pinned(name: str) -> str:
     if not is_plugin(name):
         return name
     where, cls, sha = split(name)
-    path = source_of(name)
+    try:
+        path = source_of(name)
+    except PluginError as e:
+        if sha is None:
+            raise
+        raise PluginError(f"{e}; a run keeps a copy in RUN/{SOURCE_DIR}/{Path(where).name}: put it back "
+                          "where it was") from None
     now = digest(path)
     if sha is not None and sha != now:
         raise PluginError(f"{path}: changed since the model was made with it (sha256 {sha[:12]}, now "
@@ -166,6 +172,9 @@ def _interface(cls: object, path: Path) -> type[Attention]:
                           "(expected a subclass of attnlab's DotProductAttention, or a module whose forward(x) "
                           "returns the attended values)")
     if issubclass(cls, Attention):
+        if cls.projections is Attention.projections and cls.queries_keys is Attention.queries_keys:
+            raise PluginError(f"{path}: {cls.__name__} defines no queries_keys (the lab interface: return the "
+                              "per-head queries, keys and the scale; or subclass DotProductAttention)")
         return cls
     params = [p for p in inspect.signature(cls.forward).parameters.values() if p.name != "self"]
     required = [p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
