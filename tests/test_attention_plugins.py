@@ -89,6 +89,7 @@ def test_bad_plugins_are_one_line_naming_the_users_file(tmp_path: Path) -> None:
     assert ":4: ValueError while building A(config)" in _problem(
         tmp_path, "from torch import nn\nclass A(nn.Module):\n    def __init__(self, c):\n"
                   "        raise ValueError('no')\n    def forward(self, x):\n        return x\n")
+    assert "defines no forward(x)" in _problem(tmp_path, "from torch import nn\nclass A(nn.Module):\n    pass\n")
     assert "defines no queries_keys" in _problem(
         tmp_path, "from attnlab.model.attention import Attention\nclass A(Attention):\n    pass\n")
     with pytest.raises(plugin.PluginError, match="no such file"):

@@ -128,7 +128,7 @@ def plugin_class(name: str) -> type[Attention]:
     sha = digest(path)
     key = (str(path), cls_name)
     if _LOADED.get(key, (None, ""))[1] != sha:
-        module = _import(where, path, sha)
+        module = _import(where, path, sha, again=key in _LOADED)
         cls = getattr(module, cls_name, None)
         if cls is None:
             found = sorted(n for n, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module.__name__)
@@ -137,11 +137,13 @@ def plugin_class(name: str) -> type[Attention]:
     return _LOADED[key][0]
 
 
-def _import(where: str, path: Path, sha: str):
-    """The user's module, imported from exactly ``path`` (or the named module)."""
+def _import(where: str, path: Path, sha: str, *, again: bool = False):
+    """The user's module, imported from exactly ``path`` (or the named module; ``again``: its
+    file changed since this process imported it)."""
     try:
         if not is_file(where):
-            return importlib.import_module(where)
+            module = importlib.import_module(where)
+            return importlib.reload(module) if again else module
         module_name = f"attnlab_plugin_{sha[:16]}"
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
@@ -176,6 +178,8 @@ def _interface(cls: object, path: Path) -> type[Attention]:
             raise PluginError(f"{path}: {cls.__name__} defines no queries_keys (the lab interface: return the "
                               "per-head queries, keys and the scale; or subclass DotProductAttention)")
         return cls
+    if cls.forward is nn.Module.forward:
+        raise PluginError(f"{path}: {cls.__name__} defines no forward(x)")
     params = [p for p in inspect.signature(cls.forward).parameters.values() if p.name != "self"]
     required = [p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if not params or len(required) > 1:
