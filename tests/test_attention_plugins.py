@@ -107,6 +107,9 @@ def test_the_flag_takes_a_path_form_and_refuses_a_bad_name(capsys) -> None:
     parser = cli.build_parser()
     for good in ("rotary", "rotary+argmax", COURSE, "package.module:Cls"):
         assert parser.parse_args(["pretrain", "--attention", good]).attention == good
+    for command in ("finetune", "demo"):
+        assert parser.parse_args([command, "--attention", COURSE]).attention == COURSE
+    assert parser.parse_args(["compare", "--variants", f"vanilla,{COURSE}"]).variants == f"vanilla,{COURSE}"
     for bad in ("rotry", "x.py:1A"):
         with pytest.raises(SystemExit) as e:
             parser.parse_args(["pretrain", "--attention", bad])
