@@ -18,12 +18,12 @@ from typing import Callable
 
 from .._version import __version__
 from ..core import logs
-from . import answering, experiments, facts, flags, learning, probing, results, serving, training, trust
+from . import answering, checking, experiments, facts, flags, learning, probing, results, serving, training, trust
 from .flags import model_config_from, train_config_from  # noqa: F401  (the library-facing helpers)
 
 # The registration hooks, in the order the commands are listed in `attnlab --help`.
 COMMANDS: list[Callable] = [learning.register, training.register, answering.register, experiments.register, probing.register,
-                             trust.register, facts.register, serving.register]
+                             trust.register, facts.register, serving.register, checking.register]
 
 
 # The last line of each command's --help: one command that runs as written from the checkout
@@ -48,6 +48,7 @@ EXAMPLES = {
     "edit": 'attnlab edit models/cpu --person "Alfred Mele" --place Paris --out-dir runs/edited',
     "edits": "attnlab edits runs/edited",
     "serve": "attnlab serve models/cpu --port 8000",
+    "check-attention": "attnlab check-attention examples/attention/rotary.py:RotaryAttention --same-as rotary",
 }
 
 

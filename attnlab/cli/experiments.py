@@ -9,7 +9,6 @@ import os
 
 from ..core import bounds, paths
 from ..model.attention.registry import VARIANTS
-from ..model.attention.registry import names as attention_names
 from ..core.outputs import refuse_existing
 from . import flags, results
 
@@ -116,7 +115,7 @@ def register(command) -> None:
     flags.preset(p, "demo", "recipe trained from scratch while you wait")
     p.add_argument("--shipped", default="models/cpu", help="shipped model scored beside it ('' to skip)")
     flags.out_dir(p, "runs/demo", "output directory", old=("--out",))
-    p.add_argument("--attention", default="vanilla", choices=attention_names(), help="attention variant to demonstrate")
+    p.add_argument("--attention", default="vanilla", choices=flags.attention_choices(), help="attention variant to demonstrate")
     flags.device(p)
     _continuing(p.add_mutually_exclusive_group(), "demo")
     results.add_json_flag(p)

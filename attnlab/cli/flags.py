@@ -541,8 +541,28 @@ def train_flags(parser: argparse.ArgumentParser, stages: tuple[str, ...]) -> Non
 _SWITCHES = {"compile", "amp"}  # on/off/auto settings that also get a --no-NAME shorthand
 
 
+class AttentionChoices(list):
+    """The --attention choices: the variants' names (listed in help and errors), and any path
+    form FILE.py:ClassName or package.module:ClassName (loaded when the model is built;
+    docs/guides/your-attention.md)."""
+
+    def __contains__(self, value: object) -> bool:
+        from ..model.attention import plugin
+
+        if isinstance(value, str) and plugin.is_plugin(value):
+            try:
+                return bool(plugin.split(value))
+            except plugin.PluginError:
+                return False
+        return list.__contains__(self, value)
+
+
+def attention_choices() -> AttentionChoices:
+    return AttentionChoices([*attention_names(), "FILE.py:ClassName"])
+
+
 # Names whose choices live in a package the config module cannot import (it imports config).
-_CHOICES = {"attention": attention_names}
+_CHOICES = {"attention": attention_choices}
 
 
 def _add_field(group, f: dataclasses.Field, default_text: str) -> None:

@@ -112,7 +112,7 @@ class ModelConfig(_Serialisable):
     n_layer: int = _f(4, "number of transformer blocks", bound=b.POSITIVE_INT)
     n_head: int = _f(8, "attention heads per block", bound=b.POSITIVE_INT)
     n_embd: int = _f(256, "model width", bound=b.POSITIVE_INT)
-    attention: str = _f("vanilla", "attention variant, by registry name (see `attnlab variants`)")
+    attention: str = _f("vanilla", "attention variant, by registry name (see `attnlab variants`), or your own: FILE.py:ClassName")
     positions: str = _f("learned", "absolute position scheme: learned, sinusoidal or none",
                          choices=POSITION_SCHEMES)
     position_mode: str = _f("add", "how absolute positions join the token embedding: add or concat",
@@ -144,6 +144,12 @@ class ModelConfig(_Serialisable):
             raise ValueError(f"recall_chars must be between 1 and block_size-1, got {self.recall_chars}")
         if self.position_mode == "concat" and not 0 < self.pos_width < self.n_embd:
             raise ValueError(f"position_dim must be between 1 and n_embd-1, got {self.pos_width}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON holds it: the relations as lists, so a stored config compares equal."""
+        d = super().to_dict()
+        d["relations"] = [list(p) for p in self.relations]
+        return d
 
     @property
     def head_dim(self) -> int:

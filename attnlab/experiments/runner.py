@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 from .._version import __version__
 from ..core import bounds, datafiles, logs
-from ..model.attention import REGISTRY
+from ..model.attention import REGISTRY, attention_class, pin, plugin
 from ..model.checkpoint import CHECKPOINT_NAME, load_checkpoint, remove_stale_temp_files
 from ..config.settings import (
     DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, ModelConfig, TrainConfig, get_preset
@@ -566,7 +566,7 @@ def demo(
 
 
 def _demo_rows(run: Runner, preset, model_config: ModelConfig, shipped: str | Path | None) -> list[Row]:
-    log, attention, started = run.log, model_config.attention, time.monotonic()
+    log, attention, started = run.log, plugin.label(model_config.attention), time.monotonic()
     log("== 1/4 baseline: the training file's most frequent place")
     rows = [run.baseline()]
     log("== 2/4 finetune without pretraining (the model never reads the corpus)")
@@ -659,7 +659,7 @@ def compare(
     interrupted ones, ``overwrite`` starts over. ``records``: attnlab/experiments/records.py.
     ``gather`` trains nothing: the table of the records and the rows finished in ``out``.
     ``only_seeds``: train only these k (the scratch row with k = 0) and gather the others."""
-    variants = list(variants or REGISTRY)
+    variants = [pin(v) for v in (variants or REGISTRY)]  # your own attention: its file, pinned
     reference = _check_variants(variants, reference, seeds)
     trained = _trained_seeds(seeds, only_seeds, gather)
     scratch_trained = scratch and 0 in trained
@@ -670,9 +670,9 @@ def compare(
                  reuse=reuse or gather, resume=resume, overwrite=overwrite, settings=settings, log=log)
     # gathering touches no run directory: other processes may be training in them
     run.start(([run.out / "scratch"] if scratch_trained else [])
-              + [seed_dir(run.out / name, k, seeds) for name in variants for k in trained])
+              + [seed_dir(run.out / plugin.dirname(name), k, seeds) for name in variants for k in trained])
     run.out.mkdir(parents=True, exist_ok=True)
-    log(f"== attnlab compare: {', '.join(variants)}; outputs in {run.out}")
+    log(f"== attnlab compare: {', '.join(map(plugin.label, variants))}; outputs in {run.out}")
     try:
         rows = _compare_rows(run, model_config, pretrain_config, finetune_config, scratch_config, variants,
                              scratch_trained, seeds, records, trained)
@@ -684,7 +684,7 @@ def compare(
     model = {k: v for k, v in settings["model"].items() if k != "attention"}
     _write_comparison(run, rows, f"dev accuracy on {Path(dev_file).name}" + (f", preset {preset}" if preset else ""),
                       {**settings, "model": model, "variants": variants, "scratch": scratch, "seeds": seeds,
-                       "reference": reference})
+                       "reference": plugin.label(reference)})
     return rows
 
 
@@ -721,14 +721,20 @@ def _trained_seeds(seeds: int, only_seeds: Sequence[int] | None, gather: bool) -
 def _check_variants(variants: list[str], reference: str | None, seeds: int) -> str:
     """The reference variant, after refusing unknown variants, a variant named twice, a reference
     not among them and a seed count outside 1..100."""
-    unknown = [v for v in variants if v not in REGISTRY]
+    unknown = [v for v in variants if v not in REGISTRY and not plugin.is_plugin(v)]
     if unknown:
-        raise ValueError(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(REGISTRY)}")
+        raise ValueError(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(REGISTRY)} "
+                         "(or your own: FILE.py:ClassName)")
     twice = sorted({v for v in variants if variants.count(v) > 1})
     if twice:
         raise ValueError(f"the variants name {', '.join(twice)} more than once; name each variant once")
+    for v in variants:
+        if plugin.is_plugin(v):
+            attention_class(v)  # a bad plug-in is refused before anything trains
     if (problem := bounds.COMPARE_SEEDS.problem(seeds)) is not None:
         raise ValueError(f"the number of seeds {problem}")
+    if reference and plugin.is_plugin(reference):
+        reference = pin(reference)
     reference = reference or ("vanilla" if "vanilla" in variants else variants[0])
     if reference not in variants:
         raise ValueError(f"the reference variant {reference!r} is not among the variants trained "
@@ -760,11 +766,11 @@ def _compare_rows(run: Runner, model_config: ModelConfig, pretrain_config: Train
             seed = pretrain_config.seed + k
             shown = f", seed {seed}" if seeds > 1 else ""
             gather = k not in trained
-            run.log(f"== {i}/{len(variants)} {name}{shown}" + ("" if gather else
+            run.log(f"== {i}/{len(variants)} {plugin.label(name)}{shown}" + ("" if gather else
                     f": pretrain, finetune, evaluate on {run.dev_file}"))
-            row = _variant_row(run, name + shown, dataclasses.replace(model_config, attention=name),
+            row = _variant_row(run, plugin.label(name) + shown, dataclasses.replace(model_config, attention=name),
                                _seeded(pretrain_config, k), _seeded(finetune_config, k),
-                               seed_dir(run.out / name, k, seeds), records, gather)
+                               seed_dir(run.out / plugin.dirname(name), k, seeds), records, gather)
             if row is not None:
                 done[name, k] = row
     missing = [f"{name} seed {pretrain_config.seed + k}" for k in range(seeds) for name in variants
@@ -793,7 +799,7 @@ def _variant_row(run: Runner, label: str, model_config: ModelConfig, pretrain_co
         row = run.recipe(label, "variant", model_config, pretrain_config, finetune_config, where)
     if row is None:
         return None
-    row.variant, row.seed = variant, seed
+    row.variant, row.seed = plugin.label(variant), seed
     if records:
         predictions = records_module.read_predictions(where / "finetune" / f"predictions-{Path(run.dev_file).stem}.txt")
         path = records_module.save(records, variant, seed, row.to_dict(), settings, predictions)

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from ..config.settings import ModelConfig, TrainConfig
 from .attention.merged_qk import scaled_state
+from .attention.plugin import PluginError
 from ..core import logs
 from ..core.devices import resolve_device
 from .gpt import GPT
@@ -93,6 +94,8 @@ class Checkpoint:
             with torch.device("meta"):
                 expected = GPT(config).state_dict()
         except (ValueError, RuntimeError) as e:  # an unknown variant; sizes past what torch can index
+            if isinstance(e, PluginError):  # the user's attention file: its own line says it all
+                raise CheckpointError(f"{where}: {_flat(e)}") from None
             raise CheckpointError(f"{where}: no model can be built from its config ({_flat(e)})") from None
         missing = sorted(expected.keys() - self.model_state.keys())
         unexpected = sorted(self.model_state.keys() - expected.keys())
@@ -185,7 +188,25 @@ def save_checkpoint(
     except (OSError, SafetensorError) as e:
         raise CheckpointError(f"{path}: cannot write the checkpoint ({_reason(e)}); "
                               "the previous checkpoint, if any, is unchanged") from None
+    keep_plugin_source(path.parent, model.config.attention)
     return path
+
+
+def keep_plugin_source(directory: Path, attention: str) -> Path | None:
+    """A copy of an attention plug-in's source beside the checkpoint (RUN/attention/FILE), so
+    the run keeps the code its pinned hash names; None for the registry's variants."""
+    from .attention import base_name, plugin
+
+    name = base_name(attention)
+    if not plugin.is_plugin(name):
+        return None
+    source = plugin.source_of(name)
+    copy = directory / plugin.SOURCE_DIR / source.name
+    data = source.read_bytes()
+    if not copy.exists() or copy.read_bytes() != data:
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(data)
+    return copy
 
 
 def _write_atomically(path: Path, tensors: dict[str, Tensor], metadata: dict[str, str]) -> None:

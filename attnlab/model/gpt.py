@@ -8,12 +8,13 @@ The attention variant and the position scheme are chosen by name in the config.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import KVCache, build_attention, masks
+from .attention import KVCache, build_attention, masks, pin, plugin
 from ..config.settings import ModelConfig
 from .dropout import Dropout
 from .fastpath import FastPath
@@ -55,6 +56,8 @@ class GPT(FastPath, nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
+        if plugin.is_plugin(config.attention):  # your own attention: its file's content, pinned
+            config = dataclasses.replace(config, attention=pin(config.attention))
         self.config = config
         tok_width = config.n_embd if config.position_mode == "add" else config.n_embd - config.pos_width
         self.tok_emb = nn.Embedding(config.vocab_size, tok_width)

@@ -287,6 +287,19 @@ def resumed_configs(ckpt: Checkpoint, model_given: Mapping[str, Any], train_give
     return configs[0], configs[1]
 
 
+def _same_plugin(name: str, given: Any, stored: Any) -> bool:
+    """An --attention FILE.py:ClassName given on resuming names the checkpoint's pinned plug-in
+    when its file still has the pinned content (a changed file is refused when the model is built)."""
+    from ..model.attention import pin, plugin
+
+    if name != "attention" or not plugin.is_plugin(str(given)):
+        return False
+    try:
+        return pin(str(given)) == stored
+    except ValueError:
+        return False
+
+
 def resumed(stored: C, given: Mapping[str, Any], checkpoint: Path) -> C:
     """``stored`` (a config from the checkpoint) with the ``given`` settings of RESUMABLE
     applied; any other given setting that differs from the stored one is an error naming the
@@ -298,7 +311,7 @@ def resumed(stored: C, given: Mapping[str, Any], checkpoint: Path) -> C:
             continue
         if name in RESUMABLE and isinstance(stored, TrainConfig):
             changes[name] = value
-        elif value != getattr(stored, name):
+        elif value != getattr(stored, name) and not _same_plugin(name, value, getattr(stored, name)):
             contradictions.append(f"{_given(name, value)} contradicts the checkpoint's "
                                   f"{_value(name, getattr(stored, name))} ({checkpoint})")
     if contradictions:

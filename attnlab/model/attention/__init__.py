@@ -2,7 +2,8 @@
 new variant is added; ``REGISTRY`` here maps each name to its class.
 
 A name is a registry key (``vanilla``, ``rotary``, ...) or ``NAME+argmax``: that variant's
-scores with hard argmax weights (see argmax.py), used to probe a trained checkpoint.
+scores with hard argmax weights (see argmax.py), used to probe a trained checkpoint; or your own
+class by path, ``FILE.py:ClassName`` or ``package.module:ClassName`` (see plugin.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .registry import HARD, HARD_SUFFIX, VARIANTS, base_name, names
 if typing.TYPE_CHECKING:  # what type checkers and editors see
     from . import masks
     from .argmax import ArgmaxAttention, hard_variant, straight_through_argmax
+    from . import plugin
     from .base import Attention, DotProductAttention, KVCache
     from .merged_qk import MergedQKAttention, merge_query_key
     from .relative import RelativeAttention
@@ -37,8 +39,8 @@ def __getattr__(name: str) -> typing.Any:
         return globals()[name]
     if name == "REGISTRY":
         value: typing.Any = _registry()
-    elif name == "masks":
-        value = importlib.import_module(".masks", __name__)
+    elif name in ("masks", "plugin"):
+        value = importlib.import_module(f".{name}", __name__)
     elif name in _DEFINED_IN:
         value = getattr(importlib.import_module(_DEFINED_IN[name], __name__), name)
     else:
@@ -57,8 +59,16 @@ def _registry() -> dict[str, type[Attention]]:
 
 
 def attention_class(name: str) -> type[Attention]:
-    """The class for a registry name or ``NAME+argmax``; one clear error otherwise."""
+    """The class for a registry name, ``NAME+argmax`` or a plug-in's path; one clear error
+    otherwise."""
     base = base_name(name)
+    plugin = __getattr__("plugin")
+    if plugin.is_plugin(base):
+        cls = plugin.plugin_class(base)
+        if base != name and issubclass(cls, plugin.CourseAttention):
+            raise plugin.PluginError(f"{plugin.display(base)}: {HARD_SUFFIX} replaces the softmax of the lab "
+                                     "interface; a course-interface module computes its own")
+        return __getattr__("hard_variant")(cls) if base != name else cls
     try:
         cls = __getattr__("REGISTRY")[base]
     except KeyError:
@@ -69,8 +79,23 @@ def attention_class(name: str) -> type[Attention]:
     return __getattr__("hard_variant")(cls) if base != name else cls
 
 
+def pin(name: str) -> str:
+    """A plug-in name with its file's content hash (NAME+argmax keeps its suffix); others as
+    they are."""
+    base = base_name(name)
+    return __getattr__("plugin").pinned(base) + name[len(base):]
+
+
 def build_attention(config: ModelConfig) -> Attention:
-    return attention_class(config.attention)(config)
+    cls = attention_class(config.attention)
+    plugin = __getattr__("plugin")
+    if not plugin.is_plugin(config.attention) or issubclass(cls, plugin.CourseAttention):
+        return cls(config)
+    try:  # the user's constructor: its error names the user's line
+        return cls(config)
+    except Exception as e:  # noqa: BLE001
+        source = plugin.source_of(base_name(config.attention))
+        raise plugin.PluginError(plugin.user_error(e, source, f"building {cls.__name__}(config)")) from None
 
 
 def attention_override(stored: str, requested: str) -> str:
@@ -86,7 +111,8 @@ def attention_override(stored: str, requested: str) -> str:
 
 
 __all__ = [
-    "REGISTRY", "Attention", "masks", "base_name", "names", "DotProductAttention", "KVCache", "build_attention",
+    "REGISTRY", "Attention", "masks", "base_name", "names", "DotProductAttention", "KVCache", "build_attention", "pin",
+    "plugin",
     "attention_class", "attention_override", "hard_variant", "straight_through_argmax",
     "merge_query_key", "VanillaAttention", "SynthesizerAttention", "RelativeAttention",
     "RotaryAttention", "MergedQKAttention", "ArgmaxAttention",

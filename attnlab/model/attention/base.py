@@ -110,6 +110,11 @@ class Attention(FastPath, nn.Module):
         return q, k, self.split_heads(self.value(x)), scale
 
     # ---- shared ---------------------------------------------------------------------------
+    def fuses(self) -> bool:
+        """Whether the fused kernel computes this layer: it can only softmax, so a class that
+        overrides ``normalize`` (however declared) takes the explicit path, never vanilla's."""
+        return self.fusable and overrides(type(self), "normalize", Attention) is None
+
     def split_heads(self, t: Tensor) -> Tensor:
         B, T, _ = t.shape
         return t.view(B, T, self.n_head, -1).transpose(1, 2)  # (B, h, T, .)
@@ -148,7 +153,7 @@ class Attention(FastPath, nn.Module):
         # The fused kernel drops attention weights with torch's own per-element mask; on CPU
         # that mask costs more than the kernel saves, so training with dropout there takes the
         # explicit path with the cheap mask (attnlab.dropout).
-        fused = self.fast and self.fusable and not need_weights and not (p_drop and x.device.type == "cpu")
+        fused = self.fast and self.fuses() and not need_weights and not (p_drop and x.device.type == "cpu")
 
         if fused:
             mask = allowed
@@ -206,7 +211,9 @@ class DotProductAttention(Attention):
         return q, k, 1.0 / math.sqrt(self.head_dim)
 
     def projections(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor, float]:
-        if not self.fast:
+        if not self.fast or overrides(type(self), "queries_keys", DotProductAttention) is not None:
+            # A subclass's own queries_keys is the definition: the stacked product below
+            # computes DotProductAttention's, so it would silently give vanilla's queries.
             return super().projections(x, positions)
         # One product against the stacked query, key and value weights instead of three: fewer,
         # larger matrix products (about 5% of a spec-model CPU training step in an A/B run).
@@ -215,3 +222,14 @@ class DotProductAttention(Attention):
         q, k, v = (self.split_heads(t) for t in F.linear(x, weight, bias).split(self.config.n_embd, dim=-1))
         q, k = self.with_positions(q, k, positions)
         return q, k, v, 1.0 / math.sqrt(self.head_dim)
+
+
+def overrides(cls: type, hook: str, base: type) -> type | None:
+    """The class below ``base`` in ``cls``'s method order that redefines ``hook``; None when
+    ``cls`` uses ``base``'s (or an ancestor's) own."""
+    for klass in cls.__mro__:
+        if klass is base:
+            return None
+        if hook in vars(klass):
+            return klass
+    return None

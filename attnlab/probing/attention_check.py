@@ -1,0 +1,312 @@
+"""The checks a grader would run on an attention layer (``attnlab check-attention``), in seconds.
+
+``check_attention("FILE.py:ClassName")`` builds the layer on a small config (or a registry
+variant by name) and runs, each to a pass or fail with its reason and the smallest failing
+example: output shape and dtype (and finite values); causality, by gradients, for every
+position; batch independence; the same output in training and eval mode without dropout;
+gradients reaching every parameter; the parameter count against vanilla; determinism under a
+seed; the KV-cache decode against the full forward (the lab's interface promises it; the
+course's does not, so it is skipped there); and with ``same_as``, equality to a lab variant
+(1e-6 of the output's scale) after copying its weights across by name (docs/guides/your-attention.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+
+from ..config.settings import ModelConfig
+from ..model.attention import KVCache, base_name, build_attention, masks, plugin
+from ..model.attention.base import Attention
+
+TOL = 1e-6  # equality with a lab variant, relative to the output's largest entry (at least 1)
+GRAD_TOL = 1e-10  # a gradient this small counts as none (masked keys give exactly zero)
+STD = 0.3  # weights drawn N(0, STD): large enough that a missing scale or a leak shows
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # pass, fail or skip
+    reason: str
+    example: str = ""  # the smallest failing example, for a failure
+
+
+@dataclass
+class Report:
+    attention: str
+    interface: str
+    parameters: int
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(c.status != "fail" for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"attention": self.attention, "interface": self.interface, "parameters": self.parameters,
+                "passed": self.passed, "checks": [dataclasses.asdict(c) for c in self.checks]}
+
+    def text(self) -> str:
+        lines = [f"check-attention {self.attention} ({self.interface} interface, {self.parameters:,} parameters)"]
+        for c in self.checks:
+            lines.append(f"  {c.status.upper() if c.status == 'fail' else c.status:4}  {c.name}: {c.reason}")
+            if c.example:
+                lines.append(f"        smallest failing example: {c.example}")
+        failed = sum(c.status == "fail" for c in self.checks)
+        lines.append(f"{failed} of {len(self.checks)} checks failed" if failed else "every check passed")
+        return "\n".join(lines)
+
+
+def check_config(attention: str, **changes: Any) -> ModelConfig:
+    """The small config the checks build layers with: 4 heads of width 8, 16 positions."""
+    base = dict(vocab_size=8, block_size=16, n_layer=1, n_head=4, n_embd=32, dropout=0.0, attention=attention)
+    return ModelConfig(**{**base, **changes})
+
+
+class Subject:
+    """The layer under test: how to build it (seeded), run it and name errors in its code."""
+
+    def __init__(self, name: str, config: ModelConfig):
+        self.name, self.config = name, config
+        self.source = plugin.source_of(base_name(name)) if plugin.is_plugin(name) else None
+        self.layer = self.build(0)
+
+    @property
+    def course(self) -> bool:
+        return isinstance(self.layer, plugin.CourseAttention)
+
+    def build(self, seed: int, **changes: Any) -> Attention:
+        torch.manual_seed(seed)
+        layer = build_attention(dataclasses.replace(self.config, **changes) if changes else self.config)
+        randomise(layer, seed)
+        return layer.eval()
+
+    def run(self, x: Tensor, layer: Attention | None = None) -> Tensor:
+        positions = torch.arange(x.shape[1])[None]
+        return (layer or self.layer)(x, positions)[0]
+
+    def error(self, e: Exception, doing: str) -> str:
+        if self.source is None:
+            return f"{type(e).__name__} while {doing}: {e}"
+        return plugin.user_error(e, self.source, doing)
+
+
+def randomise(layer: nn.Module, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * STD)
+
+
+def inputs(B: int, T: int, C: int, seed: int = 1) -> Tensor:
+    return torch.randn(B, T, C, generator=torch.Generator().manual_seed(seed))
+
+
+def check_attention(name: str, same_as: str | None = None, *, config: ModelConfig | None = None) -> Report:
+    """Every check on the attention ``name`` (FILE.py:ClassName, package.module:ClassName or a
+    registry variant); ``same_as`` a lab variant it should equal after copying weights."""
+    subject = Subject(name, config or check_config(name))
+    count = sum(p.numel() for p in subject.layer.parameters())
+    report = Report(plugin.label(name), "course" if subject.course else "lab", count)
+    checks: list[tuple[str, Callable[[Subject], Check]]] = [
+        ("shape and dtype", shape_and_dtype), ("causality", causality),
+        ("batch independence", batch_independence), ("train and eval alike", train_equals_eval),
+        ("gradients reach every parameter", gradients_reach), ("parameter count", parameter_count),
+        ("deterministic under a seed", deterministic), ("KV-cache decode", cache_decode)]
+    if same_as is not None:
+        checks.append((f"same as {same_as}", lambda s: same_as_variant(s, same_as)))
+    for title, check in checks:
+        try:
+            result = check(subject)
+        except Exception as e:  # noqa: BLE001: the user's code may raise anything: a failure
+            result = Check(title, "fail", subject.error(e, f"checking {title}"))
+        result.name = title
+        report.checks.append(result)
+    return report
+
+
+def shape_and_dtype(s: Subject) -> Check:
+    C = s.config.n_embd
+    for dtype in (torch.float32, torch.float64):
+        try:
+            y = s.run(inputs(2, 8, C).to(dtype), s.layer.to(dtype))
+        finally:
+            s.layer.to(torch.float32)
+        if not isinstance(y, Tensor) or y.shape != (2, 8, C) or y.dtype != dtype:
+            got = f"{tuple(y.shape)} {y.dtype}" if isinstance(y, Tensor) else type(y).__name__
+            return Check("", "fail", f"input (2, 8, {C}) {dtype} gave {got}; expected (2, 8, {C}) {dtype}",
+                         f"x = torch.randn(2, 8, {C}, dtype={dtype})")
+        if not bool(torch.isfinite(y).all()):
+            bad = (~torch.isfinite(y)).nonzero()[0].tolist()
+            return Check("", "fail", "the output holds NaN or infinite values (a row with no visible key?)",
+                         f"T=8, output[{bad[0]}, {bad[1]}] is {y[tuple(bad)].item()}")
+    return Check("", "pass", f"(B, T, {C}) in, (B, T, {C}) out, in float32 and float64, finite")
+
+
+def dependence(s: Subject, x: Tensor, out: Callable[[Tensor], Tensor]) -> Tensor:
+    """|d out(y).sum() / d x| for the layer's output y."""
+    x = x.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(out(s.run(x)).sum(), x, allow_unused=True)
+    return torch.zeros_like(x) if g is None else g.abs()
+
+
+def causality(s: Subject) -> Check:
+    """For every position t, no gradient from output t to a later input; at the smallest T."""
+    if not s.config.causal:
+        return Check("", "skip", "the config is bidirectional")
+    C = s.config.n_embd
+    for T in range(2, s.config.block_size + 1):
+        x = inputs(1, T, C)
+        for t in range(T - 1):
+            g = dependence(s, x, lambda y: y[0, t]).sum(-1)[0]  # (T,)
+            later = (g[t + 1:] > GRAD_TOL).nonzero()
+            if len(later):
+                j = t + 1 + int(later[0])
+                return Check("", "fail", f"output position {t} depends on input position {j}, a later one "
+                             "(mask applied after the softmax, or off by one?)",
+                             f"T={T}: d output[{t}] / d x[{j}] has size {float(g[j]):.3g}")
+    return Check("", "pass", f"no output depends on a later input (every position, T=2..{s.config.block_size})")
+
+
+def batch_independence(s: Subject) -> Check:
+    C = s.config.n_embd
+    for T in range(1, 9):
+        g = dependence(s, inputs(2, T, C), lambda y: y[0]).sum(-1)[1]  # row 0's output vs row 1's input
+        if bool((g > GRAD_TOL).any()):
+            j = int((g > GRAD_TOL).nonzero()[0])
+            return Check("", "fail", "row 0's output depends on row 1's input (a reshape or reduction across "
+                         "the batch?)", f"B=2, T={T}: d output[0] / d x[1, {j}] is not zero")
+    return Check("", "pass", "no row's output depends on another row's input")
+
+
+def train_equals_eval(s: Subject) -> Check:
+    x = inputs(2, 8, s.config.n_embd)
+    with torch.no_grad():
+        evaluated = s.run(x)
+        trained = s.run(x, s.layer.train())
+    s.layer.eval()
+    diff = float((trained - evaluated).abs().max())
+    if diff > TOL * max(1.0, float(evaluated.abs().max())):
+        return Check("", "fail", "with dropout 0 the output differs between train() and eval() (a dropout "
+                     "rate not read from the config, or other train-only behaviour)",
+                     f"B=2, T=8: largest difference {diff:.3g}")
+    return Check("", "pass", "with dropout 0, train() and eval() give the same output")
+
+
+def gradients_reach(s: Subject) -> Check:
+    x = inputs(2, 8, s.config.n_embd)
+    layer = s.layer
+    params = dict(layer.named_parameters())
+    grads = torch.autograd.grad(s.run(x).square().sum(), list(params.values()), allow_unused=True)
+    missing = [n for (n, _), g in zip(params.items(), grads) if g is None]
+    if missing:
+        return Check("", "fail", f"no gradient reaches {', '.join(missing)} (not used in the forward, or "
+                     "detached)", f"B=2, T=8, loss = output.square().sum(): {missing[0]}.grad is None")
+    zero = [n for (n, _), g in zip(params.items(), grads) if float(g.abs().max()) <= GRAD_TOL]
+    note = f"; exactly zero for {', '.join(zero)} (a key bias is: the softmax cancels it)" if zero else ""
+    return Check("", "pass", f"every one of {len(params)} parameters gets a gradient{note}")
+
+
+def parameter_count(s: Subject) -> Check:
+    mine = sum(p.numel() for p in s.layer.parameters())
+    vanilla = sum(p.numel() for p in build_attention(dataclasses.replace(s.config, attention="vanilla")).parameters())
+    change = f"{(mine - vanilla) / vanilla:+.0%}" if vanilla else ""
+    return Check("", "pass", f"{mine:,} parameters; vanilla has {vanilla:,} ({change}) at n_embd "
+                 f"{s.config.n_embd}, {s.config.n_head} heads, block {s.config.block_size}")
+
+
+def deterministic(s: Subject) -> Check:
+    x = inputs(2, 8, s.config.n_embd)
+    torch.manual_seed(7)
+    first = build_attention(s.config)
+    torch.manual_seed(7)
+    second = build_attention(s.config)
+    for (name, a), b in zip(first.state_dict().items(), second.state_dict().values()):
+        if not torch.equal(a, b):
+            return Check("", "fail", f"two layers built under the same seed differ in {name}",
+                         "torch.manual_seed(7) before each build")
+    with torch.no_grad():
+        y1, y2 = s.run(x, first.eval()), s.run(x, first)
+    if not torch.equal(y1, y2):
+        return Check("", "fail", "the same input gives different outputs in eval mode (randomness outside "
+                     "dropout?)", f"B=2, T=8: largest difference {float((y1 - y2).abs().max()):.3g}")
+    return Check("", "pass", "the same seed builds the same layer; the same input gives the same output")
+
+
+def cache_decode(s: Subject) -> Check:
+    """Decoding position by position from the cache equals the full forward (lab interface)."""
+    if s.course:
+        return Check("", "skip", "the course interface promises no cache (the lab runs the module again on "
+                     "the cached inputs)")
+    if not s.config.causal:
+        return Check("", "skip", "the config is bidirectional")
+    T = 8
+    x, pos = inputs(2, T, s.config.n_embd), torch.arange(T)[None]
+    for fast in (True, False):
+        layer = s.layer.set_fast(fast)
+        with torch.no_grad():
+            full = layer(x, pos)[0]
+            cache = KVCache()
+            steps = [layer(x[:, :1], pos[:, :1], cache=cache)[0]]
+            for t in range(1, T):
+                allowed = masks.causal(1, t + 1)[None, None]
+                steps.append(layer(x[:, t:t + 1], pos[:, t:t + 1], allowed=allowed, cache=cache,
+                                   key_positions=pos[:, :t + 1])[0])
+        decoded = torch.cat(steps, 1)
+        bad = ((decoded - full).abs() > 1e-5 * max(1.0, float(full.abs().max()))).any(-1).any(0)
+        if bool(bad.any()):
+            t = int(bad.nonzero()[0])
+            return Check("", "fail", f"decoding from the KV cache differs from the full forward "
+                         f"({'fast' if fast else 'plain'} path)", f"T={T}: position {t}")
+    s.layer.set_fast(True)
+    return Check("", "pass", "position-by-position decoding equals the full forward (fast and plain paths)")
+
+
+def same_as_variant(s: Subject, variant: str) -> Check:
+    """After copying ``variant``'s (random) weights in by name, the outputs agree to TOL."""
+    reference = s.build(3, attention=variant)
+    mapping = weight_map(s.layer, reference)
+    if isinstance(mapping, str):
+        return Check("", "fail", f"cannot copy {variant}'s weights: {mapping}")
+    mine = s.build(0)
+    with torch.no_grad():
+        params = dict(mine.named_parameters())
+        for name, ref_name in mapping.items():
+            params[name].copy_(dict(reference.named_parameters())[ref_name])
+        for T in range(1, s.config.block_size + 1):
+            x = inputs(2, T, s.config.n_embd)
+            got, want = s.run(x, mine), s.run(x, reference)
+            diff = (got - want).abs()
+            if not bool((diff <= TOL * max(1.0, float(want.abs().max()))).all()):
+                b, t, c = (int(i) for i in (diff == diff.max()).nonzero()[0])
+                return Check("", "fail", f"the output differs from {variant}'s with the same weights (largest "
+                             f"difference {float(diff.max()):.3g}; missing scale, wrong mask or head split?)",
+                             f"T={T}: output[{b}, {t}, {c}] is {float(got[b, t, c]):.6g}, {variant} gives "
+                             f"{float(want[b, t, c]):.6g}")
+    return Check("", "pass", f"equal to {variant} to {TOL:g} for T=1..{s.config.block_size} after copying its "
+                 f"{len(mapping)} weight tensors by name")
+
+
+def weight_map(layer: nn.Module, reference: nn.Module) -> dict[str, str] | str:
+    """Each parameter of ``layer`` -> the reference's of the same name (a course module's
+    ``inner.`` prefix dropped) and shape; or what does not fit."""
+    ref = {n: p.shape for n, p in reference.named_parameters()}
+    mapping, problems = {}, []
+    for name, p in layer.named_parameters():
+        short = name.removeprefix("inner.")
+        if short not in ref:
+            problems.append(f"{short} has no counterpart")
+        elif ref[short] != p.shape:
+            problems.append(f"{short} is {list(p.shape)}, the variant's {list(ref[short])}")
+        else:
+            mapping[name] = short
+    unmatched = sorted(set(ref) - set(mapping.values()))
+    if unmatched:
+        problems.append(f"the variant's {', '.join(unmatched)} not found")
+    return "; ".join(problems) if problems else mapping
+

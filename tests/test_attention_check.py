@@ -1,0 +1,83 @@
+"""`attnlab check-attention` (issue 48, items 2 and 3): a student's common mistakes are each
+caught by the check that names them; correct layers, the lab's variants and the examples pass;
+exit codes 0 / 1 / 2 and --json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnlab import cli
+from attnlab.probing.attention_check import check_attention
+
+ROOT = Path(__file__).parent.parent
+FIXTURES = Path(__file__).parent / "fixtures" / "attention"
+COURSE = f"{FIXTURES / 'course_attention.py'}:CausalSelfAttention"
+
+# (file, class, --same-as, the check that must fail)
+MISTAKES = [
+    ("mask_after_softmax.py", "CausalSelfAttention", None, "causality"),
+    ("mask_off_by_one.py", "CausalSelfAttention", None, "causality"),
+    ("no_scaling.py", "CausalSelfAttention", "vanilla", "same as vanilla"),
+    ("heads_mixed.py", "CausalSelfAttention", None, "causality"),
+    ("rotary_on_values.py", "RotaryAttention", "rotary", "same as rotary"),
+]
+
+
+def status(report, name: str) -> str:
+    return next(c.status for c in report.checks if c.name == name)
+
+
+@pytest.mark.parametrize("file, cls, same_as, caught_by", MISTAKES, ids=[m[0][:-3] for m in MISTAKES])
+def test_a_student_mistake_is_caught(file: str, cls: str, same_as: str | None, caught_by: str) -> None:
+    report = check_attention(f"{FIXTURES / file}:{cls}", same_as=same_as)
+    assert not report.passed
+    failed = next(c for c in report.checks if c.name == caught_by)
+    assert failed.status == "fail" and failed.reason and failed.example.startswith("T=2")
+
+
+def test_the_mistakes_a_plain_check_cannot_see_pass_it() -> None:
+    """Missing scaling is causal and well-formed: only the comparison with vanilla shows it."""
+    report = check_attention(f"{FIXTURES / 'no_scaling.py'}:CausalSelfAttention")
+    assert report.passed
+
+
+@pytest.mark.parametrize("name, same_as", [
+    (COURSE, "vanilla"), (f"{FIXTURES / 'lab_attention.py'}:SharpAttention", None),
+    ("vanilla", "vanilla"), ("relative", None), ("merged_qk", None)])
+def test_correct_layers_pass(name: str, same_as: str | None) -> None:
+    report = check_attention(name, same_as=same_as)
+    assert report.passed, report.text()
+    expected = "skip" if report.interface == "course" else "pass"
+    assert status(report, "KV-cache decode") == expected
+
+
+@pytest.mark.parametrize("file, cls, variant", [("rotary.py", "RotaryAttention", "rotary"),
+                                                ("synthesizer.py", "SynthesizerAttention", "synthesizer")])
+def test_the_examples_pass_and_equal_the_lab_variant(file: str, cls: str, variant: str) -> None:
+    report = check_attention(f"{ROOT / 'examples' / 'attention' / file}:{cls}", same_as=variant)
+    assert report.passed, report.text()
+    assert report.interface == "course"
+
+
+def test_an_error_in_the_users_forward_is_a_failure_naming_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "broken.py"
+    path.write_text("from torch import nn\n\nclass A(nn.Module):\n    def __init__(self, c):\n"
+                    "        super().__init__()\n        self.l = nn.Linear(c.n_embd, c.n_embd)\n\n"
+                    "    def forward(self, x):\n        return self.l(x)[:, :, :3]\n")
+    report = check_attention(f"{path}:A")
+    shape = next(c for c in report.checks if c.name == "shape and dtype")
+    assert shape.status == "fail" and "(2, 8, 3)" in shape.reason
+
+
+def test_the_command_exits_0_1_2_and_prints_json(capsys) -> None:
+    assert cli.main(["check-attention", COURSE, "--same-as", "vanilla"]) == 0
+    assert "every check passed" in capsys.readouterr().out
+    assert cli.main(["check-attention", f"{FIXTURES / 'mask_off_by_one.py'}:CausalSelfAttention", "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["passed"] is False
+    assert {c["name"]: c["status"] for c in document["checks"]}["causality"] == "fail"
+    assert cli.main(["check-attention", f"{FIXTURES / 'absent.py'}:A"]) == 2
+    assert "absent.py: no such file" in capsys.readouterr().err
