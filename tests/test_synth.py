@@ -16,6 +16,7 @@ from attnlab.data import factset  # noqa: E402
 from attnlab.data.datasets import documents, read_corpus, read_qa  # noqa: E402
 from attnlab.data.synth import BiosOptions, SynthError, generate, write  # noqa: E402
 from attnlab.data.synth.values import ATTRIBUTES, RELATIONS  # noqa: E402
+from tests.test_bad_input import read_only  # noqa: E402,F401  (the fixture: a read-only directory, also for root)
 
 AUGMENTED = BiosOptions(people=40, seed=3, multi=3, permute=True, fullname=True, celebrities=0.5)
 PLAIN = BiosOptions(people=24, seed=5)
@@ -123,6 +124,16 @@ def test_a_non_empty_out_dir_is_refused_and_left_as_it_was(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not empty" in err
     assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "mine\n"
+
+
+def test_an_out_dir_that_is_a_file_or_read_only_is_refused(tmp_path, capsys, read_only):  # noqa: F811
+    mine = tmp_path / "a-file"
+    mine.write_text("mine\n")
+    assert cli.main(["synth", "bios", "--people", "8", "--out-dir", str(mine)]) == 2
+    assert "--out-dir is a file" in capsys.readouterr().err and mine.read_text() == "mine\n"
+    ro = read_only(tmp_path / "ro") if (tmp_path / "ro").mkdir() is None else None
+    assert cli.main(["synth", "bios", "--people", "8", "--out-dir", str(ro / "bios")]) == 2
+    assert "cannot write here" in capsys.readouterr().err and not (ro / "bios").exists()
 
 
 def test_an_empty_out_dir_is_used(tmp_path):

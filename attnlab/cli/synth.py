@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 
-from ..core import bounds
+from ..core import bounds, paths
 from ..data.synth import bios
 from . import flags
 
 PEOPLE = bounds.Bound(int, 4, name="people")
 MULTI = bounds.Bound(int, 1, name="K")
-SHARE = bounds.Bound(float, 0.0, 1.0, name="fraction")
+SHARE = bounds.UNIT
 KINDS = ("bios",)
 
 
@@ -22,7 +22,8 @@ def register(command) -> None:
                          "(Physics of Language Models 3.1) with the paper's augmentations", run)
     p.add_argument("kind", choices=KINDS, help="what to write: bios (six attributes a person)")
     p.add_argument("--people", type=PEOPLE.argtype(), default=1000, metavar="N", help="how many people")
-    p.add_argument("--seed", type=int, default=0, help="the set is a function of its options and this seed")
+    p.add_argument("--seed", type=bounds.SEED.argtype(), default=0,
+                   help="the set is a function of its options and this seed")
     p.add_argument("--multi", type=MULTI.argtype(), default=1, metavar="K",
                    help="K biographies a celebrity, each with its own templates (the paper's multiK)")
     p.add_argument("--permute", action="store_true",
@@ -34,7 +35,7 @@ def register(command) -> None:
                    help="the share of people given the augmentations above; the others get one plain "
                         "biography (default: 1, everyone)")
     flags.out_dir(p, None, "the folder to write (new or empty): corpus.txt, train.tsv, dev.tsv, test.tsv, "
-                           "people.tsv, facts.toml (required)")
+                           "people.tsv, facts.toml; required (default: none)")
     # The spelling of the output flag: accepted, not shown, not deprecated.
     p.add_argument("--out", dest="out_dir", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
@@ -42,7 +43,8 @@ def register(command) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.out_dir:
         raise ValueError("--out-dir DIR is required (the folder to write the fact set into)")
-    bios.refuse_non_empty(args.out_dir)  # before any work
+    paths.output_dir(args.out_dir, "--out-dir")  # before any work
+    bios.refuse_non_empty(args.out_dir)
     options = bios.BiosOptions(people=args.people, seed=args.seed, multi=args.multi, permute=args.permute,
                                fullname=args.fullname, celebrities=args.celebrities)
     made = bios.generate(options)
