@@ -21,11 +21,12 @@ def register(command) -> None:
     p = command("synth", "write a synthetic fact set: bios, bioS-like biographies of invented people "
                          "(Physics of Language Models 3.1) with the paper's augmentations", run)
     p.add_argument("kind", choices=KINDS, help="what to write: bios (six attributes a person)")
-    p.add_argument("--people", type=PEOPLE.argtype(), default=1000, metavar="N", help="how many people")
+    p.add_argument("--people", type=PEOPLE.argtype(), default=1000, metavar="N", help="how many people, at least 4")
     p.add_argument("--seed", type=bounds.SEED.argtype(), default=0,
                    help="the set is a function of its options and this seed")
     p.add_argument("--multi", type=MULTI.argtype(), default=1, metavar="K",
-                   help="K biographies a celebrity, each with its own templates (the paper's multiK)")
+                   help="K biographies a celebrity (everyone, unless --celebrities), each with its own "
+                        "templates (the paper's multiK)")
     p.add_argument("--permute", action="store_true",
                    help="shuffle the sentence order of each celebrity biography (default: fixed order)")
     p.add_argument("--fullname", action="store_true",
