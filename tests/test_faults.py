@@ -149,6 +149,13 @@ def _faults() -> list[Fault]:
         Fault("edits: no checkpoint", "edits {tmp}/missing", 2, ("no checkpoint here",)),
         # serve
         Fault("serve: port out of range", "serve {run} --port 70000", 2, ("--port", "got '70000'")),
+        # synth
+        Fault("synth: --out-dir not empty", "synth bios --people 8 --out-dir {tmp}", 2,
+              ("{tmp}: is not empty",), ("{file}",)),
+        Fault("synth: --out-dir is a file", "synth bios --people 8 --out-dir {file}", 2,
+              ("{file}: --out-dir is a file",), ("{file}",)),
+        Fault("synth: read-only directory", "synth bios --people 8 --out-dir {ro}/bios", 2,
+              ("cannot write here",), ("{ro}/bios",)),
     ]
 
 

@@ -79,7 +79,7 @@ def _base(command: str, world: dict[str, Path]) -> list[str]:
         "calibrate": [run, "--eval-file", qa, "--out-dir", out], "audit": [run, "--names", "5", "--out-dir", out],
         "trace": [run, "Where was Ada Brook born?", "--out-dir", out],
         "edit": [run, "--person", "Ada Brook", "--place", "Paris", "--out-dir", out],
-        "edits": [run],
+        "edits": [run], "synth": ["bios", "--people", "4", "--out-dir", out],
     }.get(command, [])
 
 
