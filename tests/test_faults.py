@@ -149,6 +149,16 @@ def _faults() -> list[Fault]:
         Fault("edits: no checkpoint", "edits {tmp}/missing", 2, ("no checkpoint here",)),
         # serve
         Fault("serve: port out of range", "serve {run} --port 70000", 2, ("--port", "got '70000'")),
+        # learn
+        Fault("learn: no such fact-set folder", "learn {tmp}/nowhere --out-dir {tmp}/learned", 2,
+              ("{tmp}/nowhere: no such fact-set folder",), ("{tmp}/learned",)),
+        Fault("learn: a folder without facts.toml", "learn {tmp} --out-dir {tmp}/learned", 2,
+              ("{tmp}/facts.toml: missing",), ("{tmp}/learned",)),
+        Fault("learn: no minutes", "learn {tmp} --minutes 0 --out-dir {tmp}/learned", 2,
+              ("--minutes", "got '0'"), ("{tmp}/learned",)),
+        # check-attention
+        Fault("check-attention: no such file", "check-attention {tmp}/nope.py:Attn", 2,
+              ("{tmp}/nope.py: no such file",)),
         # synth
         Fault("synth: --out-dir not empty", "synth bios --people 8 --out-dir {tmp}", 2,
               ("{tmp}: is not empty",), ("{file}",)),

@@ -162,7 +162,8 @@ def tsv_problem(raw: bytes, labelled: bool | None) -> str | None:
     if tabbed:
         for line in lines:
             parts = line.split("\t")
-            if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
+            # read as it comes (labelled None), "question<TAB>" is an unlabelled question
+            if len(parts) != 2 or not parts[0].strip() or (labelled and not parts[1].strip()):
                 return "not question<TAB>place"
     return None
 

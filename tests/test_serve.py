@@ -96,7 +96,7 @@ def test_evidence_is_the_corpus_line_that_states_the_answer(client, lab):
     ({"question": "Where was Zoë 日本 born?"}, 400, "not in the vocabulary"),
     ({"question": f"Where was A{MASK_CHAR} born?"}, 400, "a mark the model uses"),
     ({"question": "x" * (MAX_QUESTION_CHARS + 1)}, 400, f"at most {MAX_QUESTION_CHARS}"),
-    ({"question": "Who is Ralf Wadephul?"}, 400, "expected a question 'Where was NAME born?'"),
+    ({"question": "Who is Ralf Wadephul?"}, 400, "matches no relation (expected 'Where was {subject} born?')"),
     ({"question": "x" * 10_000}, 413, "larger than"),
     ({}, 422, "question: Field required"),
     ({"question": RALF, "runs": [7]}, 404, "no run 7"),

@@ -21,7 +21,7 @@ def register(command) -> None:
                 "independence, gradients, determinism, KV cache, equality with a lab variant", cmd_check_attention)
     p.add_argument("attention", choices=flags.attention_choices(), metavar="FILE.py:CLASS",
                    help="your attention class (FILE.py:ClassName or package.module:ClassName), or a variant's name")
-    p.add_argument("--same-as", default=None, choices=flags.attention_choices(), metavar="VARIANT",
+    p.add_argument("--same-as", default=None, choices=flags.attention_choices(),
                    help="also check equality (to 1e-6) with this lab variant after copying its weights across "
                         "by name, e.g. vanilla (default: off)")
     results.add_json_flag(p)

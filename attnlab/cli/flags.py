@@ -275,11 +275,10 @@ def fact_set(parser: argparse.ArgumentParser) -> None:
     supplies its own without the flag)."""
     group = section(parser, DATA_SECTION)
     group.add_argument("--facts", default=None, metavar="DIR",
-                       help="a fact-set folder (docs/guides/your-facts.md) whose files replace the data "
-                            "options left at their defaults (default: the run's own fact set, else the "
-                            "birthplace set in data/)")
-    group.add_argument("--other-facts", action="store_true",
-                       help="use --facts although the run learned another fact set (default: refused)")
+                       help="a fact-set folder: its files for the data options (default: the run's own, else data/)")
+    other = group.add_argument("--other-facts", action="store_true",
+                               help="use --facts although the run learned another fact set (default: refused)")
+    other.advanced = True  # --help-all
 
 
 def apply_fact_set(args: argparse.Namespace) -> None:
