@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     text = table(["fact set", "relation", "most frequent answer", "no pretraining", "learned, each seed",
                   f"learned in {args.minutes:g} minutes (seeds pooled)"], rows)
     text += f"\n\nMachine: {'; '.join(sorted(machines))}. Dev questions; 95% Wilson intervals."
-    report("learn-factsets", text, write=args.write, title=f"Fact sets learned in {args.minutes:g} minutes")
+    report(f"learn-factsets-{args.minutes:g}m", text, write=args.write, title=f"Fact sets learned in {args.minutes:g} minutes")
 
 
 if __name__ == "__main__":
