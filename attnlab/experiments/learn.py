@@ -37,7 +37,7 @@ RESULTS = "results.json"
 BASE_PRESET = "cpu15"  # the recipe whose data-dependent choices recipe_for derives from a fact set
 # Of a budget, what finetuning and scoring take after pretraining: at least this many minutes,
 # or this share of the budget.
-AFTER_PRETRAINING = (0.6, 0.15)
+AFTER_PRETRAINING = (0.6, 0.08)
 # Read-out examples in finetuning (other training subjects' documents given, the answer scored),
 # per format subject: enough to teach reading, few enough that finetuning stays short.
 READ_OUTS_PER_FORMAT_SUBJECT = 3
@@ -92,7 +92,7 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     after = max(AFTER_PRETRAINING[0], AFTER_PRETRAINING[1] * minutes)
     pre_minutes = round(max(0.05, minutes - after), 2)
     pre = dataclasses.replace(base.pretrain, seed=seed, minutes=pre_minutes, epochs=400, mix_people=n_format,
-                              mix_ratio=min(100.0, n_format / docs), mix_overlap="refuse")
+                              mix_ratio=min(100.0, n_format / docs), mix_overlap="drop")
     fine = dataclasses.replace(base.finetune, seed=seed, mix_people=n_format, preset="",
                                read_out_people=READ_OUTS_PER_FORMAT_SUBJECT * n_format)
     return Recipe(model, pre, fine, n_format, pre_minutes)
