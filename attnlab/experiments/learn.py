@@ -27,7 +27,8 @@ from ..config.settings import ModelConfig, TrainConfig, get_preset
 from ..core import logs
 from ..core.paths import write_atomically
 from ..data import factset as factsets
-from ..data.datasets import read_qa
+from ..data.corpus import CorpusIndex
+from ..data.datasets import documents, read_qa, read_text
 from ..model.checkpoint import CHECKPOINT_NAME, load_model
 from ..core.devices import resolve_device
 from ..training.pipeline import finetune, pretrain
@@ -77,22 +78,22 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     their documents (factset.sizes); up to FORMAT_SUBJECTS training subjects (fewer in short
     budgets: a pass over fewer documents stores more of each) teach the answer format and are
     pretrained on, the other training subjects' documents are left out of pretraining and only
-    teach reading (FORMAT_SUBJECTS); budgets under 8 minutes use three layers, under 3 minutes two
-    (more passes)."""
+    teach reading; the more characters a pass reads per minute of the budget, the fewer layers
+    (LAYERS_BY_LOAD: in a short budget more passes store more than depth)."""
     sizes = factsets.sizes(facts)
     base = get_preset(BASE_PRESET)
     train = read_qa(facts.train, labelled=True)
     subjects = list(dict.fromkeys(facts.schema.require(e).subject for e in train))
     n_format = min(len(subjects), max(round(FORMAT_SUBJECTS * min(1.0, minutes / 15)), 50))
-    layers = layers_for(pass_characters(facts, subjects[n_format:], sizes.recall_chars) / minutes)
+    docs = documents(read_text(facts.corpus))
+    layers = layers_for(pass_characters(docs, subjects[n_format:], sizes.recall_chars) / minutes)
     model = ModelConfig(**{**base.model, "n_layer": layers, "recall_chars": sizes.recall_chars,
                            "answer_chars": sizes.answer_chars, "block_size": sizes.block_size,
                            "relations": facts.schema.to_list()})
-    docs = sum(1 for line in facts.corpus.read_text(encoding="utf-8").split("\n") if line)
     after = max(AFTER_PRETRAINING[0], AFTER_PRETRAINING[1] * minutes)
     pre_minutes = round(max(0.05, minutes - after), 2)
     pre = dataclasses.replace(base.pretrain, seed=seed, minutes=pre_minutes, epochs=400, mix_people=n_format,
-                              mix_ratio=min(100.0, n_format / docs), mix_overlap="drop")
+                              mix_ratio=min(100.0, n_format / len(docs)), mix_overlap="drop")
     fine = dataclasses.replace(base.finetune, seed=seed, mix_people=n_format, preset="",
                                read_out_people=READ_OUTS_PER_FORMAT_SUBJECT * n_format)
     return Recipe(model, pre, fine, n_format, pre_minutes)
@@ -103,13 +104,9 @@ def layers_for(load: float) -> int:
     return 4 if load <= LAYERS_BY_LOAD[0] else 3 if load <= LAYERS_BY_LOAD[1] else 2
 
 
-def pass_characters(facts: factsets.FactSet, left_out: list[str], recall_chars: int) -> int:
-    """Characters one pretraining pass reads: every document cut at the recall, but those of
-    the ``left_out`` subjects."""
-    from ..data.corpus import CorpusIndex
-    from ..data.datasets import documents, read_text
-
-    docs = documents(read_text(facts.corpus))
+def pass_characters(docs: list[str], left_out: list[str], recall_chars: int) -> int:
+    """Characters one pretraining pass reads: every corpus document cut at the recall, but those
+    of the ``left_out`` subjects."""
     index = CorpusIndex(docs)
     skipped = {index.line_number(s) for s in left_out}
     return sum(min(len(d), recall_chars) for n, d in enumerate(docs, 1) if n not in skipped)
