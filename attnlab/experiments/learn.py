@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import platform
 import time
 from dataclasses import dataclass
@@ -52,6 +53,9 @@ FORMAT_SUBJECTS = 500
 # is a light load, the same set in 5 minutes (or a set of twice as long documents in 15) a
 # middle one.
 LAYERS_BY_LOAD = (15_000, 40_000)
+# Pretraining passes below which the recipe's answers stayed at the most-frequent baseline on
+# the sets it was tried on (the notebook): a budget that fits fewer is told so before the first step.
+LEAST_PASSES = 20
 
 
 @dataclass(frozen=True)
@@ -127,8 +131,10 @@ def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, 
     recipe = recipe_for(facts, minutes, seed)
     log(f"learning {facts.name} ({len(facts.schema.relations)} relation(s): {', '.join(facts.schema.names)}) "
         f"in {minutes:g} minutes: {recipe.describe()}" + ("" if pretrained else "; no pretraining"))
+    fitted: dict[str, float] = {}
     if pretrained:
-        _pretrain_and_finetune(facts, recipe, out, device=device, overwrite=overwrite, resume=resume, log=log)
+        _pretrain_and_finetune(facts, recipe, out, device=device, overwrite=overwrite, resume=resume, log=log,
+                               on_fit=budget_check(minutes, recipe, fitted, log))
     else:
         scratch = dataclasses.replace(get_preset(BASE_PRESET).finetune_scratch, seed=seed,
                                       mix_people=recipe.format_subjects, preset="")
@@ -136,7 +142,7 @@ def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, 
                  log=log, device=device, overwrite=overwrite or resume, vocab_text=facts.vocabulary_text())
     write_atomically(out / FACTSET_RECORD, json.dumps(facts.record(), indent=2) + "\n")
     results = score_fact_set(out, facts, device=device)
-    results.update(minutes=minutes, seed=seed, pretrained=pretrained,
+    results.update(minutes=minutes, seed=seed, pretrained=pretrained, **fitted,
                    wall_minutes=round((time.perf_counter() - began) / 60, 2), machine=machine(),
                    recipe={"describe": recipe.describe(), "model": recipe.model.to_dict(),
                            "pretrain": recipe.pretrain.to_dict(), "finetune": recipe.finetune.to_dict()})
@@ -144,14 +150,32 @@ def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, 
     return results
 
 
+def budget_check(minutes: float, recipe: Recipe, fitted: dict[str, float],
+                 log: Callable[[str], None]) -> Callable[[float], None]:
+    """What pretraining is told once it has fitted its passes to the budget: it records them in
+    ``fitted`` and, under LEAST_PASSES, says before the first step that the answers will likely
+    not beat the baseline, and about how many minutes would fit enough passes."""
+    def check(passes: float) -> None:
+        fitted["pretraining_passes"] = round(passes, 2)
+        if passes >= LEAST_PASSES:
+            return
+        needed = math.ceil((minutes - recipe.pretrain_minutes) + recipe.pretrain_minutes * LEAST_PASSES / passes)
+        fitted["budget_short"] = True
+        log(f"warning: {minutes:g} minutes fit {passes:.0f} pretraining passes on this machine, and this recipe "
+            f"needs about {LEAST_PASSES} to store facts: expect answers near the most-frequent baseline "
+            f"(about {needed} minutes would fit {LEAST_PASSES}); training goes on")
+    return check
+
+
 def _pretrain_and_finetune(facts: factsets.FactSet, recipe: Recipe, out: Path, *, device: str, overwrite: bool,
-                           resume: bool, log: Callable[[str], None]) -> None:
+                           resume: bool, log: Callable[[str], None],
+                           on_fit: Callable[[float], None] | None = None) -> None:
     """The recipe's two stages: pretraining in ``out/pretrain``, finetuning into ``out``; an
     interrupted pretraining is continued with ``resume``."""
     pre_dir = out / "pretrain"
     pretrain(recipe.model, recipe.pretrain, corpus=facts.corpus, run_dir=pre_dir, log=log, mix_qa=facts.train,
              held_out=facts.held_out, vocab_text=facts.vocabulary_text(), device=device,
-             resume=resume and (pre_dir / CHECKPOINT_NAME).exists(), overwrite=overwrite)
+             resume=resume and (pre_dir / CHECKPOINT_NAME).exists(), overwrite=overwrite, on_fit=on_fit)
     finetune(recipe.finetune, run_dir=out, init=pre_dir, corpus=facts.corpus, train_file=facts.train, log=log,
              device=device, overwrite=overwrite or resume)
 

@@ -73,13 +73,15 @@ def pretrain(
     held_out: tuple[str | Path, ...] = (DEFAULT_DEV, DEFAULT_TEST),
     eval_file: str | Path | None = None,
     vocab_text: str = "",
+    on_fit: Callable[[float], None] | None = None,
 ) -> tuple[GPT, Vocab, TrainResult]:
     """Pretraining on the corpus (SPEC 3, 5): span corruption, or next-character prediction on
     packed lines with training-file QA examples mixed in (attnlab/data/objectives.py). ``mix_qa``
     people also asked in a ``held_out`` file are refused; ``eval_file`` is scored every
     ``train_config.eval_every`` steps. A ``run_dir`` holding a checkpoint needs ``resume``
     (continue that run: the configs and data must be its own, rundir.resumed) or
-    ``overwrite`` (replace it)."""
+    ``overwrite`` (replace it). ``on_fit`` is told the epochs a --minutes run fitted, before its
+    first step."""
     began = time.perf_counter()  # --minutes counts the data's preparation too
     run_dir = Path(run_dir)
     with rundir.claim(run_dir, resume=resume, overwrite=overwrite, log=log):
@@ -96,6 +98,8 @@ def pretrain(
                                                   held_out, dev, log)
         if train_config.minutes and not resume:
             train_config, deadline = fit_to_minutes(model, batches, train_config, model_config, began, log)
+            if on_fit is not None:
+                on_fit(train_config.epochs)
         if train_config.objective == "lm":
             # The course's decay length is defined for span corruption; lm runs anneal over themselves.
             final_tokens = train_config.final_tokens or _run_tokens(batches, train_config, model_config)
