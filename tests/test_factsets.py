@@ -147,6 +147,22 @@ def test_sizes_come_from_the_data(tmp_path):
     assert sizes.recall_chars >= 32 and sizes.recall_chars >= longest_end - 40
     assert sizes.answer_chars >= len("Orna") and sizes.block_size % 16 == 0
     assert sizes.block_size >= sizes.recall_chars + len("country") + sizes.answer_chars + 3
+    assert (sizes.out_of_reach, sizes.answers) == (0, 6)
+
+
+def test_answers_the_copy_cannot_reach_are_counted_and_said(tmp_path):
+    from attnlab.experiments.learn import _say_out_of_reach
+
+    # Ardale's river is written only in a second document about it: the copy reads the first
+    corpus = ("Ardale. It trades with Zarn. Ardale lies in Velm.\nArdale. The Orna flows through it.\n"
+              "Brisk. Brisk lies in Tarn. The Kessa flows through it.\n"
+              "Colver. Colver lies in Velm. The Drin flows through it.\nDunmoor. In Sorn, on the Orna.\n"
+              "Eskby. In Tarn, on the Drin.\nWhich? None.\n")
+    sizes = factset.sizes(factset.load(write_set(tmp_path / "towns", corpus=corpus)))
+    assert (sizes.out_of_reach, sizes.answers) == (1, 6)
+    said = []
+    _say_out_of_reach(sizes, said.append)
+    assert len(said) == 1 and "1 of 6 training answers are not written" in said[0]
 
 
 def test_a_run_record_is_checked_against_the_folder(tmp_path):

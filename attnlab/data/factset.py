@@ -225,6 +225,10 @@ class Sizes:
     recall_chars: int  # characters of a subject's document recalled before answering
     answer_chars: int  # the longest answer read out
     block_size: int  # the longest training string, rounded up
+    # training answers the copy read-out cannot reach: not written in their subject's first
+    # document, or written past the recall
+    out_of_reach: int = 0
+    answers: int = 0
 
 
 def sizes(facts: FactSet, *, coverage: float = 0.95, most: int = 320) -> Sizes:
@@ -246,4 +250,5 @@ def sizes(facts: FactSet, *, coverage: float = 0.95, most: int = 320) -> Sizes:
     answer = max(answers) + 8
     cue = max(len(n) for n in facts.schema.names) + 1 if facts.schema.cued else 0
     block = recall + cue + answer + 3
-    return Sizes(recall, answer, -(-block // 16) * 16)
+    reached = sum(end <= recall for end in ends)
+    return Sizes(recall, answer, -(-block // 16) * 16, len(answers) - reached, len(answers))

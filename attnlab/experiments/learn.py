@@ -129,6 +129,7 @@ def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, 
         raise ValueError(f"{out} already holds a learned model: choose another output directory, or "
                          "replace it (overwrite)")
     recipe = recipe_for(facts, minutes, seed)
+    _say_out_of_reach(factsets.sizes(facts), log)
     log(f"learning {facts.name} ({len(facts.schema.relations)} relation(s): {', '.join(facts.schema.names)}) "
         f"in {minutes:g} minutes: {recipe.describe()}" + ("" if pretrained else "; no pretraining"))
     fitted: dict[str, float] = {}
@@ -148,6 +149,15 @@ def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, 
                            "pretrain": recipe.pretrain.to_dict(), "finetune": recipe.finetune.to_dict()})
     write_atomically(out / RESULTS, json.dumps(results, indent=2) + "\n")
     return results
+
+
+def _say_out_of_reach(sizes: factsets.Sizes, log: Callable[[str], None]) -> None:
+    """A fact set whose answers the copy read-out often cannot reach is told so: the model answers
+    by copying from the first document about the subject, within the recall."""
+    if sizes.answers and sizes.out_of_reach > 0.05 * sizes.answers:
+        log(f"warning: {sizes.out_of_reach} of {sizes.answers} training answers are not written in their "
+            f"subject's first document within its first {sizes.recall_chars} characters: questions like "
+            "them cannot be answered by copying (put each subject's facts in its first document)")
 
 
 def budget_check(minutes: float, recipe: Recipe, fitted: dict[str, float],
