@@ -1,0 +1,45 @@
+"""benchmarks/learn_probe.py: a probe changes exactly the recipe fields it names, refuses the ones
+that do not exist, and its one-line summary carries every relation's count."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnlab.data import factset
+from attnlab.experiments import learn
+
+from .test_factsets import write_set
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import learn_probe  # noqa: E402
+
+
+def test_a_probe_changes_the_fields_it_names_and_nothing_else(tmp_path):
+    recipe = learn.recipe_for(factset.load(write_set(tmp_path / "towns")), 5)
+    changes = learn_probe.parse_changes(["finetune.epochs=3", "finetune.replay_lines=true", "pretrain.seed=7"])
+    probe = learn_probe.changed_recipe(recipe, changes, pretrain_passes=35)
+    assert (probe.finetune.epochs, probe.finetune.replay_lines, probe.pretrain.seed) == (3, True, 7)
+    assert (probe.pretrain.epochs, probe.pretrain.minutes) == (35, 0.0)
+    assert probe.finetune.learning_rate == recipe.finetune.learning_rate and probe.model == recipe.model
+
+
+def test_malformed_or_unknown_changes_are_refused(tmp_path):
+    with pytest.raises(SystemExit, match="expected STAGE.FIELD=VALUE"):
+        learn_probe.parse_changes(["epochs=3"])
+    with pytest.raises(SystemExit, match="not a training setting"):
+        learn_probe.changed_recipe(learn.recipe_for(factset.load(write_set(tmp_path / "towns")), 5), {
+            "pretrain": {}, "finetune": {"epoks": "3"}, "recipe": {}})
+    with pytest.raises(SystemExit, match="no such constant"):
+        learn_probe.set_recipe_constants({"NOT_A_CONSTANT": "1"})
+
+
+def test_the_summary_names_each_relation_with_its_count():
+    results = {"relations": {"country": {"correct": 40, "total": 50, "ci95": [66.9, 88.8]},
+                             "river": {"correct": 30, "total": 50, "ci95": [46.2, 72.4]}},
+               "overall": {"correct": 70, "total": 100}}
+    line = learn_probe.summary("finetune.epochs=3", results)
+    assert line == "finetune.epochs=3 | country 40/50 (66.9-88.8) | river 30/50 (46.2-72.4) | all 70/100"
+
