@@ -43,3 +43,13 @@ def test_the_summary_names_each_relation_with_its_count():
     line = learn_probe.summary("finetune.epochs=3", results)
     assert line == "finetune.epochs=3 | country 40/50 (66.9-88.8) | river 30/50 (46.2-72.4) | all 70/100"
 
+
+
+def test_a_wrong_answer_is_told_misread_or_not_recalled():
+    import read_or_recall
+
+    assert read_or_recall.failure_kind("Orna", "Ardale. The Orna flows.", "Orna") == "right"
+    assert read_or_recall.failure_kind("Zarn", "Ardale. Trades with Zarn; the Orna flows.", "Orna") == "misread"
+    assert read_or_recall.failure_kind("Zarn", "Ardale. Trades with Zarn.", "Orna") == "not recalled"
+    assert read_or_recall.failure_kind("Orn", "Ardale. The Ornate hall.", "Orn") == "right"
+    assert read_or_recall.failure_kind("Zarn", "Ardale. The Ornate hall.", "Orn") == "not recalled"

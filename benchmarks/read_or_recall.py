@@ -1,0 +1,62 @@
+"""Why a learned model's dev answers are wrong: the answer missing from what it recalled (a
+storage or recall failure) or present but not copied (a reading failure), per relation.
+
+    .venv/bin/python benchmarks/read_or_recall.py RUN [--facts DIR] [--eval-file FILE]
+
+RUN is a run of `attnlab learn` (its fact set is recorded) or any recall-format run with
+--facts. Prints, per relation: right; wrong with the answer in the recalled text (the copy
+chose another span); wrong with the answer not recalled. Counts out of N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+from _common import REPO  # noqa: F401  (puts the checkout's attnlab first on sys.path)
+
+from attnlab.answering.evaluate import answer_questions
+from attnlab.data import factset
+from attnlab.data.corpus import contains_words
+from attnlab.data.datasets import read_qa
+from attnlab.model.checkpoint import load_model
+
+
+def failure_kind(answer: str, recalled: str | None, truth: str) -> str:
+    """right, misread (the truth is in the recalled text as whole words) or not recalled."""
+    if answer == truth:
+        return "right"
+    return "misread" if recalled and contains_words(recalled, truth) else "not recalled"
+
+
+def tally(answers, examples, schema) -> dict[str, Counter]:
+    kinds: dict[str, Counter] = {}
+    for a, ex in zip(answers, examples):
+        relation = schema.require(ex).relation.name
+        kinds.setdefault(relation, Counter())[failure_kind(a.answer, a.recalled, ex.answer)] += 1
+    return kinds
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("run", type=Path)
+    p.add_argument("--facts", type=Path, help="the fact set (default: the one the run recorded)")
+    p.add_argument("--eval-file", type=Path, help="labelled questions (default: the set's dev file)")
+    args = p.parse_args(argv)
+    facts = factset.load(args.facts) if args.facts else factset.recorded(args.run)
+    if facts is None:
+        raise SystemExit(f"{args.run}: no fact set recorded; give --facts DIR")
+    model, vocab, _ = load_model(args.run)
+    examples = read_qa(args.eval_file or facts.dev, labelled=True)
+    kinds = tally(answer_questions(model, vocab, examples), examples, facts.schema)
+    print("| relation | N | right | misread (answer recalled, another span copied) | not recalled |")
+    print("| --- | --- | --- | --- | --- |")
+    for relation, c in kinds.items():
+        print(f"| {relation} | {sum(c.values())} | {c['right']} | {c['misread']} | {c['not recalled']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
