@@ -1,7 +1,7 @@
 """`attnlab export RUN --to transformer-lens OUT` (attnlab/interop/tlens.py): the exported
 TransformerLens model's logits equal the lab's on the dev questions for the variants it can
-express, the others are refused in one line, and TransformerLens's hooks patch an activation to
-the probability the lab's own trace gives (examples/interop/patching.py)."""
+express, the others are refused in one line, and TransformerLens's hooks (and nnsight) patch an activation
+to the probability the lab's own trace gives (examples/interop/patching.py)."""
 
 from __future__ import annotations
 
@@ -145,9 +145,9 @@ def test_an_existing_export_is_kept_unless_overwrite(runs, tmp_path, capsys):
     assert json.loads((out / "config.json").read_text())["n_layers"] == 2
 
 
-def test_transformer_lens_patching_gives_the_labs_trace():
+def test_transformer_lens_and_nnsight_patching_give_the_labs_trace():
     """The documented example: a corrupted run with one clean hidden state restored, done with
-    TransformerLens's hooks, gives the probability `attnlab trace` gives."""
+    TransformerLens's hooks and with nnsight, gives the probability `attnlab trace` gives."""
     spec = importlib.util.spec_from_file_location("patching_example", REPO / "examples/interop/patching.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
@@ -155,7 +155,9 @@ def test_transformer_lens_patching_gives_the_labs_trace():
     question = "Where was Alfred Mele born?"
     point = example.answer_point(model.gpt, model.vocab, question)
     result = example.patched(model, question, layer=1, position=point.name_last)
+    by_nnsight = example.patched_nnsight(model, question, layer=1, position=point.name_last)
     for run in ("clean", "corrupted", "restored"):
         assert result["transformer_lens"][run] == pytest.approx(result["lab"][run], abs=1e-5), run
+        assert by_nnsight[run] == pytest.approx(result["lab"][run], abs=1e-5), run
     # the experiment is not vacuous: the noise takes the answer away
     assert result["lab"]["corrupted"] < result["lab"]["clean"] / 2

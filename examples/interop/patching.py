@@ -1,4 +1,5 @@
-"""Activation patching with TransformerLens on a lab model, checked against the lab's own trace.
+"""Activation patching with TransformerLens and nnsight on a lab model, checked against the lab's
+own trace.
 
 The lab's causal trace (``attnlab trace``, attnlab/facts/trace.py) corrupts the person's name with
 noise and restores one hidden state from the clean run. Here the same experiment is done in
@@ -11,12 +12,13 @@ TransformerLens, with its hook names and ``run_with_hooks``, on the model export
    clean cache.
 
 Each gives the probability of the model's clean answer, which the lab's trace also gives (its
-``clean``, ``corrupted`` and ``recovered["residual"][L, position]``, with one noise sample):
-the two columns printed agree.
+``clean``, ``corrupted`` and ``recovered["residual"][L, position]``, with one noise sample).
+nnsight does the same on the lab's own ``GPT`` (``patched_nnsight``): the three columns printed
+agree.
 
     python examples/interop/patching.py models/cpu "Where was Alfred Mele born?" --layer 1
 
-Needs the interop extra: pip install -c constraints.txt -e '.[interop]'.
+Needs the interop extra (transformer-lens, nnsight): pip install -c constraints.txt -e '.[interop]'.
 """
 
 from __future__ import annotations
@@ -75,6 +77,34 @@ def patched(model, question: str, layer: int, position: int, *, noise: float = 3
     }
 
 
+def patched_nnsight(model, question: str, layer: int, position: int, *, noise: float = 3.0, seed: int = 0) -> dict:
+    """The same three probabilities from nnsight, which wraps the lab's own GPT (no export): its
+    modules by their names (``tok_emb``, ``blocks[L]``), their outputs read and written inside
+    a trace."""
+    from nnsight import NNsight
+
+    point = answer_point(model.gpt, model.vocab, question)
+    context, answer = model.vocab.encode(point.context), model.vocab.encode(point.answer)
+    ids = torch.tensor([context + answer])
+    [eps] = sample_noise(model.gpt, point.name_end - point.name_start, noise, samples=1, seed=seed)
+    net = NNsight(model.gpt)
+    probabilities = {}
+    with torch.no_grad():
+        with net.trace(ids):  # clean: GPT.forward gives (logits, loss), a block (hidden, weights)
+            clean_state = net.blocks[layer].output[0][:, position].save()
+            clean_logits = net.output[0].save()
+        probabilities["clean"] = answer_probability(clean_logits, answer, len(context))
+        for run in ("corrupted", "restored"):
+            with net.trace(ids):
+                for start in point.name_starts:
+                    net.tok_emb.output[:, start : start + len(eps)] += eps
+                if run == "restored":
+                    net.blocks[layer].output[0][:, position] = clean_state
+                logits = net.output[0].save()
+            probabilities[run] = answer_probability(logits, answer, len(context))
+    return probabilities
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", help="a run directory or checkpoint, e.g. models/cpu")
@@ -87,11 +117,12 @@ def main() -> None:
     point = answer_point(model.gpt, model.vocab, args.question)
     position = point.name_last if args.position is None else args.position
     result = patched(model, args.question, args.layer, position)
+    by_nnsight = patched_nnsight(model, args.question, args.layer, position)
     print(f"input: {point.context!r}; clean answer: {point.answer!r}")
     print(f"restoring blocks.{args.layer}.hook_resid_post at position {position} ({point.context[position]!r})")
-    print(f"{'P(clean answer)':<16} {'TransformerLens':>16} {'attnlab trace':>16}")
+    print(f"{'P(clean answer)':<16} {'TransformerLens':>16} {'nnsight':>16} {'attnlab trace':>16}")
     for run in ("clean", "corrupted", "restored"):
-        print(f"{run:<16} {result['transformer_lens'][run]:>16.6f} {result['lab'][run]:>16.6f}")
+        print(f"{run:<16} {result['transformer_lens'][run]:>16.6f} {by_nnsight[run]:>16.6f} {result['lab'][run]:>16.6f}")
 
 
 if __name__ == "__main__":
