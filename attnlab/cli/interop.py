@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from ..core import paths
+from ..core.outputs import refuse_existing
 from . import flags
 from .results import GoalNotMet, add_json_flag, publish
 
@@ -12,8 +15,14 @@ TARGETS = ("transformer-lens",)
 
 def cmd_export(args: argparse.Namespace) -> int:
     from ..api import load
-    from ..interop.tlens import LogitMismatch
+    from ..interop.tlens import FILES, LogitMismatch
 
+    out = paths.output_dir(args.out_dir, "OUT")
+    run = Path(args.checkpoint)
+    run = run if run.is_dir() else run.parent  # a checkpoint file's run is its folder
+    if out.exists() and run.exists() and out.resolve() == run.resolve():
+        raise paths.PathError(out, "is the run this command reads; choose another folder")
+    refuse_existing([out / f for f in FILES], args.overwrite)  # before the model is loaded and checked
     model = load(args.checkpoint, device=args.device)
     try:
         done = model.export(args.out_dir, to=args.to, eval_file=args.eval_file, overwrite=args.overwrite,

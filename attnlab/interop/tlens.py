@@ -35,6 +35,7 @@ from torch import Tensor
 
 from ..config.settings import ModelConfig
 from ..core.outputs import refuse_existing, write_output
+from ..core.paths import output_dir
 from ..data.vocab import MASK_CHAR, PAD_ID, Vocab
 from ..model.attention import plugin
 from ..model.codebook import codebook_of
@@ -233,7 +234,7 @@ def export(model: GPT, vocab: Vocab, out: str | Path, texts: list[str], *, sourc
     checking that its logits equal the lab's to ``TOLERANCE`` at every position of ``texts``
     (an ExportError, nothing written, when they do not). Existing files are refused unless
     ``overwrite``; each file is written whole (atomically)."""
-    out = Path(out)
+    out = output_dir(out, "the export folder")
     refuse_existing([out / f for f in FILES], overwrite)
     why = refusal(model)
     if why:
