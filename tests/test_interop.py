@@ -161,3 +161,20 @@ def test_transformer_lens_and_nnsight_patching_give_the_labs_trace():
         assert by_nnsight[run] == pytest.approx(result["lab"][run], abs=1e-5), run
     # the experiment is not vacuous: the noise takes the answer away
     assert result["lab"]["corrupted"] < result["lab"]["clean"] / 2
+
+
+@pytest.mark.parametrize("changes", [
+    {"causal": False},  # an encoder: bidirectional attention
+    {"positions": "none"},  # vanilla without positions: a zero position table
+    {"positions": "sinusoidal"},  # the table copied in as weights
+    {"attention": "rotary", "positions": "none", "causal": False},
+], ids=str)
+def test_every_expressible_shape_maps_exactly(changes):
+    torch.manual_seed(0)
+    config = ModelConfig(**{**dict(vocab_size=40, block_size=48, n_layer=2, n_head=2, n_embd=16, dropout=0.0),
+                            **changes})
+    model = GPT(config).eval()
+    vocab = Vocab([PAD_CHAR, MASK_CHAR, *(chr(c) for c in range(ord("A"), ord("A") + 38))])
+    texts = ["ABCDEFG", "HIJ" * 16, "KLMNOPQRSTU" + MASK_CHAR]
+    exact, rounded, positions = tlens.compare(model, vocab, tlens.tl_config(config), tlens.tl_weights(model), texts)
+    assert positions == sum(map(len, texts)) and exact <= 1e-10 and rounded <= 1e-5
