@@ -37,6 +37,7 @@ from .data.vocab import Vocab
 from .facts.correction import edit_fact, training_places
 from .data import factset
 from .data.factset import FactSet
+from .data.format_names import RECALLING_FORMATS
 from .data.relations import Schema
 from .facts.settings import EditSettings, TraceSettings
 from .facts.trace import KINDS, Trace, trace
@@ -220,6 +221,37 @@ class LoadedModel:
         if os.path.lexists(target) and not overwrite:
             raise PathError(target, "already exists; pass overwrite=True to replace it, or choose another path")
         return save_checkpoint(target, self.gpt, self.vocab, meta=self.checkpoint.meta)
+
+    def to_transformer_lens(self):
+        """This model as a TransformerLens ``TransformerBridge`` (TransformerLens 4's successor of
+        ``HookedTransformer``; the ``interop`` extra) whose logits equal this model's:
+        ``run_with_cache``, ``run_with_hooks`` and TransformerLens's hook names
+        (``hook_embed``, ``blocks.0.hook_resid_post``) work on it, on character ids
+        (``vocab.encode``). A model TransformerLens cannot express (attention other than vanilla
+        or rotary, gated edits) is an ExportError (a ValueError) saying why."""
+        from .interop.tlens import to_transformer_lens
+
+        return to_transformer_lens(self.gpt)
+
+    def export(self, out: str | os.PathLike, *, to: str = "transformer-lens", eval_file: str | os.PathLike | None = None,
+               overwrite: bool = False, source: str = "<model>"):
+        """Write this model as a TransformerLens model into the folder ``out``, as ``attnlab
+        export`` does (``to``: only "transformer-lens"), once its logits are checked to equal
+        this model's to 1e-5 at every position of ``eval_file``'s questions (default: the fact
+        set's dev file) in the model's answer format. Returns the ``Exported`` record (the
+        largest difference seen); existing files are refused unless ``overwrite``."""
+        from .interop import tlens
+
+        if to != "transformer-lens":
+            raise ValueError(f"cannot export to {to!r}: the one target is 'transformer-lens'")
+        if eval_file is None:
+            eval_file = self.fact_set.dev if self.fact_set else DEFAULT_DEV
+        corpus = self.fact_set.corpus if self.fact_set else DEFAULT_CORPUS
+        questions = read_questions(found(eval_file), labelled=True)
+        lines = read_corpus(found(corpus)).split("\n") if self.config.qa_format in RECALLING_FORMATS else None
+        texts = tlens.check_texts(self.gpt, self.vocab, questions, lines)
+        return tlens.export(self.gpt, self.vocab, out, texts, source=source, check_file=str(eval_file),
+                            overwrite=overwrite)
 
     @property
     def hook_names(self) -> list[str]:

@@ -159,6 +159,14 @@ def _faults() -> list[Fault]:
         # check-attention
         Fault("check-attention: no such file", "check-attention {tmp}/nope.py:Attn", 2,
               ("{tmp}/nope.py: no such file",)),
+        # export
+        Fault("export: no checkpoint", "export {tmp}/missing {tmp}/tl", 2, ("no checkpoint here",), ("{tmp}/tl",)),
+        Fault("export: OUT is a file", "export {run} {file}", 2, ("{file}: OUT is a file",), ("{file}",)),
+        Fault("export: into the run", "export {run} {run} --overwrite", 2, ("is the run this command reads",),
+              ("{run}/config.json",)),
+        Fault("export: an export is there", "export {run} {tmp}", 2, ("{tmp}/config.json: already exists",
+              "--overwrite"), ("{tmp}/config.json",), setup="export_there"),
+        Fault("export: read-only directory", "export {run} {ro}/tl", 2, ("cannot write here",), ("{ro}/tl",)),
         # synth
         Fault("synth: --out-dir not empty", "synth bios --people 8 --out-dir {tmp}", 2,
               ("{tmp}: is not empty",), ("{file}",)),
@@ -262,6 +270,8 @@ def _setup(name: str | None, world: dict[str, str], monkeypatch, holder: LiveHol
     elif name == "heatmap":
         (tmp / "maps").mkdir()
         (tmp / "maps" / "layer0.png").write_bytes(b"an earlier heatmap")
+    elif name == "export_there":
+        (tmp / "config.json").write_text("an earlier export's config\n")
     elif name == "earlier_audit":
         (tmp / "audit").mkdir()
         for f in ("audit.json", "audit.png", "invented.txt"):

@@ -152,7 +152,7 @@ LAYERS: dict[str, int] = {
     "config": 2,
     "model": 3,
     "answering": 4, "probing": 4, "explore": 4,
-    "training": 5, "trust": 5, "facts": 5,
+    "training": 5, "trust": 5, "facts": 5, "interop": 5,
     "experiments": 6, "api": 6,
     "serve": 7,
     "cli": 8,

@@ -3,7 +3,8 @@
 Commands are grouped by job, a module each: training.py (pretrain, finetune), answering.py
 (evaluate, ask, baseline), experiments.py (demo, compare, variants, plot), probing.py (generate,
 attention, explore), trust.py (calibrate, audit; the abstention flags of evaluate and ask),
-facts.py (trace, edit), serving.py (serve), synth.py (synth). Each module has ``register(command)``, where
+facts.py (trace, edit), serving.py (serve), checking.py (check-attention), interop.py (export),
+synth.py (synth). Each module has ``register(command)``, where
 ``command(name, help, fn)`` returns the argparse parser of a new subcommand that runs
 ``fn(args)``; a new command module joins the program with one line in ``COMMANDS``. Flags that
 several commands share are defined once, in flags.py. The commands are thin layers over the
@@ -18,13 +19,14 @@ from typing import Callable
 
 from .._version import __version__
 from ..core import logs
-from . import (answering, checking, experiments, facts, flags, learning, probing, results, serving, synth, training,
-               trust)
+from . import (answering, checking, experiments, facts, flags, interop, learning, probing, results, serving, synth,
+               training, trust)
 from .flags import model_config_from, train_config_from  # noqa: F401  (the library-facing helpers)
 
 # The registration hooks, in the order the commands are listed in `attnlab --help`.
 COMMANDS: list[Callable] = [learning.register, training.register, answering.register, experiments.register, probing.register,
-                             trust.register, facts.register, serving.register, checking.register, synth.register]
+                             trust.register, facts.register, serving.register, checking.register, interop.register,
+                             synth.register]
 
 
 # The last line of each command's --help: one command that runs as written from the checkout
@@ -50,6 +52,7 @@ EXAMPLES = {
     "edits": "attnlab edits runs/edited",
     "serve": "attnlab serve models/cpu --port 8000",
     "check-attention": "attnlab check-attention examples/attention/rotary.py:RotaryAttention --same-as rotary",
+    "export": "attnlab export models/cpu --to transformer-lens runs/cpu-tl",
     "synth": "attnlab synth bios --people 200 --multi 5 --permute --fullname --out-dir runs/bios",
 }
 
