@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="STAGE.FIELD=VALUE")
     p.add_argument("--pretrain-passes", type=float, default=0.0, help="fixed pretraining epochs, not minutes")
     p.add_argument("--from-pretrained", type=Path, help="finetune this pretrained model only")
+    p.add_argument("--resume", action="store_true", help="continue the probe's interrupted pretraining")
     args = p.parse_args(argv)
     changes = parse_changes(args.set)
     set_recipe_constants(changes["recipe"])
@@ -110,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         shipped = recipe_module.recipe_for
         recipe_module.recipe_for = lambda f, m, seed=0: changed_recipe(shipped(f, m, seed), changes,
                                                                        args.pretrain_passes)
-        results = recipe_module.learn(args.facts, args.out, minutes=args.minutes, overwrite=True)
+        results = recipe_module.learn(args.facts, args.out, minutes=args.minutes, overwrite=not args.resume,
+                                      resume=args.resume)
     print(summary(label, results))
     return 0
 
