@@ -118,10 +118,12 @@ class Settings:
     out: Path = Path("runs/studies")
     tiny: bool = False  # seconds-long runs (tests, smoke checks): know nothing
     device: str = "cpu"
+    attention: str = "vanilla"  # a variation: every model of the study with this attention
 
     def scale(self) -> str:
-        """The part of a cell's key that says at what scale it ran."""
-        return f"N{self.people}-M{self.minutes:g}-C{self.capacity_people}" + ("-tiny" if self.tiny else "")
+        """The part of a cell's key that says at what scale (and with what attention) it ran."""
+        return (f"N{self.people}-M{self.minutes:g}-C{self.capacity_people}" + ("-tiny" if self.tiny else "")
+                + ("" if self.attention == "vanilla" else f"-{self.attention}"))
 
 
 def cell_key(row: Row, readout: str, seed: int, settings: Settings) -> str:
@@ -283,7 +285,7 @@ def study_recipe(facts, settings: Settings, seed: int, *, mix: bool):
 
     recipe = recipe_for(facts, settings.minutes, seed)
     pre = recipe.pretrain if mix else dataclasses.replace(recipe.pretrain, mix_ratio=0.0, mix_people=0)
-    model, fine = recipe.model, recipe.finetune
+    model, fine = dataclasses.replace(recipe.model, attention=settings.attention), recipe.finetune
     if settings.tiny:
         model = dataclasses.replace(model, n_layer=1, n_head=2, n_embd=32)
         pre = dataclasses.replace(pre, epochs=1, minutes=0, max_steps=2)
@@ -426,7 +428,8 @@ def capacity_cell(row: Row, folder: Path, work: Path, seed: int, settings: Setti
     facts = factset.load(folder)
     docs = documents(read_text(facts.corpus))
     block = min(512, -(-max(len(d) for d in docs) // 16) * 16)
-    model = ModelConfig(**CAPACITY_MODEL, dropout=0.0, block_size=block, qa_format="direct")
+    model = ModelConfig(**CAPACITY_MODEL, dropout=0.0, block_size=block, qa_format="direct",
+                        attention=settings.attention)
     config = TrainConfig(**CAPACITY_PRETRAIN, epochs=1 if settings.tiny else row.exposures, seed=seed,
                          **({"max_steps": 2} if settings.tiny else {}))
     pretrain(model, config, corpus=facts.corpus, run_dir=work, mix_qa=None, held_out=(), device=settings.device,
@@ -482,6 +485,7 @@ def row_command(row: Row, settings: Settings, seeds: list[int] | tuple[int, ...]
     parts = [".venv/bin/python", SCRIPT, "--rows", row.key, "--seeds", *map(str, seeds)]
     parts += (["--capacity-people", str(settings.capacity_people)] if row.task == "bits" else
               ["--people", str(settings.people), "--minutes", f"{settings.minutes:g}"])
+    parts += [] if settings.attention == "vanilla" else ["--attention", settings.attention]
     return shlex.join(parts + (["--tiny"] if settings.tiny else []) + ["--write"])
 
 
@@ -526,6 +530,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--capacity-people", type=int, default=CAPACITY_PEOPLE, help="Part 3.3's sets")
     parser.add_argument("--out", type=Path, default=Path("runs/studies"))
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--attention", default="vanilla", help="every model's attention variant (`attnlab variants`)")
     parser.add_argument("--tiny", action="store_true", help="seconds-long runs that know nothing (checks)")
     parser.add_argument("--table", action="store_true", help="only print the table of what is recorded")
     parser.add_argument("--list", action="store_true", help="only print the rows and their commands")
@@ -542,7 +547,8 @@ def section_name(settings: Settings) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    settings = Settings(args.people, args.minutes, args.capacity_people, args.out, args.tiny, args.device)
+    settings = Settings(args.people, args.minutes, args.capacity_people, args.out, args.tiny, args.device,
+                        args.attention)
     rows = [ROWS_BY_KEY[k] for k in args.rows] if args.rows else ROWS
     if args.list:
         print("\n".join(f"{r.key}: {row_command(r, settings)}" for r in rows))
