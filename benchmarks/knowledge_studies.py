@@ -558,8 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     text = section_text(read_ledger(settings.out), args.seeds, settings, args.note)
     print(text)
     if args.write:
-        title = "Knowledge studies: the table" if section_name(settings) == SECTION else \
-            f"Knowledge studies at another scale ({settings.scale()})"
+        title = "The table" if section_name(settings) == SECTION else \
+            f"At another scale ({settings.scale()})"
         write_section(section_name(settings), text, path=GUIDE, title=title)
         print(f"wrote the {section_name(settings)} section of {GUIDE}")
     return 0
