@@ -127,7 +127,13 @@ class Settings:
 
 
 def cell_key(row: Row, readout: str, seed: int, settings: Settings) -> str:
-    return f"{row.key}/{readout}/{settings.scale()}/seed{seed}"
+    """A cell's name in the ledger: its row, read-out and seed, and the settings it depends on."""
+    if row.task == "bits":
+        scale = f"C{settings.capacity_people}"
+    else:
+        scale = f"N{settings.people}-M{settings.minutes:g}"
+    extra = ("-tiny" if settings.tiny else "") + ("" if settings.attention == "vanilla" else f"-{settings.attention}")
+    return f"{row.key}/{readout}/{scale}{extra}/seed{seed}"
 
 
 # ----------------------------------------------------------------------------- the ledger
@@ -169,24 +175,21 @@ def run_cells(rows: list[Row], seeds: list[int], readouts: list[str], settings: 
 
 
 def bios_set(row: Row, seed: int, settings: Settings) -> Path:
-    """The row's generated set for this seed (made once, shared by the rows that use it)."""
+    """The row's generated set for this seed, made once and shared by the rows that use it (a
+    folder left half-written by an interrupted generation is made again)."""
+    import shutil
+
     from attnlab.data.synth import bios
 
     people = settings.capacity_people if row.task == "bits" else settings.people
     options = bios.BiosOptions(people=people, seed=seed, **row.data)
-    name = bios.command_line(options, "").replace("attnlab synth bios ", "").replace("--out-dir", "").strip()
-    folder = settings.out / "data" / name.replace(" --", "_").replace("--", "").replace(" ", "")
-    if not (folder / "facts.toml").is_file():
-        bios.write(bios.generate(options), folder) if not folder.exists() else _rewrite(folder, bios, options)
+    switches = [f"multi{options.multi}"] * (options.multi > 1) + ["permute"] * options.permute + \
+        ["fullname"] * options.fullname + [f"celebrities{options.celebrities:g}"] * (options.celebrities < 1)
+    folder = settings.out / "data" / "_".join([f"people{people}", f"seed{seed}", *switches])
+    if not (folder / "facts.toml").is_file():  # written last: a set without it is unfinished
+        shutil.rmtree(folder, ignore_errors=True)
+        bios.write(bios.generate(options), folder)
     return folder
-
-
-def _rewrite(folder: Path, bios, options) -> None:
-    """A folder left half-written by an interrupted generation: made again."""
-    import shutil
-
-    shutil.rmtree(folder)
-    bios.write(bios.generate(options), folder)
 
 
 def people_of(folder: Path) -> list[dict[str, str]]:
@@ -259,7 +262,7 @@ def derived_files(row: Row, folder: Path, work: Path, seed: int) -> tuple[Path, 
 def run_cell(row: Row, readout: str, seed: int, settings: Settings) -> dict[str, Any]:
     """Train and score one cell; its counts (and what it trained) as the ledger keeps them."""
     folder = bios_set(row, seed, settings)
-    work = settings.out / "runs" / row.key / readout / f"{settings.scale()}-seed{seed}"
+    work = settings.out / "runs" / cell_key(row, readout, seed, settings).replace(":", "_")
     if row.task == "bits":
         return capacity_cell(row, folder, work, seed, settings)
     facts_dir = minority_set(folder, work) if row.task == "minority" else folder
