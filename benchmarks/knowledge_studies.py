@@ -145,10 +145,16 @@ def read_ledger(out: Path) -> dict[str, Any]:
 
 
 def record(out: Path, key: str, result: dict[str, Any]) -> None:
-    """Add one cell's result to the ledger, written whole (a reader never sees half of it)."""
-    ledger = read_ledger(out)
-    ledger[key] = result
-    write_atomically(out / "ledger.json", json.dumps(ledger, indent=1, sort_keys=True) + "\n")
+    """Add one cell's result to the ledger, written whole (a reader never sees half of it), under
+    a lock: two studies sharing OUT (rows run side by side on a larger machine) lose no cell."""
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "ledger.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ledger = read_ledger(out)
+        ledger[key] = result
+        write_atomically(out / "ledger.json", json.dumps(ledger, indent=1, sort_keys=True) + "\n")
 
 
 def run_cells(rows: list[Row], seeds: list[int], readouts: list[str], settings: Settings,

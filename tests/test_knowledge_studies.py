@@ -78,6 +78,13 @@ def test_the_table_has_every_row_and_says_how_to_run_what_is_not_recorded(study)
     assert "bits a parameter" in next(r for r in rows if "`3.3-bits-E25`" in r)
 
 
+def test_list_prints_one_command_per_row(capsys):
+    assert ks.main(["--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":", 1)[0] for line in lines] == [r.key for r in ks.ROWS]
+    assert all(f"--rows {r.key} --seeds 0 1 2 " in line and line.endswith("--write") for r, line in zip(ks.ROWS, lines))
+
+
 def test_intervals_pool_counts_with_wilson_and_seeds_with_t():
     results = [{"dev": {"correct": c, "total": 100}, "train": {"correct": 50, "total": 50}} for c in (40, 50, 60)]
     text = ks.accuracy_text(results)
