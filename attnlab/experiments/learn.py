@@ -118,17 +118,18 @@ def pass_characters(docs: list[str], left_out: list[str], recall_chars: int) -> 
 
 def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, seed: int = 0,
           device: str = "auto", overwrite: bool = False, resume: bool = False, pretrained: bool = True,
-          log: Callable[[str], None] = logs.note) -> dict[str, Any]:
+          recipe: Recipe | None = None, log: Callable[[str], None] = logs.note) -> dict[str, Any]:
     """Pretrain and finetune a model on the fact set in ``facts_dir`` within ``minutes``, score
     its dev questions per relation, and write the results (module docstring). ``pretrained=False``
-    is the reference without pretraining: the same model finetuned from scratch."""
+    is the reference without pretraining: the same model finetuned from scratch. ``recipe``
+    replaces the one ``recipe_for`` derives (a study varying it: benchmarks/knowledge_studies.py)."""
     began = time.perf_counter()
     facts = factsets.load(facts_dir)
     out = Path(out_dir)
     if (out / CHECKPOINT_NAME).exists() and not (overwrite or resume):
         raise ValueError(f"{out} already holds a learned model: choose another output directory, or "
                          "replace it (overwrite)")
-    recipe = recipe_for(facts, minutes, seed)
+    recipe = recipe or recipe_for(facts, minutes, seed)
     _say_out_of_reach(factsets.sizes(facts), log)
     log(f"learning {facts.name} ({len(facts.schema.relations)} relation(s): {', '.join(facts.schema.names)}) "
         f"in {minutes:g} minutes: {recipe.describe()}" + ("" if pretrained else "; no pretraining"))

@@ -1,0 +1,578 @@
+"""Knowledge studies: the published results on synthetic biographies (Allen-Zhu and Li, Physics
+of Language Models, Parts 3.1, 3.2 and 3.3) rerun at CPU scale on `attnlab synth bios` sets, each
+row with the paper's direct answer and with the lab's recall-and-copy read-out, three seeds,
+95% intervals, beside the paper's figure (docs/guides/knowledge-studies.md).
+
+    .venv/bin/python benchmarks/knowledge_studies.py --rows 3.1-single --seeds 0 1 2 --write
+    .venv/bin/python benchmarks/knowledge_studies.py --table           # the table from what is recorded
+    .venv/bin/python benchmarks/knowledge_studies.py --list            # the rows and their commands
+
+A cell is one row, one read-out, one seed at one scale (--people, --minutes): it generates its
+set (the seed draws the people too), trains and scores, and records its counts in
+OUT/ledger.json at once. A cell already recorded there is skipped, so an interrupted study
+continues where it stopped. --write puts the table into the guide's generated section.
+
+Read-outs:
+
+- direct: the paper's. Pretraining is next-character prediction on the corpus (QA of the
+  trained half mixed in for the mixed-training rows); the model is then finetuned to answer
+  ``question⁇answer⁇`` on the trained half (not for mixed training, which the paper tests
+  without finetuning) and asked about the other half.
+- recall: the lab's (`attnlab learn`'s recipe): the model first writes the subject's document
+  from its name, then copies the answer out of it. Its pretraining mixes in the QA of the
+  subjects that teach the answer format only in the mixed-training rows.
+- bits (Part 3.3): knowledge bits stored, estimated from the model's cross-entropy on each
+  attribute's value in its biography (``knowledge_bits``), per parameter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import random
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from _common import REPO, table, write_section
+
+from attnlab.core.paths import write_atomically
+
+GUIDE = REPO / "docs" / "guides" / "knowledge-studies.md"
+SECTION = "knowledge-studies"
+SCRIPT = "benchmarks/knowledge_studies.py"
+DEFAULT_PEOPLE = 1000  # the paper's 100,000 scaled so that a run passes over its corpus tens of times
+DEFAULT_MINUTES = 10.0  # a run's budget: 2 read-outs x 3 seeds x 10 minutes = one hour a row
+DEFAULT_SEEDS = (0, 1, 2)
+AUGMENTED = {"multi": 5, "permute": True, "fullname": True}
+TRAIN_SAMPLE = 300  # trained-on questions scored too: a row whose finetuning did not take shows it
+# Direct-answer finetuning on the trained half (the recall recipe keeps its own).
+DIRECT_FINETUNE = dict(epochs=4, batch_size=32, learning_rate=6e-4, checkpoint_every=0)
+# Part 3.3: a small model at fixed numbers of exposures (passes over bioS single: one biography
+# a person, so one pass is one exposure of each fact). The capacity ratio is only seen when the
+# set holds more bits than the model can store: 2,000 people hold about 92,000 bits of values,
+# 3.5 times the 26,000 parameters of 1 layer x 32 wide; 100 passes over them fit the hour.
+CAPACITY_MODEL = dict(n_layer=1, n_head=2, n_embd=32)
+CAPACITY_PEOPLE = 2000
+CAPACITY_PRETRAIN = dict(objective="lm", batch_size=16, learning_rate=3e-3, optimizer="muon", checkpoint_every=500)
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    part: str
+    what: str
+    paper: str  # the paper's figure and where it stands
+    data: dict = field(default_factory=dict)  # BiosOptions besides people and seed
+    task: str = "attributes"  # attributes, minority, inverse, compare, compare-steps, bits
+    mix: bool = False  # QA of the trained half mixed into pretraining (the paper's mixed training)
+    readouts: tuple = ("direct", "recall")
+    not_applicable: str = ""  # why the recall read-out has no cell in this row
+    exposures: int = 0  # Part 3.3: passes over the set
+
+
+UNVERIFIED = "quoted from the issue, not checked against the paper here"
+ROWS = [
+    Row("3.1-single", "3.1", "bioS single: pretrain, QA finetune on half, test on the other half",
+        f"about 9.7% ({UNVERIFIED}); v3's abstract: 'memorized but not extractable, leading to 0% accuracy'"),
+    Row("3.1-augmented", "3.1", "multi5 + permute + fullname: pretrain, QA finetune on half, test on the other half",
+        f"about 96% ({UNVERIFIED}); abstract: extraction needs augmentation (paraphrasing, sentence shuffling)",
+        data=AUGMENTED),
+    Row("3.1-mixed", "3.1", "bioS single, mixed training: QA of the trained half in pretraining, no finetune",
+        f"mixed training lets the model answer about the other half ({UNVERIFIED}; abstract: 'incorporate "
+        "more instruction-finetuning data into the pretraining stage')", mix=True),
+    Row("3.1-celebrities", "3.1", "celebrities (half the people: multi5 + permute + fullname), the rest single: "
+        "QA finetune on celebrities, test on the minority",
+        f"augmenting celebrities lifts the minority ({UNVERIFIED})",
+        data={**AUGMENTED, "celebrities": 0.5}, task="minority"),
+    Row("3.2-inverse", "3.2", "inverse search: 'Who was born on DATE in CITY?', finetune on half, test on the other",
+        "virtually 0% (abstract of arXiv 2309.14402 v2)", data=AUGMENTED, task="inverse", readouts=("direct",),
+        not_applicable="the read-out recalls a document from its subject's name; an inverse question names no one"),
+    Row("3.2-compare", "3.2", "'Was A born in an earlier year than B?' answered at once",
+        "fails without chain of thought (abstract of arXiv 2309.14402 v2; the figure not checked here)",
+        data=AUGMENTED, task="compare", readouts=("direct",),
+        not_applicable="the read-out recalls one subject's document; a comparison needs two (a variation to build)"),
+    Row("3.2-compare-steps", "3.2", "the same, the two years written first ('1961; 2088; Yes')",
+        "works with chain of thought in training and inference (abstract of arXiv 2309.14402 v2)",
+        data=AUGMENTED, task="compare-steps", readouts=("direct",),
+        not_applicable="as above"),
+    *[Row(f"3.3-bits-E{e}", "3.3", f"bits of knowledge a parameter: bioS single, 1 layer x 32 wide, {e} "
+          "exposures a fact", "about 1 bit a parameter at 100 exposures, 2 at 1,000 (arXiv 2404.05405: a figure "
+          "caption, 'R(F) >= 2 (resp. >= 1) for 1000 exposures (resp. 100)'; which figure not checked here)",
+          task="bits", readouts=("bits",), exposures=e) for e in (25, 100)],
+]
+ROWS_BY_KEY = {r.key: r for r in ROWS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    people: int = DEFAULT_PEOPLE
+    minutes: float = DEFAULT_MINUTES
+    capacity_people: int = CAPACITY_PEOPLE  # Part 3.3's sets
+    out: Path = Path("runs/studies")
+    tiny: bool = False  # seconds-long runs (tests, smoke checks): know nothing
+    device: str = "cpu"
+    attention: str = "vanilla"  # a variation: every model of the study with this attention
+
+    def scale(self) -> str:
+        """The part of a cell's key that says at what scale (and with what attention) it ran."""
+        return (f"N{self.people}-M{self.minutes:g}-C{self.capacity_people}" + ("-tiny" if self.tiny else "")
+                + ("" if self.attention == "vanilla" else f"-{self.attention}"))
+
+
+def cell_key(row: Row, readout: str, seed: int, settings: Settings) -> str:
+    """A cell's name in the ledger: its row, read-out and seed, and the settings it depends on."""
+    if row.task == "bits":
+        scale = f"C{settings.capacity_people}"
+    else:
+        scale = f"N{settings.people}-M{settings.minutes:g}"
+    extra = ("-tiny" if settings.tiny else "") + ("" if settings.attention == "vanilla" else f"-{settings.attention}")
+    return f"{row.key}/{readout}/{scale}{extra}/seed{seed}"
+
+
+# ----------------------------------------------------------------------------- the ledger
+
+
+def read_ledger(out: Path) -> dict[str, Any]:
+    path = out / "ledger.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def record(out: Path, key: str, result: dict[str, Any]) -> None:
+    """Add one cell's result to the ledger, written whole (a reader never sees half of it), under
+    a lock: two studies sharing OUT (rows run side by side on a larger machine) lose no cell."""
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "ledger.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ledger = read_ledger(out)
+        ledger[key] = result
+        write_atomically(out / "ledger.json", json.dumps(ledger, indent=1, sort_keys=True) + "\n")
+
+
+def run_cells(rows: list[Row], seeds: list[int], readouts: list[str], settings: Settings,
+              log: Callable[[str], None] = print) -> list[str]:
+    """Every cell of ``rows`` not yet in the ledger, one after another; the keys run."""
+    done, ran = read_ledger(settings.out), []
+    for row in rows:
+        for readout in [r for r in row.readouts if r in readouts]:
+            for seed in seeds:
+                key = cell_key(row, readout, seed, settings)
+                if key in done:
+                    log(f"{key}: recorded, skipped")
+                    continue
+                log(f"{key}: running")
+                began = time.perf_counter()
+                result = run_cell(row, readout, seed, settings)
+                result["wall_minutes"] = round((time.perf_counter() - began) / 60, 2)
+                record(settings.out, key, result)
+                ran.append(key)
+    return ran
+
+
+# ----------------------------------------------------------------------------- the data
+
+
+def bios_set(row: Row, seed: int, settings: Settings) -> Path:
+    """The row's generated set for this seed, made once and shared by the rows that use it (a
+    folder left half-written by an interrupted generation is made again)."""
+    import shutil
+
+    from attnlab.data.synth import bios
+
+    people = settings.capacity_people if row.task == "bits" else settings.people
+    options = bios.BiosOptions(people=people, seed=seed, **row.data)
+    switches = [f"multi{options.multi}"] * (options.multi > 1) + ["permute"] * options.permute + \
+        ["fullname"] * options.fullname + [f"celebrities{options.celebrities:g}"] * (options.celebrities < 1)
+    folder = settings.out / "data" / "_".join([f"people{people}", f"seed{seed}", *switches])
+    if not (folder / "facts.toml").is_file():  # written last: a set without it is unfinished
+        shutil.rmtree(folder, ignore_errors=True)
+        bios.write(bios.generate(options), folder)
+    return folder
+
+
+def people_of(folder: Path) -> list[dict[str, str]]:
+    lines = (folder / "people.tsv").read_text(encoding="utf-8").splitlines()
+    header = lines[0].split("\t")
+    return [dict(zip(header, line.split("\t"))) for line in lines[1:]]
+
+
+def minority_set(folder: Path, work: Path) -> Path:
+    """The celebrity row's set: QA training on the celebrities' trained half only, dev and test
+    questions about the minority (the people given one plain biography) only."""
+    from attnlab.data.synth.values import RELATIONS
+
+    people = people_of(folder)
+    target = work / "facts"
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("corpus.txt", "facts.toml"):
+        write_atomically(target / name, (folder / name).read_text(encoding="utf-8"))
+    keep = {"train": "celebrity", "dev": "plain", "test": "plain"}
+    for split, group in keep.items():
+        rows = [f"{q.format(subject=p['name'])}\t{p[a]}\n" for p in people if p["split"] == split
+                and p["group"] == group for a, _, q in RELATIONS]
+        write_atomically(target / f"{split}.tsv", "".join(rows))
+    return target
+
+
+def inverse_questions(people: list[dict[str, str]], split: str) -> str:
+    """'Who was born on DATE in CITY?' -> the full name, for the people of ``split`` whose date
+    and city no one else shares (the question has one answer)."""
+    counts: dict[tuple[str, str], int] = {}
+    for p in people:
+        counts[p["birth_date"], p["birth_city"]] = counts.get((p["birth_date"], p["birth_city"]), 0) + 1
+    return "".join(f"Who was born on {p['birth_date']} in {p['birth_city']}?\t{p['name']}\n" for p in people
+                   if p["split"] == split and counts[p["birth_date"], p["birth_city"]] == 1)
+
+
+def compare_questions(people: list[dict[str, str]], split: str, steps: bool, seed: int) -> str:
+    """'Was A born in an earlier year than B?' for pairs of ``split`` people born in different
+    years, Yes and No equally often; with ``steps`` the answer writes both years first."""
+    group = [p for p in people if p["split"] == split]
+    rng = random.Random(f"compare {split} {seed}")
+    lines = []
+    for _ in range(2 * len(group)):
+        a, b = rng.sample(group, 2)
+        ya, yb = int(a["birth_date"][-4:]), int(b["birth_date"][-4:])
+        if ya == yb:
+            continue
+        verdict = "Yes" if ya < yb else "No"
+        answer = f"{ya}; {yb}; {verdict}" if steps else verdict
+        lines.append(f"Was {a['name']} born in an earlier year than {b['name']}?\t{answer}\n")
+    return "".join(lines)
+
+
+def derived_files(row: Row, folder: Path, work: Path, seed: int) -> tuple[Path, Path]:
+    """The row's own train and dev question files, made from the set's people (Part 3.2)."""
+    people = people_of(folder)
+    files = []
+    for split in ("train", "dev"):
+        if row.task == "inverse":
+            text = inverse_questions(people, split)
+        else:
+            text = compare_questions(people, split, row.task == "compare-steps", seed)
+        files.append(write_atomically(work / f"{row.task}-{split}.tsv", text))
+    return files[0], files[1]
+
+
+# ----------------------------------------------------------------------------- the cells
+
+
+def run_cell(row: Row, readout: str, seed: int, settings: Settings) -> dict[str, Any]:
+    """Train and score one cell; its counts (and what it trained) as the ledger keeps them."""
+    folder = bios_set(row, seed, settings)
+    work = settings.out / "runs" / cell_key(row, readout, seed, settings).replace(":", "_")
+    if row.task == "bits":
+        return capacity_cell(row, folder, work, seed, settings)
+    facts_dir = minority_set(folder, work) if row.task == "minority" else folder
+    if row.task in ("inverse", "compare", "compare-steps"):
+        train, dev = derived_files(row, folder, work, seed)
+        return direct_cell(facts_dir, work, seed, settings, mix=row.mix, files=(train, dev),
+                           verdict=row.task == "compare-steps")
+    if readout == "direct":
+        return direct_cell(facts_dir, work, seed, settings, mix=row.mix)
+    return recall_cell(facts_dir, work, seed, settings, mix=row.mix)
+
+
+def quiet(message: str) -> None:
+    """Training logs: the pipeline's lines that say what was trained, the rest dropped."""
+    if message.startswith(("pretraining", "finetuning", "--minutes", "learning")):
+        print("  " + message, flush=True)
+
+
+def study_recipe(facts, settings: Settings, seed: int, *, mix: bool):
+    """`learn`'s recipe for the set and budget; without ``mix`` its pretraining reads the
+    corpus alone (the paper's pretrain-then-finetune), and ``settings.tiny`` cuts it to seconds."""
+    from attnlab.experiments.learn import recipe_for
+
+    recipe = recipe_for(facts, settings.minutes, seed)
+    pre = recipe.pretrain if mix else dataclasses.replace(recipe.pretrain, mix_ratio=0.0, mix_people=0)
+    model, fine = dataclasses.replace(recipe.model, attention=settings.attention), recipe.finetune
+    if settings.tiny:
+        model = dataclasses.replace(model, n_layer=1, n_head=2, n_embd=32)
+        pre = dataclasses.replace(pre, epochs=1, minutes=0, max_steps=2)
+        fine = dataclasses.replace(fine, epochs=1, max_steps=2)
+    return dataclasses.replace(recipe, model=model, pretrain=pre, finetune=fine)
+
+
+def train_sample(path: Path, work: Path) -> Path:
+    """The first TRAIN_SAMPLE trained-on questions, scored beside the held-out ones."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)[:TRAIN_SAMPLE]
+    return write_atomically(work / "train-sample.tsv", "".join(lines))
+
+
+def counts(score: dict[str, Any]) -> dict[str, int]:
+    return {"correct": score["correct"], "total": score["total"]}
+
+
+def recall_cell(facts_dir: Path, work: Path, seed: int, settings: Settings, *, mix: bool) -> dict[str, Any]:
+    """The lab's read-out: `attnlab learn` with the study's recipe."""
+    from attnlab.data import factset
+    from attnlab.experiments.learn import learn, score_fact_set
+
+    facts = factset.load(facts_dir)
+    recipe = study_recipe(facts, settings, seed, mix=mix)
+    found = learn(facts_dir, work, minutes=settings.minutes, seed=seed, device=settings.device, overwrite=True,
+                  recipe=recipe, log=quiet)
+    trained = score_fact_set(work, facts, device=settings.device, eval_file=train_sample(facts.train, work))
+    return {"dev": counts(found["overall"]), "train": counts(trained["overall"]), "recipe": recipe.describe(),
+            "relations": {k: counts(v) for k, v in found["relations"].items()}}
+
+
+def direct_cell(facts_dir: Path, work: Path, seed: int, settings: Settings, *, mix: bool,
+                files: tuple[Path, Path] | None = None, verdict: bool = False) -> dict[str, Any]:
+    """The paper's read-out: pretraining (with the trained half's QA mixed in when ``mix``), then,
+    unless ``mix``, finetuning to answer at once; ``files`` are a row's own train and dev
+    questions (Part 3.2) in place of the set's."""
+    from attnlab.config.settings import TrainConfig
+    from attnlab.data import factset
+    from attnlab.data.datasets import documents, read_qa, read_text
+    from attnlab.training.pipeline import finetune, pretrain
+
+    facts = factset.load(facts_dir)
+    train, dev = files or (facts.train, facts.dev)
+    recipe = study_recipe(facts, settings, seed, mix=mix)
+    answers = [e.answer for e in read_qa(train, labelled=True)]
+    model = dataclasses.replace(recipe.model, qa_format="direct", answer_chars=max(map(len, answers)) + 8,
+                                relations=() if files else recipe.model.relations)
+    docs = len(documents(read_text(facts.corpus)))
+    pre = dataclasses.replace(recipe.pretrain, mix_people=0, mix_overlap="drop",
+                              mix_ratio=min(100.0, len(answers) / docs) if mix else 0.0)
+    vocab_text = facts.vocabulary_text() + read_text(train) + "".join(e.question for e in read_qa(dev))
+    pretrain(model, pre, corpus=facts.corpus, run_dir=work / "pretrain", mix_qa=train, held_out=(dev,),
+             vocab_text=vocab_text, device=settings.device, overwrite=True, log=quiet)
+    final = work / "pretrain"
+    if not mix:
+        fine = TrainConfig(seed=seed, **DIRECT_FINETUNE, **({"max_steps": 2} if settings.tiny else {}))
+        finetune(fine, run_dir=work, init=final, corpus=facts.corpus, train_file=train, device=settings.device,
+                 overwrite=True, log=quiet)
+        final = work
+    result = score_direct(final, dev, train_sample(train, work), settings.device, verdict)
+    if not files:
+        from attnlab.experiments.learn import score_fact_set
+
+        found = score_fact_set(final, facts, device=settings.device)
+        result["relations"] = {k: counts(v) for k, v in found["relations"].items()}
+    return {**result, "recipe": f"direct answer; {model.n_layer} layers x {model.n_embd} wide, block "
+                                f"{model.block_size}" + ("; QA mixed into pretraining" if mix else "")}
+
+
+def score_direct(run: Path, dev: Path, sample: Path, device: str, verdict: bool) -> dict[str, Any]:
+    """Exact answers to the held-out and the trained-on questions; with ``verdict`` (an answer
+    that writes its steps first) the last step alone is scored, and the whole answer beside it."""
+    from attnlab.answering.evaluate import answer_questions
+    from attnlab.data.datasets import read_qa
+    from attnlab.model.checkpoint import load_model
+
+    model, vocab, _ = load_model(run, device=device)
+    result: dict[str, Any] = {}
+    for name, path in (("dev", dev), ("train", sample)):
+        examples = read_qa(path, labelled=True)
+        answers = [a.answer for a in answer_questions(model, vocab, examples)]
+        last = (lambda s: s.rsplit("; ", 1)[-1]) if verdict else (lambda s: s)
+        result[name] = {"correct": sum(last(a) == last(e.answer) for a, e in zip(answers, examples)),
+                        "total": len(examples)}
+        if verdict:
+            result[name]["whole_answer_correct"] = sum(a == e.answer for a, e in zip(answers, examples))
+    return result
+
+
+# ----------------------------------------------------------------------------- Part 3.3
+
+
+def value_pools() -> dict[str, int]:
+    """How many values each attribute is drawn from (attnlab/data/synth/bios.py); the work city
+    follows from the employer, so it carries no bits of its own."""
+    from attnlab.data.synth import bios
+    from attnlab.data.synth.values import MAJORS
+
+    return {"birth_date": 12 * 28 * 200, "birth_city": len(bios.us_places()),
+            "university": bios.N_UNIVERSITIES, "major": len(MAJORS), "employer": bios.N_COMPANIES}
+
+
+def knowledge_bits(model, vocab, people: list[dict[str, str]], docs: list[str]) -> tuple[float, int]:
+    """Bits stored, estimated per value as log2(pool size) less the model's cross-entropy (in
+    bits) of the value's characters given the biography before it, never below 0; summed, with
+    the number of values measured. A lower bound of the paper's measure in spirit (it also
+    counts the names' bits), not its formula."""
+    import torch
+
+    from attnlab.data.corpus import CorpusIndex
+
+    index, pools, block = CorpusIndex(docs), value_pools(), model.config.block_size
+    bits, values = 0.0, 0
+    for person in people:
+        doc = index.line_of(person["name"]) or ""
+        ids = vocab.encode(doc[:block])
+        with torch.no_grad():
+            logp = torch.log_softmax(model.run(torch.tensor([ids[:-1]]))[0][0].float(), dim=-1)
+        at = len(person["name"]) + 2
+        for attribute, pool in pools.items():
+            start = doc.find(person[attribute], at)
+            end = start + len(person[attribute])
+            if start < 0 or end > len(ids):
+                continue
+            nats = -sum(logp[t - 1, ids[t]].item() for t in range(start, end))
+            bits += max(0.0, math.log2(pool) - nats / math.log(2))
+            values, at = values + 1, end
+    return bits, values
+
+
+def capacity_cell(row: Row, folder: Path, work: Path, seed: int, settings: Settings) -> dict[str, Any]:
+    """Pretrain a small model on bioS single for ``row.exposures`` passes (one biography a
+    person: a pass is one exposure of each fact) and estimate the bits it stores."""
+    from attnlab.config.settings import ModelConfig, TrainConfig
+    from attnlab.data import factset
+    from attnlab.data.datasets import documents, read_text
+    from attnlab.model.checkpoint import load_model
+    from attnlab.training.pipeline import pretrain
+
+    facts = factset.load(folder)
+    docs = documents(read_text(facts.corpus))
+    block = min(512, -(-max(len(d) for d in docs) // 16) * 16)
+    model = ModelConfig(**CAPACITY_MODEL, dropout=0.0, block_size=block, qa_format="direct",
+                        attention=settings.attention)
+    config = TrainConfig(**CAPACITY_PRETRAIN, epochs=1 if settings.tiny else row.exposures, seed=seed,
+                         **({"max_steps": 2} if settings.tiny else {}))
+    pretrain(model, config, corpus=facts.corpus, run_dir=work, mix_qa=None, held_out=(), device=settings.device,
+             overwrite=True, log=quiet)
+    trained, vocab, _ = load_model(work, device=settings.device)
+    bits, values = knowledge_bits(trained, vocab, people_of(folder), docs)
+    parameters = trained.num_parameters()
+    return {"bits": round(bits, 1), "values": values, "parameters": parameters,
+            "bits_per_parameter": round(bits / parameters, 4), "exposures": config.epochs,
+            "recipe": f"{model.n_layer} layer(s) x {model.n_embd} wide, block {block}, {config.epochs:g} passes"}
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def seeds_interval(values: list[float]) -> tuple[float, float] | None:
+    """The 95% t interval of the seeds' mean (None for one seed)."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = T975.get(n - 1, 1.96) * sd / math.sqrt(n)
+    return mean - half, mean + half
+
+
+def accuracy_text(results: list[dict[str, Any]]) -> str:
+    """Seeds pooled: percent with its 95% Wilson interval, each seed's percent, the seeds' 95%
+    interval, and the trained-on questions' accuracy."""
+    from attnlab.answering.evaluate import wilson_interval
+
+    k, n = sum(r["dev"]["correct"] for r in results), sum(r["dev"]["total"] for r in results)
+    low, high = wilson_interval(k, n)
+    seeds = [100 * r["dev"]["correct"] / max(1, r["dev"]["total"]) for r in results]
+    text = f"{k}/{n} = {100 * k / max(1, n):.1f}% (95% CI {100 * low:.1f}-{100 * high:.1f}); seeds " + \
+        ", ".join(f"{s:.1f}" for s in seeds)
+    spread = seeds_interval(seeds)
+    if spread:
+        text += f" (seeds' 95% interval {spread[0]:.1f}-{spread[1]:.1f})"
+    tk, tn = sum(r["train"]["correct"] for r in results), sum(r["train"]["total"] for r in results)
+    return text + f"; trained-on questions {100 * tk / max(1, tn):.0f}%"
+
+
+def bits_text(results: list[dict[str, Any]]) -> str:
+    ratios = [r["bits_per_parameter"] for r in results]
+    text = (f"{sum(ratios) / len(ratios):.3f} bits a parameter ({results[0]['parameters']:,} parameters, "
+            f"{results[0]['exposures']:g} exposures); seeds " + ", ".join(f"{x:.3f}" for x in ratios))
+    spread = seeds_interval(ratios)
+    return text + (f" (seeds' 95% interval {spread[0]:.3f}-{spread[1]:.3f})" if spread else "")
+
+
+def row_command(row: Row, settings: Settings, seeds: list[int] | tuple[int, ...] = DEFAULT_SEEDS) -> str:
+    parts = [".venv/bin/python", SCRIPT, "--rows", row.key, "--seeds", *map(str, seeds)]
+    parts += (["--capacity-people", str(settings.capacity_people)] if row.task == "bits" else
+              ["--people", str(settings.people), "--minutes", f"{settings.minutes:g}"])
+    parts += [] if settings.attention == "vanilla" else ["--attention", settings.attention]
+    return shlex.join(parts + (["--tiny"] if settings.tiny else []) + ["--write"])
+
+
+def cell_text(row: Row, readout: str, ledger: dict[str, Any], seeds: list[int], settings: Settings) -> str:
+    if readout not in row.readouts:
+        return "n/a: " + (row.not_applicable or "capacity is read from the pretrained model's loss")
+    results = [ledger[k] for k in (cell_key(row, readout, s, settings) for s in seeds) if k in ledger]
+    if not results:
+        return f"not run: `{row_command(row, settings)}`"
+    return bits_text(results) if readout == "bits" else accuracy_text(results)
+
+
+def study_table(ledger: dict[str, Any], seeds: list[int], settings: Settings, rows: list[Row] = ROWS) -> str:
+    lines = []
+    for row in rows:
+        measured = "bits" if row.task == "bits" else "direct"
+        lines.append([f"{row.part} `{row.key}`", row.what, row.paper, cell_text(row, measured, ledger, seeds, settings),
+                      cell_text(row, "recall", ledger, seeds, settings), f"`{row_command(row, settings)}`"])
+    return table(["row", "what", "the paper", "direct answer (the paper's)", "recall-and-copy read-out (the lab's)",
+                  "command"], lines)
+
+
+def section_text(ledger: dict[str, Any], seeds: list[int], settings: Settings, note: str = "") -> str:
+    scale = (f"{settings.people:,} people a set (the seed draws them), {settings.minutes:g} minutes a run "
+             f"(Part 3.3: {settings.capacity_people:,} people), seeds {', '.join(map(str, seeds))}; held-out "
+             "questions (the dev quarter of the people); counts pooled over seeds with 95% Wilson intervals")
+    text = f"Scale: {scale}" + (" (tiny: seconds-long runs that know nothing)" if settings.tiny else "") + ".\n\n"
+    return text + study_table(ledger, seeds, settings) + (f"\n\n{note}" if note else "")
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", nargs="+", choices=list(ROWS_BY_KEY), default=None, help="rows (default: all)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
+    parser.add_argument("--readouts", nargs="+", choices=["direct", "recall", "bits"],
+                        default=["direct", "recall", "bits"])
+    parser.add_argument("--people", type=int, default=DEFAULT_PEOPLE)
+    parser.add_argument("--minutes", type=float, default=DEFAULT_MINUTES, help="each training run's budget")
+    parser.add_argument("--capacity-people", type=int, default=CAPACITY_PEOPLE, help="Part 3.3's sets")
+    parser.add_argument("--out", type=Path, default=Path("runs/studies"))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--attention", default="vanilla", help="every model's attention variant (`attnlab variants`)")
+    parser.add_argument("--tiny", action="store_true", help="seconds-long runs that know nothing (checks)")
+    parser.add_argument("--table", action="store_true", help="only print the table of what is recorded")
+    parser.add_argument("--list", action="store_true", help="only print the rows and their commands")
+    parser.add_argument("--note", default="", help="a line under the table (say what kind of run it was)")
+    parser.add_argument("--write", action="store_true", help="write the table into docs/guides/knowledge-studies.md")
+    return parser.parse_args(argv)
+
+
+def section_name(settings: Settings) -> str:
+    """The guide's generated section: the default scale's, or one of its own for another scale."""
+    default = Settings(out=settings.out)
+    return SECTION if settings.scale() == default.scale() else f"{SECTION}-{settings.scale().replace('.', '_')}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    settings = Settings(args.people, args.minutes, args.capacity_people, args.out, args.tiny, args.device,
+                        args.attention)
+    rows = [ROWS_BY_KEY[k] for k in args.rows] if args.rows else ROWS
+    if args.list:
+        print("\n".join(f"{r.key}: {row_command(r, settings)}" for r in rows))
+        return 0
+    if not args.table:
+        run_cells(rows, args.seeds, args.readouts, settings)
+    text = section_text(read_ledger(settings.out), args.seeds, settings, args.note)
+    print(text)
+    if args.write:
+        title = "The table" if section_name(settings) == SECTION else \
+            f"At another scale ({settings.scale()})"
+        write_section(section_name(settings), text, path=GUIDE, title=title)
+        print(f"wrote the {section_name(settings)} section of {GUIDE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

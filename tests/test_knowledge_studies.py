@@ -1,0 +1,135 @@
+"""benchmarks/knowledge_studies.py (issue 47, item 2): the study script's bookkeeping on tiny sets
+with seconds-long runs: the cells of each row, the ledger that lets a study resume without
+redoing finished cells, the table (each unmeasured cell 'not run' with its command), the 95%
+intervals, the questions each Part 3.2 row makes from the people, and the generated section.
+No test asserts an accuracy: the tiny runs know nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("faker", reason="the synth extra (Faker) is not installed")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import knowledge_studies as ks  # noqa: E402
+
+ROWS = ["3.1-single", "3.2-compare-steps", "3.3-bits-E25"]
+TINY = ["--tiny", "--people", "8", "--capacity-people", "8", "--minutes", "0.05", "--seeds", "0", "1"]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study")
+    assert ks.main(["--rows", *ROWS, "--out", str(out), *TINY]) == 0
+    return out
+
+
+def settings(out: Path) -> ks.Settings:
+    return ks.Settings(people=8, minutes=0.05, capacity_people=8, out=out, tiny=True)
+
+
+def test_each_row_read_out_and_seed_is_one_recorded_cell(study):
+    ledger = ks.read_ledger(study)
+    expected = {ks.cell_key(ks.ROWS_BY_KEY[r], readout, seed, settings(study))
+                for r in ROWS for readout in ks.ROWS_BY_KEY[r].readouts for seed in (0, 1)}
+    assert set(ledger) == expected and len(expected) == 8  # single: 2 read-outs; compare, bits: 1
+    single = ledger[ks.cell_key(ks.ROWS_BY_KEY["3.1-single"], "recall", 0, settings(study))]
+    assert single["dev"]["total"] == 2 * 6 and single["train"]["total"] == 4 * 6  # 8 people: 2 dev, 4 train
+    assert set(single["relations"]) == {"birth-date", "birth-city", "university", "major", "employer", "work-city"}
+    bits = ledger[ks.cell_key(ks.ROWS_BY_KEY["3.3-bits-E25"], "bits", 1, settings(study))]
+    assert bits["values"] == 8 * 5 and bits["parameters"] > 0 and bits["bits"] >= 0
+
+
+def test_a_second_run_skips_recorded_cells_and_runs_only_the_missing_one(study, monkeypatch, capsys):
+    ledger = ks.read_ledger(study)
+    missing = ks.cell_key(ks.ROWS_BY_KEY["3.2-compare-steps"], "direct", 1, settings(study))
+    kept = {k: v for k, v in ledger.items() if k != missing}
+    (study / "ledger.json").write_text(json.dumps(kept))
+    ran = []
+
+    def fake(row, readout, seed, s):
+        ran.append((row.key, readout, seed))
+        return {"dev": {"correct": 1, "total": 4}, "train": {"correct": 2, "total": 8}}
+
+    monkeypatch.setattr(ks, "run_cell", fake)
+    assert ks.main(["--rows", *ROWS, "--out", str(study), *TINY]) == 0
+    assert ran == [("3.2-compare-steps", "direct", 1)]
+    after = ks.read_ledger(study)
+    assert set(after) == set(ledger) and after[missing]["dev"] == {"correct": 1, "total": 4}
+    assert all(after[k] == v for k, v in kept.items())  # finished cells untouched
+    assert capsys.readouterr().out.count("recorded, skipped") == len(kept)
+
+
+def test_the_table_has_every_row_and_says_how_to_run_what_is_not_recorded(study):
+    text = ks.section_text(ks.read_ledger(study), [0, 1], settings(study))
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "`3." in line]
+    assert len(rows) == len(ks.ROWS)
+    mixed = next(r for r in rows if "`3.1-mixed`" in r)
+    assert "not run: `.venv/bin/python benchmarks/knowledge_studies.py --rows 3.1-mixed --seeds 0 1 2" in mixed
+    inverse = next(r for r in rows if "`3.2-inverse`" in r)
+    assert "n/a: the read-out recalls a document" in inverse
+    single = next(r for r in rows if "`3.1-single`" in r)
+    assert single.count("/24 = ") == 2 and "seeds' 95% interval" in single  # 2 seeds x 12 questions, both read-outs
+    assert "bits a parameter" in next(r for r in rows if "`3.3-bits-E25`" in r)
+
+
+def test_list_prints_one_command_per_row(capsys):
+    assert ks.main(["--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":", 1)[0] for line in lines] == [r.key for r in ks.ROWS]
+    assert all(f"--rows {r.key} --seeds 0 1 2 " in line and line.endswith("--write") for r, line in zip(ks.ROWS, lines))
+
+
+def test_intervals_pool_counts_with_wilson_and_seeds_with_t():
+    results = [{"dev": {"correct": c, "total": 100}, "train": {"correct": 50, "total": 50}} for c in (40, 50, 60)]
+    text = ks.accuracy_text(results)
+    assert text.startswith("150/300 = 50.0% (95% CI 44.4-55.6); seeds 40.0, 50.0, 60.0")
+    half = 4.303 * 10 / math.sqrt(3)  # t(0.975, 2 df) x sd / sqrt(n)
+    assert f"(seeds' 95% interval {50 - half:.1f}-{50 + half:.1f})" in text and text.endswith("trained-on questions 100%")
+    assert ks.seeds_interval([0.5]) is None
+    one = ks.bits_text([{"bits_per_parameter": 0.25, "parameters": 1000, "exposures": 25}])
+    assert one.startswith("0.250 bits a parameter (1,000 parameters, 25 exposures)") and "interval" not in one
+
+
+def test_part_3_2_questions_come_from_the_people_of_each_half(study):
+    folder = next((study / "data").glob("people8_seed0_multi5*"))
+    people = ks.people_of(folder)
+    where = {p["name"]: p["split"] for p in people}
+    inverse = [line.split("\t") for line in ks.inverse_questions(people, "train").splitlines()]
+    assert inverse and all(where[name] == "train" and q.startswith("Who was born on ") for q, name in inverse)
+    steps = [line.split("\t") for line in ks.compare_questions(people, "dev", True, 0).splitlines()]
+    plain = ks.compare_questions(people, "dev", False, 0).splitlines()
+    assert len(steps) == len(plain) > 0
+    for question, answer in steps:
+        a, b, verdict = answer.split("; ")
+        assert verdict == ("Yes" if int(a) < int(b) else "No") and a != b
+        names = question[len("Was "):-1].split(" born in an earlier year than ")
+        assert all(where[n] == "dev" for n in names)
+
+
+def test_the_celebrity_row_trains_on_celebrities_and_asks_about_the_minority(tmp_path):
+    from attnlab.data.synth import BiosOptions, generate, write
+
+    folder = write(generate(BiosOptions(people=16, seed=2, multi=2, celebrities=0.5)), tmp_path / "set")
+    derived = ks.minority_set(folder, tmp_path / "work")
+    group = {p["name"]: p["group"] for p in ks.people_of(folder)}
+    for split, expected in (("train", "celebrity"), ("dev", "plain"), ("test", "plain")):
+        lines = (derived / f"{split}.tsv").read_text().splitlines()
+        subjects = {next(n for n in group if n in line.split("\t")[0]) for line in lines}
+        assert lines and {group[s] for s in subjects} == {expected}, split
+
+
+def test_write_puts_the_table_in_its_own_section_of_the_guide(study, tmp_path, monkeypatch):
+    guide = tmp_path / "guide.md"
+    guide.write_text("# Knowledge studies\n\nprose kept\n")
+    monkeypatch.setattr(ks, "GUIDE", guide)
+    assert ks.main(["--table", "--rows", *ROWS, "--out", str(study), *TINY, "--write", "--note", "a smoke run"]) == 0
+    text = guide.read_text()
+    name = "knowledge-studies-N8-M0_05-C8-tiny"
+    assert text.startswith("# Knowledge studies\n\nprose kept\n") and f"<!-- {name}:start -->" in text
+    assert "a smoke run" in text and "`3.1-mixed`" in text
