@@ -108,11 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_pretrained:
         results = finetune_only(args.facts, args.from_pretrained, args.out, args.minutes, changes)
     else:
-        shipped = recipe_module.recipe_for
-        recipe_module.recipe_for = lambda f, m, seed=0: changed_recipe(shipped(f, m, seed), changes,
-                                                                       args.pretrain_passes)
+        recipe = changed_recipe(recipe_module.recipe_for(factset.load(args.facts), args.minutes), changes,
+                                args.pretrain_passes)
         results = recipe_module.learn(args.facts, args.out, minutes=args.minutes, overwrite=not args.resume,
-                                      resume=args.resume)
+                                      resume=args.resume, recipe=recipe)
     print(summary(label, results))
     return 0
 
