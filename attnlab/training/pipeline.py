@@ -134,16 +134,19 @@ def _vocabulary(corpus_text: str, vocab_text: str) -> Vocab | None:
 
 
 def fit_to_minutes(model: GPT, batches, config: TrainConfig, model_config: ModelConfig, began: float,
-                   log: Callable[[str], None] = logs.note) -> tuple[TrainConfig, Deadline]:
+                   log: Callable[[str], None] = logs.note, *, trim: bool | None = None,
+                   anneals: bool | None = None) -> tuple[TrainConfig, Deadline]:
     """``config`` with the epochs that fit what is left of ``config.minutes`` since ``began`` on
     this machine (never more than its own), from the time of a few steps of a copy of ``model``
     (trainer.step_seconds: the run itself, its data order and random state are untouched), and
-    the deadline the run re-fits itself to as it goes (attnlab/training/deadline.py)."""
+    the deadline the run re-fits itself to as it goes (attnlab/training/deadline.py). ``trim`` and
+    ``anneals`` (whether the schedule follows the run's length) default to pretraining's rules."""
     if distributed.environment().world_size > 1:
         raise ValueError("--minutes fits a one-process run (each process would time itself); give --epochs")
     whole = dataclasses.replace(config, max_steps=0)
     seconds = step_seconds(model, batches, config, _run_tokens(batches, config, model_config),
-                           loss_fn=_loss_fn(config), trim=model_config.causal and config.objective == "span")
+                           loss_fn=_loss_fn(config),
+                           trim=model_config.causal and config.objective == "span" if trim is None else trim)
     end = began + FIT_SHARE * 60 * config.minutes
     budget = end - time.perf_counter()
     fitted = math.floor(100 * budget / (seconds * batches.steps_per_epoch)) / 100
@@ -151,7 +154,7 @@ def fit_to_minutes(model: GPT, batches, config: TrainConfig, model_config: Model
     log(f"--minutes {config.minutes:g}: a step takes {seconds:.3f} s here ({batches.steps_per_epoch} a pass), "
         f"so {epochs:g} of {config.epochs:g} epochs fit"
         + (" (all of them)" if epochs >= config.epochs else "; the run re-fits them to its own pace as it goes"))
-    anneals_over_run = config.objective == "lm" and not config.final_tokens
+    anneals_over_run = config.objective == "lm" and not config.final_tokens if anneals is None else anneals
     deadline = Deadline(end, total_steps(whole, batches.steps_per_epoch), timed_pace=seconds,
                         tokens_per_step=config.batch_size * model_config.block_size if anneals_over_run else 0)
     return dataclasses.replace(config, epochs=epochs), deadline
@@ -294,13 +297,17 @@ def finetune_in(run: rundir.Run, *, init: str | Path | None = None, overrides: d
     else:
         dataset = _name_dataset(train_file, VocabSource(vocab, config.block_size), train_config.holdout_fraction)
         batches, questions = QABatches(dataset, train_config.batch_size, dev, train_config.seed), len(dataset)
+    deadline = None
+    if train_config.minutes and not run.resume:  # a share of compare --minutes (compare.Budget)
+        run.train_config, deadline = fit_to_minutes(model, batches, train_config, config, run.opened, run.log,
+                                                    trim=config.causal and not recalls, anneals=False)
     files = rundir.data_files(train_file=[train_file], corpus=[corpus] if reads_corpus else [])
     run.check_data(files)
     run.log(f"finetuning {config.attention} from {source} on {train_file} ({questions:,} questions, "
             f"{config.qa_format} format) on {dev}; outputs in {run.path}")
     init_text = str(init) if init else None
-    plan = Plan(vocab, final_tokens_for(corpus_docs, config.block_size, train_config), _loss_fn(train_config),
-                trim=config.causal and not recalls,
+    plan = Plan(vocab, final_tokens_for(corpus_docs, config.block_size, run.train_config), _loss_fn(train_config),
+                trim=config.causal and not recalls, deadline=deadline,
                 meta={"stage": "finetune", "init": init_text, "corpus_documents": corpus_docs, "data_files": files},
                 settings={"stage": "finetune", "init": init_text, "train_file": str(train_file)},
                 desc="finetune", evaluator=_dev_evaluator(eval_file, corpus, vocab, train_config))

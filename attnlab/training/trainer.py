@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core.progress import progress_bar
-from ..core import cpu_settings, logs
+from ..core import cpu_settings
 from . import rundir
 from ..core import distributed as dist
 from ..data.batching import Batches, length_buckets
