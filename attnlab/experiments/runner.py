@@ -30,7 +30,8 @@ from ..core import logs
 from ..core.paths import write_atomically
 from ..data.datasets import read_qa
 from ..model.checkpoint import CHECKPOINT_NAME, remove_stale_temp_files
-from ..training.pipeline import baseline, evaluate_file, finetune, pretrain, stored_facts
+from ..training.pipeline import baseline, evaluate_file, finetune_in, pretrain_in, stored_facts
+from ..training.rundir import Run
 from . import records as records_module
 from .comparison import correctness
 from .provenance import check_settings, stage_settings
@@ -52,8 +53,18 @@ def _write_json(path: Path, value: Any) -> None:
     write_atomically(path, json.dumps(value) + "\n")  # a kill -9 or a full disk leaves the earlier one whole
 
 
-# One stage of a row: its name, its run directory and its training, given whether to resume.
-Stage = tuple[str, Path, Callable[[bool], tuple[Any, Any]]]
+@dataclass
+class Stage:
+    """One stage of a row: its name, its run directory, its configs as given (``fit_as`` names
+    it to Runner.fit: pretrain, finetune, or scratch) and its training in the opened run
+    (returning the model and the TrainResult)."""
+
+    name: str  # pretrain or finetune: the checkpoint's stage
+    run_dir: Path
+    model_config: ModelConfig | None  # None: finetuning from the pretrained model in ``init``
+    config: TrainConfig
+    train: Callable[[Run], tuple[Any, Any]]
+    fit_as: str = ""  # default: the name
 
 
 @dataclass
@@ -132,34 +143,30 @@ class Runner:
         """Finetuned without pretraining: the model never reads the corpus."""
         where = self.out / "scratch"
 
-        def train(resume: bool):
-            model, _, result = finetune(self._stage("scratch", where, config), run_dir=where, corpus=self.corpus,
-                                        train_file=self.train_file, model_config=model_config, resume=resume,
-                                        log=self.log)
+        def train(run: Run):
+            model, _, result = finetune_in(run, corpus=self.corpus, train_file=self.train_file)
             return model, result
 
         return self._row(where, {**self.settings, "model": model_config.to_dict()},
-                         Row(label, "scratch", run_dir=str(where)), [("finetune", where, train)], scored=where)
+                         Row(label, "scratch", run_dir=str(where)),
+                         [Stage("finetune", where, model_config, config, train, fit_as="scratch")], scored=where)
 
     def recipe(self, label: str, kind: str, model_config: ModelConfig, pretrain_config: TrainConfig,
                finetune_config: TrainConfig, where: Path, shown: Path | None = None) -> Row:
         """Pretrained (in where/pretrain) and finetuned (in where/finetune); the row names
         ``shown`` (default: where) as its run."""
 
-        def pretrained(resume: bool):
-            model, _, result = pretrain(model_config, self._stage("pretrain", where / "pretrain", pretrain_config),
-                                        corpus=self.corpus, run_dir=where / "pretrain", resume=resume, log=self.log,
-                                        mix_qa=self.train_file, held_out=self.held_out)
+        def pretrained(run: Run):
+            model, _, result = pretrain_in(run, corpus=self.corpus, mix_qa=self.train_file, held_out=self.held_out)
             return model, result
 
-        def finetuned(resume: bool):
-            model, _, result = finetune(self._stage("finetune", where / "finetune", finetune_config),
-                                        run_dir=where / "finetune", init=where / "pretrain", corpus=self.corpus,
-                                        train_file=self.train_file, resume=resume, log=self.log)
+        def finetuned(run: Run):
+            model, _, result = finetune_in(run, init=where / "pretrain", corpus=self.corpus,
+                                           train_file=self.train_file)
             return model, result
 
-        stages: list[Stage] = [("pretrain", where / "pretrain", pretrained),
-                               ("finetune", where / "finetune", finetuned)]
+        stages = [Stage("pretrain", where / "pretrain", model_config, pretrain_config, pretrained),
+                  Stage("finetune", where / "finetune", None, finetune_config, finetuned)]
         return self._row(where, self.recipe_settings(model_config, pretrain_config, finetune_config),
                          Row(label, kind, run_dir=str(shown or where)), stages, scored=where / "finetune")
 
@@ -174,9 +181,13 @@ class Runner:
         dev, stored, each = self.score(path)
         return Row(f"shipped model ({path})", "shipped", dev, stored, run_dir=str(path), dev_each=each)
 
-    def _stage(self, stage: str, run_dir: Path, config: TrainConfig) -> TrainConfig:
-        """A stage's config as it trains: fitted to the experiment's time (``fit``), on its device."""
-        return dataclasses.replace(self.fit(stage, run_dir, config), device=self.device)
+    def _train(self, stage: Stage, resume: bool) -> tuple[Any, Any]:
+        """A stage trained in its run, opened here (rundir.Run.open) with its config fitted to the
+        experiment's time (``fit``) and on the runner's device."""
+        config = dataclasses.replace(self.fit(stage.fit_as or stage.name, stage.run_dir, stage.config),
+                                     device=self.device)
+        with Run.open(stage.run_dir, stage.name, stage.model_config, config, resume=resume, log=self.log) as run:
+            return stage.train(run)
 
     def _row(self, where: Path, settings: dict[str, Any], row: Row, stages: list[Stage], scored: Path) -> Row:
         """The row kept from ``where`` (resume, reuse), or its stages trained (each finished one
@@ -184,23 +195,23 @@ class Runner:
         kept = self.kept(where, settings)
         if kept is not None:
             return kept
-        self._begin(where, settings, [run_dir for _, run_dir, _ in stages])
+        self._begin(where, settings, [stage.run_dir for stage in stages])
         done = _read_json(where / "stages.json") if (where / "stages.json").exists() else {}
-        for name, run_dir, train in stages:
-            if name in done:
-                self.log(f"keeping the finished {name} stage in {run_dir}")
+        for stage in stages:
+            if stage.name in done:
+                self.log(f"keeping the finished {stage.name} stage in {stage.run_dir}")
                 continue
             # Only a stage with a checkpoint resumes; the others start afresh, into directories
             # that hold no checkpoint (start() refused or removed them, _begin() refuses them).
-            resume = self.resume and (run_dir / CHECKPOINT_NAME).exists()
+            resume = self.resume and (stage.run_dir / CHECKPOINT_NAME).exists()
             start = time.perf_counter()
-            model, result = train(resume)
-            done[name] = {"final_loss": result.final_loss, "seconds": time.perf_counter() - start,
+            model, result = self._train(stage, resume)
+            done[stage.name] = {"final_loss": result.final_loss, "seconds": time.perf_counter() - start,
                           "parameters": model.num_parameters()}
             _write_json(where / "stages.json", done)
         row.pretrain_loss = done.get("pretrain", {}).get("final_loss")
         row.seconds = sum(stage["seconds"] for stage in done.values())  # of the sessions that finished them
-        row.parameters = done[stages[-1][0]]["parameters"]
+        row.parameters = done[stages[-1].name]["parameters"]
         row.dev, row.stored, row.dev_each = self.score(scored)
         _write_json(where / "row.json", {**row.to_dict(), "settings": settings})
         return row

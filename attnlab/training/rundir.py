@@ -13,7 +13,9 @@ two processes never train into one directory, and a resumed run is the checkpoin
   both values, except the settings of ``RESUMABLE``.
 - ``Run.open`` is the one owner of a stage's run: it claims the directory once, reconciles the
   settings given with the checkpoint once (resume, overwrite) and hands the pipeline and the
-  trainer one object holding the effective configs and the checkpoint to continue.
+  trainer one object holding the effective configs and the checkpoint to continue. A directory
+  written without training (an edited model, `attnlab edit`) has no configs to reconcile: its
+  writer holds it with ``claim`` alone.
 """
 
 from __future__ import annotations
