@@ -10,6 +10,7 @@ import pytest
 
 from attnlab.config.settings import TrainConfig
 from attnlab.experiments import compare
+from attnlab.experiments.learn import after_pretraining
 from attnlab.model.checkpoint import load_checkpoint
 from tests.test_variants import run_cli, write_data
 
@@ -31,14 +32,14 @@ def test_each_run_gets_an_equal_share_of_what_is_left_and_its_stages_fit_inside_
     clock.now += 30  # the scratch row ended early: the two runs left share 1.5 minutes
     share = 0.75
     pre = budget.fit("pretrain", tmp_path / "a" / "pretrain", config).minutes
-    assert pre == round(share - compare._after_pretraining(share), 2) and 0 < pre < share
+    assert pre == round(share - after_pretraining(share), 2) and 0 < pre < share
     clock.now += 60 * pre
     fine = budget.fit("finetune", tmp_path / "a" / "finetune", config).minutes
     assert fine == round(compare.FINETUNE_SHARE * (share - pre), 2)
     assert pre + fine <= share  # the rest of the share is for scoring
     clock.now = 1000.0 + 30 + 60 * share  # the second run starts where the first one's share ends
     last = budget.fit("pretrain", tmp_path / "b" / "pretrain", config).minutes
-    assert last == round(share - compare._after_pretraining(share), 2)
+    assert last == round(share - after_pretraining(share), 2)
     assert budget.started == 3 and budget.run_end == clock.now + 60 * share  # ends at the budget's end
     assert budget.run_end == pytest.approx(1000.0 + 60 * 2.0)
 
@@ -81,7 +82,7 @@ def test_compare_minutes_hands_every_run_its_share(tmp_path, capsys, monkeypatch
     assert run_cli(argv) == 0
     assert "--minutes 10: 5 runs to train share them, about 2.00 minutes each" in capsys.readouterr().out
     share = 10 / 5  # 2 variants x 2 seeds and the scratch row
-    pre = round(share - compare._after_pretraining(share), 2)
+    pre = round(share - after_pretraining(share), 2)
     fine = round(compare.FINETUNE_SHARE * (share - pre), 2)
     runs = [out / "scratch"] + [out / v / f"seed-{k}" for k in (0, 1) for v in ("vanilla", "rotary")]  # seed-major
     expected = [("scratch", runs[0], round(compare.FINETUNE_SHARE * share, 2))]

@@ -18,7 +18,7 @@ from ..data.datasets import read_qa
 from ..model.attention import REGISTRY, attention_class, pin, plugin
 from ..model.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from . import records as records_module
-from .learn import AFTER_PRETRAINING
+from .learn import after_pretraining
 from .provenance import experiment_settings
 from .results import Row
 from .runner import Runner
@@ -70,7 +70,7 @@ class Budget:
     """compare --minutes: the runs still to train share what is left of ``minutes`` since
     ``began`` equally (a run that ends early leaves its time to the later ones). Within a run's
     share, its pretraining is fitted to the share less what finetuning and scoring take after it
-    (AFTER_PRETRAINING, as `learn` reserves), its finetuning to FINETUNE_SHARE of what is left
+    (learn.after_pretraining, as `learn` reserves), its finetuning to FINETUNE_SHARE of what is left
     of the share when it starts; a stage resumed from its checkpoint keeps the fit it started
     with. ``fit`` is what the runner calls before each stage trains (Runner.fit)."""
 
@@ -94,15 +94,11 @@ class Budget:
             share = self.share()
             self.started += 1
             self.run_end = self.clock() + 60 * share
-            minutes = share - _after_pretraining(share) if stage == "pretrain" else FINETUNE_SHARE * share
+            minutes = share - after_pretraining(share) if stage == "pretrain" else FINETUNE_SHARE * share
         else:
             minutes = FINETUNE_SHARE * (self.run_end - self.clock()) / 60
         minutes = stored if stored is not None else round(max(MIN_STAGE_MINUTES, minutes), 2)
         return dataclasses.replace(config, minutes=minutes)
-
-
-def _after_pretraining(share: float) -> float:
-    return max(AFTER_PRETRAINING[0], AFTER_PRETRAINING[1] * share)
 
 
 def _stored_minutes(run_dir: Path) -> float | None:
