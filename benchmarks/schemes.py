@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnlab.experiments.runner import Row, comparison_table, variant_comparison  # noqa: E402
+from attnlab.experiments.results import Row, comparison_table, variant_comparison  # noqa: E402
 
 
 def read_rows(results: Path) -> list[Row]:

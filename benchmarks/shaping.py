@@ -34,7 +34,8 @@ from attnlab.probing.attention_maps import statistics_over  # noqa: E402
 from attnlab.data.datasets import read_qa, read_texts  # noqa: E402
 from attnlab.config.settings import DEFAULT_DEV  # noqa: E402
 from attnlab.training.pipeline import evaluate_file, finetune, pretrain  # noqa: E402
-from attnlab.experiments.runner import check_settings, equal_passes, seed_dir, stage_settings  # noqa: E402
+from attnlab.experiments.compare import equal_passes, seed_dir  # noqa: E402
+from attnlab.experiments.provenance import check_settings, stage_settings  # noqa: E402
 from attnlab.core.devices import resolve_device  # noqa: E402
 from attnlab.data.vocab import MASK_CHAR  # noqa: E402
 

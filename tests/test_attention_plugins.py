@@ -13,7 +13,7 @@ import torch
 from attnlab import cli
 from attnlab.config.settings import ModelConfig
 from attnlab.data.vocab import MASK_CHAR, PAD_CHAR, Vocab
-from attnlab.experiments.runner import _check_variants
+from attnlab.experiments.compare import _check_variants
 from attnlab.model.attention import plugin
 from attnlab.model.checkpoint import CheckpointError, load_checkpoint, load_model, save_checkpoint
 from attnlab.model.generate import generate

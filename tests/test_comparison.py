@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from attnlab.experiments import comparison, records
-from attnlab.experiments import runner as experiments
-from attnlab.experiments.runner import Compared, comparison_record, comparison_table
+from attnlab.experiments import compare as experiments
+from attnlab.experiments.results import Compared, Row, comparison_record, comparison_table
 from tests.test_variants import run_cli, write_data
 
 
@@ -211,7 +211,7 @@ def test_compare_refuses_a_reference_it_does_not_train_and_zero_seeds(tmp_path):
         run_cli(_compare_argv(paths, tmp_path / "b", "--seeds", "0"))
     assert exit_.value.code == 2
     with pytest.raises(ValueError, match=r"number of seeds must be an integer in \[1, 100\], got 0"):  # and the library
-        experiments.compare(*[None] * 4, variants=["vanilla"], seeds=0, out=tmp_path / "c")
+        experiments.compare(experiments.CompareSettings(*[None] * 4, variants=["vanilla"], seeds=0, out=tmp_path / "c"))
     assert not any((tmp_path / d).exists() for d in "abc")
 
 
@@ -321,7 +321,7 @@ def test_an_option_added_since_a_record_keeps_its_key_only_at_its_old_behaviour(
 
 
 def test_a_run_made_before_an_option_existed_resumes_at_the_options_old_behaviour(tmp_path):
-    from attnlab.experiments.runner import check_settings
+    from attnlab.experiments.provenance import check_settings
 
     stored = {"preset": "tiny", "finetune": {"seed": 0}}
     for option, old in records.ADDED_SINCE.items():
@@ -333,7 +333,7 @@ def test_a_run_made_before_an_option_existed_resumes_at_the_options_old_behaviou
 
 def test_a_record_whose_settings_do_not_match_its_name_is_refused(tmp_path):
     settings = {"preset": "tiny", "attnlab": "0.3.0", "pretrain": {"seed": 0}}
-    path = records.save(tmp_path, "vanilla", 0, experiments.Row("vanilla", "variant").to_dict(), settings, ["Paris"])
+    path = records.save(tmp_path, "vanilla", 0, Row("vanilla", "variant").to_dict(), settings, ["Paris"])
     assert records.find(tmp_path, "vanilla", 0, settings)["dev_predictions"] == ["Paris"]
     assert records.find(tmp_path, "vanilla", 1, settings) is None
     stored = json.loads(path.read_text())

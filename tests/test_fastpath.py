@@ -25,7 +25,8 @@ from attnlab.data.batching import CorruptionBatches, QABatches, length_buckets
 from attnlab.config.settings import ModelConfig, TrainConfig
 from attnlab.data.datasets import SpanCorruptionDataset
 from attnlab.model.gpt import GPT, lm_loss
-from attnlab.training.trainer import default_loss, make_optimizer, train
+from attnlab.training.rundir import Run
+from attnlab.training.trainer import Plan, default_loss, make_optimizer, train
 from attnlab.data.vocab import PAD_ID, Vocab
 
 ATOL, RTOL = 1e-5, 1e-4
@@ -240,8 +241,8 @@ def _train_steps(model: GPT, x, y, tmp_path, name: str, **config) -> tuple[GPT, 
     model = copy.deepcopy(model)
     cfg = TrainConfig(epochs=3, batch_size=len(x), checkpoint_every=0, log_every=1, device="cpu",
                       warmup_tokens=0, **config)
-    result = train(model, _fixed_batches(x, y), cfg, vocab=Vocab.from_text(TEXT),
-                   run_dir=tmp_path / name, final_tokens=10_000, log=lambda s: None)
+    with Run.open(tmp_path / name, "train", model.config, cfg, log=lambda s: None) as run:
+        result = train(model, _fixed_batches(x, y), run, Plan(Vocab.from_text(TEXT), final_tokens=10_000))
     return model, [h["loss"] for h in result.history]
 
 
@@ -255,8 +256,8 @@ def test_trainer_buckets_match_untrimmed_training(tmp_path) -> None:
     plain = copy.deepcopy(model)
     cfg = TrainConfig(epochs=3, batch_size=len(x), checkpoint_every=0, log_every=1, device="cpu",
                       warmup_tokens=0, length_buckets=1)
-    r_plain = train(plain, _fixed_batches(x, y), cfg, vocab=vocab, run_dir=tmp_path / "plain",
-                    final_tokens=10_000, trim=False, log=lambda s: None)
+    with Run.open(tmp_path / "plain", "train", plain.config, cfg, log=lambda s: None) as run:
+        r_plain = train(plain, _fixed_batches(x, y), run, Plan(vocab, final_tokens=10_000, trim=False))
     bucketed, losses = _train_steps(model, x, y, tmp_path, "buckets", length_buckets=3)
     assert losses == pytest.approx([h["loss"] for h in r_plain.history], abs=1e-4)
     for (name, a), b in zip(plain.named_parameters(), bucketed.parameters()):

@@ -343,7 +343,7 @@ def test_an_experiments_records_are_written_atomically(tmp_path, monkeypatch):
     """demo and compare write settings.json, stages.json, results.md/.json and their chart through a
     temporary file: a full disk (or a kill) leaves the earlier file whole."""
     from attnlab.answering.evaluate import Score
-    from attnlab.experiments import runner
+    from attnlab.experiments import results, runner
 
     record = tmp_path / "settings.json"
     record.write_text('{"earlier": true}\n')
@@ -351,7 +351,7 @@ def test_an_experiments_records_are_written_atomically(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left on device"):
         runner._write_json(record, {"later": True})
     with pytest.raises(OSError, match="No space left on device"):
-        runner.plot_dev_accuracy([runner.Row("baseline", "baseline", Score(1, 4))], tmp_path / "dev_accuracy.png", "t")
+        results.plot_dev_accuracy([results.Row("baseline", "baseline", Score(1, 4))], tmp_path / "dev_accuracy.png", "t")
     assert record.read_text() == '{"earlier": true}\n' and sorted(p.name for p in tmp_path.iterdir()) == [
         "settings.json"]
 

@@ -16,7 +16,7 @@ import pytest
 
 import attnlab
 from attnlab import cli
-from attnlab.experiments import runner as experiments
+from attnlab.experiments import compare as experiments
 from tests.conftest import DATA, REPO
 from tests.test_bad_input import exit_code, refused
 from tests.test_facts import run  # noqa: F401  (run: test_facts's fixture, a tiny recall model)
@@ -70,7 +70,8 @@ def _compare(paths, out, *extra: str) -> list[str]:
 @pytest.mark.parametrize("extra", [("--seeds", "1000000"), ("--seeds", "101"), ("--seeds", "1000000", "--gather")])
 def test_compare_refuses_a_senseless_number_of_seeds_at_once(tmp_path, capsys, extra):
     with pytest.raises(ValueError, match=r"the number of seeds must be an integer in \[1, 100\], got 1000000"):
-        experiments.compare(*[None] * 4, variants=["vanilla"], seeds=1_000_000, out=tmp_path / "lib")
+        experiments.compare(experiments.CompareSettings(*[None] * 4, variants=["vanilla"], seeds=1_000_000,
+                                                       out=tmp_path / "lib"))
     assert not (tmp_path / "lib").exists()
     paths = write_data(tmp_path)
     message = refused(_compare(paths, tmp_path / "out", *extra), capsys)

@@ -73,20 +73,20 @@ def _demo(out: Path, data: Path, *extra: str) -> list[str]:
 
 def test_an_interrupted_demo_continues_with_the_command_it_prints(demo_data, tmp_path, monkeypatch, capsys):
     out = tmp_path / "demo"
-    real_pretrain = experiments.pretrain
+    real_pretrain = experiments.pretrain_in
 
     def pretrain_interrupted(*args, **kw):  # the recipe's pretraining, stopped after step 2 of 4
         _ctrl_c_in_first_step(monkeypatch)
         return real_pretrain(*args, **kw)
 
-    monkeypatch.setattr("attnlab.experiments.runner.pretrain", pretrain_interrupted)
+    monkeypatch.setattr("attnlab.experiments.runner.pretrain_in", pretrain_interrupted)
     assert cli.main(_demo(out, demo_data)) == 130
     printed = capsys.readouterr().out
     assert load_checkpoint(out / "pretrain").meta["step"] == 2
     assert (out / "scratch" / "row.json").exists() and not (out / "row.json").exists()
     command = printed.split("continue with: ")[-1].strip()
     assert command.startswith("attnlab demo --resume ") and "--data-dir" in command
-    monkeypatch.setattr("attnlab.experiments.runner.pretrain", real_pretrain)
+    monkeypatch.setattr("attnlab.experiments.runner.pretrain_in", real_pretrain)
 
     # without --resume the finished rows are not overwritten; other settings are refused
     assert cli.main(_demo(out, demo_data)) == 2
@@ -117,19 +117,19 @@ def _compare(paths: dict[str, Path], out: Path, *extra: str) -> list[str]:
 
 def test_an_interrupted_compare_continues_the_interrupted_stage(tmp_path, monkeypatch, capsys):
     paths, out = write_data(tmp_path), tmp_path / "compare"
-    real_finetune = experiments.finetune
+    real_finetune = experiments.finetune_in
 
     def finetune(*args, **kw):  # rotary's finetuning (4 steps) is interrupted after step 2
-        if Path(kw["run_dir"]) == out / "rotary" / "finetune":
+        if args[0].path == out / "rotary" / "finetune":
             _ctrl_c_in_first_step(monkeypatch)
         return real_finetune(*args, **kw)
 
-    monkeypatch.setattr("attnlab.experiments.runner.finetune", finetune)
+    monkeypatch.setattr("attnlab.experiments.runner.finetune_in", finetune)
     with pytest.raises(KeyboardInterrupt):
         _run(_compare(paths, out))
     assert "continue with the same command plus --resume" in capsys.readouterr().out
     assert load_checkpoint(out / "rotary" / "finetune").meta["step"] == 2
-    monkeypatch.setattr("attnlab.experiments.runner.finetune", real_finetune)
+    monkeypatch.setattr("attnlab.experiments.runner.finetune_in", real_finetune)
 
     # another data file than the stored rows were made with is refused, naming both
     changed = tmp_path / "train2.tsv"

@@ -117,7 +117,7 @@ def test_demo_scores_every_row_extracted_and_stored_with_intervals(tmp_path, mon
     from tests.conftest import REPO
 
     monkeypatch.chdir(REPO)  # the demo reads data/ as the README's commands do
-    from attnlab.experiments.runner import demo
+    from attnlab.experiments.demo import demo
 
     out = tmp_path / "demo"
     pre = tmp_path / "shipped-from"
@@ -138,7 +138,7 @@ def test_demo_scores_every_row_extracted_and_stored_with_intervals(tmp_path, mon
 
 
 def test_the_demo_names_the_shipped_models_recipe_from_its_provenance(tmp_path):
-    from attnlab.experiments.runner import _shipped_recipe
+    from attnlab.experiments.demo import _shipped_recipe
 
     (tmp_path / "provenance.json").write_text('{"preset": "cpu60"}')
     assert _shipped_recipe(tmp_path) == "trained with the cpu60 preset"

@@ -67,7 +67,7 @@ def test_the_fit_is_the_budget_over_the_step_time_and_never_more_than_given(tiny
 
 def test_the_demo_fits_its_recipe_to_what_is_left_of_its_minutes(tiny_data, tmp_path, monkeypatch):
     from attnlab.config.settings import TrainConfig, get_preset
-    from attnlab.experiments import runner
+    from attnlab.experiments import demo as runner
 
     said = []
     preset = get_preset("demo").pretrain

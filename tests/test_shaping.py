@@ -18,7 +18,8 @@ from attnlab.model.gpt import GPT
 from attnlab.training.pipeline import _loss_fn
 from attnlab.probing.heads import head_statistics, row_distance, row_entropy
 from attnlab.training.shaping import focus_loss, near_loss, shaping_loss_fn
-from attnlab.training.trainer import default_loss, train
+from attnlab.training.rundir import Run
+from attnlab.training.trainer import Plan, default_loss, train
 from attnlab.data.vocab import PAD_ID, Vocab
 
 V = 12
@@ -220,8 +221,8 @@ def _train(tmp_path, loss_fn, name):
     config = TrainConfig(epochs=1, batch_size=8, learning_rate=1e-2, checkpoint_every=0, log_every=1,
                          device="cpu", compile="off", amp="off", warmup_tokens=0)
     vocab = Vocab.from_text("abcdefghij")
-    train(model, _Fixed(), config, vocab=vocab, run_dir=tmp_path / name, final_tokens=10_000,
-          loss_fn=loss_fn, desc=name, log=lambda _m: None)
+    with Run.open(tmp_path / name, "train", model.config, config, log=lambda _m: None) as run:
+        train(model, _Fixed(), run, Plan(vocab, final_tokens=10_000, loss_fn=loss_fn, desc=name))
     return model, [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attnlab.config.settings import ModelConfig, get_preset
-from attnlab.experiments.runner import stage_settings
+from attnlab.experiments.provenance import stage_settings
 from tests.conftest import benchmark_fixture
 
 shaping = benchmark_fixture("shaping")

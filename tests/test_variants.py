@@ -65,7 +65,7 @@ def test_variant_table_has_every_variant_with_its_counts(tmp_path, capsys):
 
 
 def test_compare_trains_every_chosen_variant_and_writes_its_report(tmp_path, capsys, monkeypatch):
-    from attnlab.experiments import runner as experiments
+    from attnlab.experiments import results as experiments
 
     titles = []
     drawn = experiments.dev_accuracy_figure
@@ -129,7 +129,7 @@ def test_the_compare_chart_names_the_preset_and_shows_counts_and_intervals():
     from matplotlib.container import ErrorbarContainer
 
     from attnlab.answering.evaluate import Score, wilson_interval
-    from attnlab.experiments.runner import Row, dev_accuracy_figure
+    from attnlab.experiments.results import Row, dev_accuracy_figure
 
     rows = [Row('baseline ("London")', "baseline", Score(25, 500)),
             Row("vanilla", "variant", Score(5, 500), parameters=1000, pretrain_loss=1.5),

@@ -15,7 +15,7 @@ from . import flags, results
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from ..model.checkpoint import load_checkpoint
-    from ..experiments.runner import demo
+    from ..experiments.demo import demo
 
     paths.output_dir(args.out_dir, "--out-dir")
     if args.shipped and os.path.lexists(args.shipped):  # scored last: a damaged one is refused first
@@ -28,7 +28,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _publish_rows(args: argparse.Namespace, rows) -> None:
     """--json of demo and compare: the table's rows and the files written."""
-    from ..experiments.runner import RESULT_FILES
+    from ..experiments.results import RESULT_FILES
 
     results.publish(args, {"rows": [r.to_dict() for r in rows],
                            "written": [os.path.join(args.out_dir, f) for f in RESULT_FILES]})
@@ -36,7 +36,8 @@ def _publish_rows(args: argparse.Namespace, rows) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..data.datasets import read_corpus, read_questions
-    from ..experiments.runner import compare
+    from ..config.settings import TrainConfig
+    from ..experiments.compare import CompareSettings, compare
 
     if args.attention is not None:
         raise ValueError("compare trains several variants: choose them with --variants, not --attention")
@@ -51,10 +52,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     variants = None if args.variants is None else [v.strip() for v in args.variants.split(",") if v.strip()]
     if variants == []:
         raise ValueError(f"--variants {args.variants!r} names no variant; leave it out to train all of them")
-    rows = compare(*configs, variants=variants, corpus=args.corpus, train_file=args.train_file, dev_file=args.eval_file,
-            out=args.out_dir, device=args.device, scratch=args.scratch, reuse=args.reuse, resume=args.resume,
-            overwrite=args.overwrite, preset=args.preset, seeds=args.seeds, reference=args.reference,
-            records=args.records, gather=args.gather, only_seeds=args.only_seeds)
+    # --minutes given is the budget of the whole comparison; a preset's own minutes are not
+    minutes = flags.overrides(args, TrainConfig).get("minutes") or 0.0
+    rows = compare(CompareSettings(
+        *configs, variants=variants, corpus=args.corpus, train_file=args.train_file, dev_file=args.eval_file,
+        out=args.out_dir, device=args.device, scratch=args.scratch, reuse=args.reuse, resume=args.resume,
+        overwrite=args.overwrite, preset=args.preset, seeds=args.seeds, reference=args.reference,
+        records=args.records, gather=args.gather, only_seeds=args.only_seeds, minutes=minutes))
     _publish_rows(args, rows)
     return 0
 
@@ -182,4 +186,10 @@ def _register_compare(command) -> None:
                                  "(default: a fresh --out-dir)")
     flags.model_flags(p)
     flags.train_flags(p, ("pretrain", "finetune", "finetune_scratch"))
+    minutes = next(a for a in p._actions if a.dest == "minutes")
+    minutes.help = minutes.short_help = (
+        "fit the whole comparison into this many minutes on this machine: every run trained (variants x "
+        "seeds, and the no-pretraining row) gets an equal share of what is left as it starts, its "
+        "pretraining and finetuning fitted to it (default: 0, every run trains all --epochs; a preset's own "
+        "minutes are not used)")
     results.add_json_flag(p)

@@ -18,53 +18,54 @@ def _main_log(env, say: Callable[[str], None] = logs.note) -> Callable[[str], No
     return say if env.is_main else (lambda _msg: None)
 
 
-def _configs(args: argparse.Namespace, stage: str, run_dir: Path, device: str
-             ) -> tuple[ModelConfig | None, TrainConfig]:
-    """The run's configs: from the preset and the flags (no model config when finetuning from
-    --init: the pretrained model has one), or with --resume from the run's checkpoint and the
-    flags given (a contradiction is an error, rundir.resumed)."""
-    if not args.resume:
-        model = None if stage == "finetune" else flags.model_config_from(args)
-        return model, dataclasses.replace(flags.train_config_from(args, stage), device=device)
-    from ..model.checkpoint import CHECKPOINT_NAME
+def _open_run(args: argparse.Namespace, stage: str, run_dir: Path, config: TrainConfig, device: str, log):
+    """The run of ``stage`` in ``run_dir`` (rundir.Run.open), from the preset and the flags (no
+    model config when finetuning from --init: the pretrained model has one), or with --resume
+    from the run's checkpoint with the flags given (a contradiction is an error, rundir.resumed)."""
     from ..training import rundir
 
-    ckpt = rundir.resumable(run_dir, "finetune" if stage.startswith("finetune") else stage)
-    return rundir.resumed_configs(ckpt, flags.overrides(args, ModelConfig),
-                                  {**flags.overrides(args, TrainConfig), "device": device}, run_dir / CHECKPOINT_NAME)
+    new_model = stage != "finetune" and not args.resume
+    model = _with_fact_set(args, flags.model_config_from(args)) if new_model else None
+    given = (flags.overrides(args, ModelConfig), {**flags.overrides(args, TrainConfig), "device": device})
+    return rundir.Run.open(run_dir, "finetune" if stage.startswith("finetune") else stage, model,
+                           dataclasses.replace(config, device=device), resume=args.resume, overwrite=args.overwrite,
+                           given=given if args.resume else None, log=log)
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
     from ..core import distributed
-    from ..training.pipeline import pretrain
+    from ..training.pipeline import pretrain_in
     from .summary import training_summary
 
     run_dir = Path(args.out_dir or f"runs/pretrain-{args.attention or 'vanilla'}")
     args.out_dir = str(run_dir)
-    args.mix_qa = flags.mix_qa_file(args, flags.train_config_from(args, "pretrain"))
-    _check_pretrain_files(args, flags.train_config_from(args, "pretrain"))
+    config = flags.train_config_from(args, "pretrain")
+    args.mix_qa = flags.mix_qa_file(args, config)
+    _check_pretrain_files(args, config)
     start = time.monotonic()
-    with distributed.session(args.device) as (env, device):
-        model_config, config = _configs(args, "pretrain", run_dir, device)
-        model_config, vocab_text = _with_fact_set(args, model_config)
-        _, _, result = pretrain(model_config, config, corpus=args.corpus, run_dir=run_dir, resume=args.resume,
-                                overwrite=args.overwrite, log=_main_log(env), mix_qa=args.mix_qa,
-                                held_out=tuple(args.held_out), eval_file=args.eval_file or None,
-                                vocab_text=vocab_text)
+    with distributed.session(args.device) as (env, device), \
+            _open_run(args, "pretrain", run_dir, config, device, _main_log(env)) as run:
+        _, _, result = pretrain_in(run, corpus=args.corpus, mix_qa=args.mix_qa, held_out=tuple(args.held_out),
+                                   eval_file=args.eval_file or None, vocab_text=_vocab_text(args))
         _main_log(env, logs.result)(training_summary("pretraining", run_dir, result, time.monotonic() - start, [
             f"attnlab finetune --init {run_dir} --out-dir {run_dir}-finetuned",
             f"attnlab evaluate {run_dir}   (or: attnlab plot {run_dir})"]))
     return 0
 
 
-def _with_fact_set(args: argparse.Namespace, model_config: ModelConfig | None
-                   ) -> tuple[ModelConfig | None, str]:
-    """A new model of --facts DIR: its config names the set's relations, and its vocabulary
-    takes the question files' characters too (a resumed run keeps its checkpoint's)."""
+def _with_fact_set(args: argparse.Namespace, model_config: ModelConfig) -> ModelConfig:
+    """A new model of --facts DIR: its config names the set's relations (a resumed run keeps its
+    checkpoint's)."""
     facts = getattr(args, "fact_set", None)
-    if facts is None or model_config is None or args.resume:
-        return model_config, ""
-    return dataclasses.replace(model_config, relations=facts.schema.to_list()), facts.vocabulary_text()
+    if facts is None or args.resume:
+        return model_config
+    return dataclasses.replace(model_config, relations=facts.schema.to_list())
+
+
+def _vocab_text(args: argparse.Namespace) -> str:
+    """A new model of --facts DIR takes the question files' characters into its vocabulary too."""
+    facts = getattr(args, "fact_set", None)
+    return "" if facts is None or args.resume else facts.vocabulary_text()
 
 
 def _check_pretrain_files(args: argparse.Namespace, config: TrainConfig) -> None:
@@ -83,7 +84,7 @@ def _check_pretrain_files(args: argparse.Namespace, config: TrainConfig) -> None
 
 def cmd_finetune(args: argparse.Namespace) -> int:
     from ..core import distributed
-    from ..training.pipeline import evaluate_file, finetune
+    from ..training.pipeline import evaluate_file, finetune_in
     from .summary import training_summary
 
     stage = "finetune" if args.init else "finetune_scratch"
@@ -92,16 +93,13 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     run_dir = Path(args.out_dir)
     _check_finetune_files(args)
     start, score = time.monotonic(), None
-    with distributed.session(args.device) as (env, device):
-        model_config, config = _configs(args, stage, run_dir, device)
-        model_config, vocab_text = _with_fact_set(args, model_config)
+    with distributed.session(args.device) as (env, device), \
+            _open_run(args, stage, run_dir, flags.train_config_from(args, stage), device, _main_log(env)) as run:
         # From --init the pretrained model fixes the configuration but for the flags given.
         from_init = args.init and not args.resume
-        _, _, result = finetune(config, run_dir=run_dir, init=args.init, model_config=model_config,
-                                overrides=flags.overrides(args, ModelConfig) if from_init else None,
-                                corpus=args.corpus, train_file=args.train_file, resume=args.resume,
-                                overwrite=args.overwrite, log=_main_log(env), eval_file=args.eval_file or None,
-                                vocab_text=vocab_text)
+        _, _, result = finetune_in(run, init=args.init, overrides=flags.overrides(args, ModelConfig) if from_init
+                                   else None, corpus=args.corpus, train_file=args.train_file,
+                                   eval_file=args.eval_file or None, vocab_text=_vocab_text(args))
         if args.eval_file:  # split across ranks; rank 0 writes the predictions
             _, score, _ = evaluate_file(run_dir, args.eval_file, device=device)
         _main_log(env, logs.result)(training_summary("finetuning", run_dir, result, time.monotonic() - start, [

@@ -94,13 +94,17 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     model = ModelConfig(**{**base.model, "n_layer": layers, "recall_chars": sizes.recall_chars,
                            "answer_chars": sizes.answer_chars, "block_size": sizes.block_size,
                            "relations": facts.schema.to_list()})
-    after = max(AFTER_PRETRAINING[0], AFTER_PRETRAINING[1] * minutes)
-    pre_minutes = round(max(0.05, minutes - after), 2)
+    pre_minutes = round(max(0.05, minutes - after_pretraining(minutes)), 2)
     pre = dataclasses.replace(base.pretrain, seed=seed, minutes=pre_minutes, epochs=400, mix_people=n_format,
                               mix_ratio=min(100.0, n_format / len(docs)), mix_overlap="drop")
     fine = dataclasses.replace(base.finetune, seed=seed, mix_people=n_format, preset="",
                                read_out_people=READ_OUTS_PER_FORMAT_SUBJECT * n_format)
     return Recipe(model, pre, fine, n_format, pre_minutes)
+
+
+def after_pretraining(minutes: float) -> float:
+    """Of a budget of ``minutes``, what finetuning and scoring take after pretraining."""
+    return max(AFTER_PRETRAINING[0], AFTER_PRETRAINING[1] * minutes)
 
 
 def layers_for(load: float) -> int:

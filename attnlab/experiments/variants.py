@@ -1,5 +1,5 @@
 """The attention variants side by side: the table of `attnlab variants` (what each one costs,
-can express and computes). `attnlab compare` trains them: attnlab/experiments/runner.py."""
+can express and computes). `attnlab compare` trains them: attnlab/experiments/compare.py."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import torch
 from ..core import distributed, logs
 from . import rundir
 from ..data.batching import CorruptionBatches, PackedBatches, QABatches
-from ..model.checkpoint import CHECKPOINT_NAME, Checkpoint, load_checkpoint, load_model
+from ..model.checkpoint import Checkpoint, load_checkpoint, load_model
 from ..config.settings import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, ModelConfig, TrainConfig
 from ..data.datasets import NameDataset, SpanCorruptionDataset, documents, read_qa, read_text
 from ..answering.knowledge import CorpusIndex, Stored, measure_stored, require_person
@@ -32,7 +32,7 @@ from .shaping import shaping_loss_fn
 from ..model.shipped import output_dir
 from ..core.devices import resolve_device
 from .deadline import Deadline
-from .trainer import TrainResult, default_loss, step_seconds, total_steps, train
+from .trainer import Plan, TrainResult, default_loss, step_seconds, total_steps, train
 from ..data.vocab import MASK_CHAR, Vocab
 
 # The share of --minutes a fitted pretraining aims at: the run re-fits itself to its own pace as
@@ -75,51 +75,61 @@ def pretrain(
     vocab_text: str = "",
     on_fit: Callable[[float], None] | None = None,
 ) -> tuple[GPT, Vocab, TrainResult]:
-    """Pretraining on the corpus (SPEC 3, 5): span corruption, or next-character prediction on
-    packed lines with training-file QA examples mixed in (attnlab/data/objectives.py). ``mix_qa``
-    people also asked in a ``held_out`` file are refused; ``eval_file`` is scored every
-    ``train_config.eval_every`` steps. A ``run_dir`` holding a checkpoint needs ``resume``
-    (continue that run: the configs and data must be its own, rundir.resumed) or
+    """Pretraining (``pretrain_in``) in ``run_dir``: a directory holding a checkpoint needs
+    ``resume`` (continue that run: the configs and data must be its own, rundir.resumed) or
     ``overwrite`` (replace it). ``on_fit`` is told the epochs a --minutes run fitted, before its
     first step."""
-    began = time.perf_counter()  # --minutes counts the data's preparation too
-    run_dir = Path(run_dir)
-    with rundir.claim(run_dir, resume=resume, overwrite=overwrite, log=log):
-        ckpt = deadline = None
-        if resume:
-            ckpt, model_config, train_config = _resumed(run_dir, "pretrain", model_config.to_dict(), train_config)
-        text = read_text(corpus)
-        dataset = SpanCorruptionDataset(text, model_config.block_size, vocab=_vocabulary(text, vocab_text))
-        model_config = dataclasses.replace(model_config, vocab_size=dataset.vocab_size)
-        dev = resolve_device(device or train_config.device)
-        model = build_model(model_config, train_config.seed).to(dev)
-        mixing = train_config.objective == "lm" and train_config.mix_ratio > 0
-        batches, described = _pretraining_batches(text, dataset, model_config, train_config, corpus, mix_qa,
-                                                  held_out, dev, log)
-        if train_config.minutes and not resume:
-            train_config, deadline = fit_to_minutes(model, batches, train_config, model_config, began, log)
-            if on_fit is not None:
-                on_fit(train_config.epochs)
-        if train_config.objective == "lm":
-            # The course's decay length is defined for span corruption; lm runs anneal over themselves.
-            final_tokens = train_config.final_tokens or _run_tokens(batches, train_config, model_config)
-        else:
-            final_tokens = final_tokens_for(len(dataset), model_config.block_size, train_config)
-        files = rundir.data_files(corpus=[corpus], mix_qa=[mix_qa] if mixing else [],
-                                  held_out=[p for p in held_out if mixing and Path(p).is_file()])
-        if ckpt is not None:
-            rundir.check_data(ckpt, files, run_dir / CHECKPOINT_NAME)
-        log(f"pretraining {model_config.attention} ({model.num_parameters():,} parameters) on {corpus} "
-            f"({described}) on {dev}; outputs in {run_dir}")
-        result = train(model, batches, train_config, vocab=dataset.vocab, run_dir=run_dir,
-                       final_tokens=final_tokens, resume=resume, overwrite=overwrite,
-                       trim=model_config.causal and train_config.objective == "span",
-                       meta={"stage": "pretrain", "corpus_documents": len(dataset), "data_files": files},
-                       settings={"stage": "pretrain", "corpus": str(corpus),
-                                 "mix_qa": str(mix_qa) if train_config.mix_ratio else None},
-                       desc="pretrain", log=log, loss_fn=_loss_fn(train_config),
-                       evaluator=_dev_evaluator(eval_file, corpus, dataset.vocab, train_config), deadline=deadline)
-    return model, dataset.vocab, result
+    with rundir.Run.open(run_dir, "pretrain", model_config, train_config, resume=resume, overwrite=overwrite,
+                         log=log) as run:
+        return pretrain_in(run, corpus=corpus, device=device, mix_qa=mix_qa, held_out=held_out,
+                           eval_file=eval_file, vocab_text=vocab_text, on_fit=on_fit)
+
+
+def pretrain_in(run: rundir.Run, *, corpus: str | Path = DEFAULT_CORPUS, device: str | None = None,
+                mix_qa: str | Path | None = DEFAULT_TRAIN,
+                held_out: tuple[str | Path, ...] = (DEFAULT_DEV, DEFAULT_TEST),
+                eval_file: str | Path | None = None, vocab_text: str = "",
+                on_fit: Callable[[float], None] | None = None) -> tuple[GPT, Vocab, TrainResult]:
+    """Pretraining on the corpus (SPEC 3, 5) in an opened ``run``: span corruption, or
+    next-character prediction on packed lines with training-file QA examples mixed in
+    (attnlab/data/objectives.py). ``mix_qa`` people also asked in a ``held_out`` file are
+    refused; ``eval_file`` is scored every ``eval_every`` steps; ``vocab_text`` adds characters
+    to a new model's vocabulary; ``on_fit`` is told the epochs a --minutes run fitted."""
+    model_config, train_config, log = run.model_config, run.train_config, run.log
+    text = read_text(corpus)
+    dataset = SpanCorruptionDataset(text, model_config.block_size, vocab=_vocabulary(text, vocab_text))
+    model_config = dataclasses.replace(model_config, vocab_size=dataset.vocab_size)
+    dev = resolve_device(device or train_config.device)
+    model = build_model(model_config, train_config.seed).to(dev)
+    mixing = train_config.objective == "lm" and train_config.mix_ratio > 0
+    batches, described = _pretraining_batches(text, dataset, model_config, train_config, corpus, mix_qa,
+                                              held_out, dev, log)
+    deadline = None
+    if train_config.minutes and not run.resume:
+        run.train_config, deadline = fit_to_minutes(model, batches, train_config, model_config, run.opened, log)
+        if on_fit is not None:
+            on_fit(run.train_config.epochs)
+    files = rundir.data_files(corpus=[corpus], mix_qa=[mix_qa] if mixing else [],
+                              held_out=[p for p in held_out if mixing and Path(p).is_file()])
+    run.check_data(files)
+    log(f"pretraining {model_config.attention} ({model.num_parameters():,} parameters) on {corpus} "
+        f"({described}) on {dev}; outputs in {run.path}")
+    plan = Plan(dataset.vocab, _pretraining_tokens(len(dataset), batches, run.train_config, model_config),
+                _loss_fn(train_config), trim=model_config.causal and train_config.objective == "span",
+                meta={"stage": "pretrain", "corpus_documents": len(dataset), "data_files": files},
+                settings={"stage": "pretrain", "corpus": str(corpus),
+                          "mix_qa": str(mix_qa) if train_config.mix_ratio else None},
+                desc="pretrain", evaluator=_dev_evaluator(eval_file, corpus, dataset.vocab, train_config),
+                deadline=deadline)
+    return model, dataset.vocab, train(model, batches, run, plan)
+
+
+def _pretraining_tokens(documents: int, batches, config: TrainConfig, model_config: ModelConfig) -> int:
+    """The schedule's length in tokens: the course's for span corruption; lm runs anneal over
+    themselves (the course's decay length is defined for span corruption)."""
+    if config.objective == "lm":
+        return config.final_tokens or _run_tokens(batches, config, model_config)
+    return final_tokens_for(documents, model_config.block_size, config)
 
 
 def _vocabulary(corpus_text: str, vocab_text: str) -> Vocab | None:
@@ -128,29 +138,20 @@ def _vocabulary(corpus_text: str, vocab_text: str) -> Vocab | None:
     return Vocab.from_text(corpus_text + vocab_text) if vocab_text else None
 
 
-def _resumed(run_dir: Path, stage: str, model_given: dict[str, Any], train_config: TrainConfig
-             ) -> tuple[Checkpoint, ModelConfig, TrainConfig]:
-    """The checkpoint of the run to continue and its configs: settings given that contradict
-    them are errors; of the training settings, those of rundir.RESUMABLE apply, except the
-    epochs of a run fitted to --minutes, which are the fit's (the same command resumes it)."""
-    ckpt = rundir.resumable(run_dir, stage)
-    stored = ckpt.meta.get("train_config") or {}
-    if stored.get("minutes") and stored.get("minutes") == train_config.minutes:
-        train_config = dataclasses.replace(train_config, epochs=stored["epochs"])
-    return (ckpt, *rundir.resumed_configs(ckpt, model_given, train_config.to_dict(), run_dir / CHECKPOINT_NAME))
-
-
 def fit_to_minutes(model: GPT, batches, config: TrainConfig, model_config: ModelConfig, began: float,
-                   log: Callable[[str], None] = logs.note) -> tuple[TrainConfig, Deadline]:
+                   log: Callable[[str], None] = logs.note, *, trim: bool | None = None,
+                   anneals: bool | None = None) -> tuple[TrainConfig, Deadline]:
     """``config`` with the epochs that fit what is left of ``config.minutes`` since ``began`` on
     this machine (never more than its own), from the time of a few steps of a copy of ``model``
     (trainer.step_seconds: the run itself, its data order and random state are untouched), and
-    the deadline the run re-fits itself to as it goes (attnlab/training/deadline.py)."""
+    the deadline the run re-fits itself to as it goes (attnlab/training/deadline.py). ``trim`` and
+    ``anneals`` (whether the schedule follows the run's length) default to pretraining's rules."""
     if distributed.environment().world_size > 1:
         raise ValueError("--minutes fits a one-process run (each process would time itself); give --epochs")
     whole = dataclasses.replace(config, max_steps=0)
     seconds = step_seconds(model, batches, config, _run_tokens(batches, config, model_config),
-                           loss_fn=_loss_fn(config), trim=model_config.causal and config.objective == "span")
+                           loss_fn=_loss_fn(config),
+                           trim=model_config.causal and config.objective == "span" if trim is None else trim)
     end = began + FIT_SHARE * 60 * config.minutes
     budget = end - time.perf_counter()
     fitted = math.floor(100 * budget / (seconds * batches.steps_per_epoch)) / 100
@@ -158,7 +159,7 @@ def fit_to_minutes(model: GPT, batches, config: TrainConfig, model_config: Model
     log(f"--minutes {config.minutes:g}: a step takes {seconds:.3f} s here ({batches.steps_per_epoch} a pass), "
         f"so {epochs:g} of {config.epochs:g} epochs fit"
         + (" (all of them)" if epochs >= config.epochs else "; the run re-fits them to its own pace as it goes"))
-    anneals_over_run = config.objective == "lm" and not config.final_tokens
+    anneals_over_run = config.objective == "lm" and not config.final_tokens if anneals is None else anneals
     deadline = Deadline(end, total_steps(whole, batches.steps_per_epoch), timed_pace=seconds,
                         tokens_per_step=config.batch_size * model_config.block_size if anneals_over_run else 0)
     return dataclasses.replace(config, epochs=epochs), deadline
@@ -267,46 +268,55 @@ def finetune(
     eval_file: str | Path | None = None,
     vocab_text: str = "",
 ) -> tuple[GPT, Vocab, TrainResult]:
-    """QA finetuning (SPEC 2, 5), from a pretrained checkpoint (``init``) or from scratch
-    (``model_config``), in which case the corpus still defines the vocabulary. ``overrides``
-    change fields of a pretrained model's config that add no parameters (dropout, logit_scale).
-    A ``run_dir`` holding a checkpoint needs ``resume`` (continue that finetuning run: the
-    configs, ``init`` and data given must be its own) or ``overwrite`` (replace it)."""
-    run_dir = Path(run_dir)
-    with rundir.claim(run_dir, resume=resume, overwrite=overwrite, log=log):
-        ckpt = None
-        if resume:
-            given = {**(model_config.to_dict() if model_config else {}), **(overrides or {})}
-            ckpt, model_config, train_config = _resumed(run_dir, "finetune", given, train_config)
-            init = _same_init(init, ckpt, run_dir / CHECKPOINT_NAME)
-        dev = resolve_device(device or train_config.device)
-        model, vocab, corpus_docs, source = _finetuning_model(ckpt, init, model_config, overrides, corpus,
-                                                              train_config.seed, dev, vocab_text)
-        config = model.config
-        recalls = text_format(config.qa_format).recalls  # its examples are built from corpus lines
-        reads_corpus = init is None or recalls or not corpus_docs
-        if not corpus_docs:
-            corpus_docs = len(SpanCorruptionDataset(read_text(corpus), config.block_size))
-        final_tokens = final_tokens_for(corpus_docs, config.block_size, train_config)
-        if recalls:
-            batches, questions = _recall_qa_batches(train_file, corpus, vocab, config, train_config, dev)
-        else:
-            dataset = _name_dataset(train_file, VocabSource(vocab, config.block_size), train_config.holdout_fraction)
-            batches, questions = QABatches(dataset, train_config.batch_size, dev, train_config.seed), len(dataset)
-        files = rundir.data_files(train_file=[train_file], corpus=[corpus] if reads_corpus else [])
-        if ckpt is not None:
-            rundir.check_data(ckpt, files, run_dir / CHECKPOINT_NAME)
-        log(f"finetuning {config.attention} from {source} on {train_file} ({questions:,} questions, "
-            f"{config.qa_format} format) on {dev}; outputs in {run_dir}")
-        init_text = str(init) if init else None
-        result = train(model, batches, train_config, vocab=vocab, run_dir=run_dir, final_tokens=final_tokens,
-                       resume=resume, overwrite=overwrite, trim=config.causal and not recalls,
-                       meta={"stage": "finetune", "init": init_text, "corpus_documents": corpus_docs,
-                             "data_files": files},
-                       settings={"stage": "finetune", "init": init_text, "train_file": str(train_file)},
-                       desc="finetune", log=log, loss_fn=_loss_fn(train_config),
-                       evaluator=_dev_evaluator(eval_file, corpus, vocab, train_config))
-    return model, vocab, result
+    """Finetuning (``finetune_in``) in ``run_dir``: a directory holding a checkpoint needs
+    ``resume`` (continue that finetuning run: the configs, ``init`` and data given must be its
+    own) or ``overwrite`` (replace it)."""
+    given = ({**(model_config.to_dict() if model_config else {}), **(overrides or {})}, train_config.to_dict())
+    with rundir.Run.open(run_dir, "finetune", model_config, train_config, resume=resume, overwrite=overwrite,
+                         given=given, log=log) as run:
+        return finetune_in(run, init=init, overrides=overrides, corpus=corpus, train_file=train_file, device=device,
+                           eval_file=eval_file, vocab_text=vocab_text)
+
+
+def finetune_in(run: rundir.Run, *, init: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                corpus: str | Path = DEFAULT_CORPUS, train_file: str | Path = DEFAULT_TRAIN,
+                device: str | None = None, eval_file: str | Path | None = None, vocab_text: str = ""
+                ) -> tuple[GPT, Vocab, TrainResult]:
+    """QA finetuning (SPEC 2, 5) in an opened ``run``, from a pretrained checkpoint (``init``) or
+    from scratch (``run.model_config``), in which case the corpus still defines the vocabulary.
+    ``overrides`` change fields of a pretrained model's config that add no parameters (dropout,
+    logit_scale). A resumed run's ``init``, when given, must be its checkpoint's."""
+    train_config = run.train_config
+    if run.checkpoint is not None:
+        init = _same_init(init, run.checkpoint, run.checkpoint_path)
+    dev = resolve_device(device or train_config.device)
+    model, vocab, corpus_docs, source = _finetuning_model(run.checkpoint, init, run.model_config, overrides, corpus,
+                                                          train_config.seed, dev, vocab_text)
+    config = model.config
+    recalls = text_format(config.qa_format).recalls  # its examples are built from corpus lines
+    reads_corpus = init is None or recalls or not corpus_docs
+    if not corpus_docs:
+        corpus_docs = len(SpanCorruptionDataset(read_text(corpus), config.block_size))
+    if recalls:
+        batches, questions = _recall_qa_batches(train_file, corpus, vocab, config, train_config, dev)
+    else:
+        dataset = _name_dataset(train_file, VocabSource(vocab, config.block_size), train_config.holdout_fraction)
+        batches, questions = QABatches(dataset, train_config.batch_size, dev, train_config.seed), len(dataset)
+    deadline = None
+    if train_config.minutes and not run.resume:  # a share of compare --minutes (compare.Budget)
+        run.train_config, deadline = fit_to_minutes(model, batches, train_config, config, run.opened, run.log,
+                                                    trim=config.causal and not recalls, anneals=False)
+    files = rundir.data_files(train_file=[train_file], corpus=[corpus] if reads_corpus else [])
+    run.check_data(files)
+    run.log(f"finetuning {config.attention} from {source} on {train_file} ({questions:,} questions, "
+            f"{config.qa_format} format) on {dev}; outputs in {run.path}")
+    init_text = str(init) if init else None
+    plan = Plan(vocab, final_tokens_for(corpus_docs, config.block_size, run.train_config), _loss_fn(train_config),
+                trim=config.causal and not recalls, deadline=deadline,
+                meta={"stage": "finetune", "init": init_text, "corpus_documents": corpus_docs, "data_files": files},
+                settings={"stage": "finetune", "init": init_text, "train_file": str(train_file)},
+                desc="finetune", evaluator=_dev_evaluator(eval_file, corpus, vocab, train_config))
+    return model, vocab, train(model, batches, run, plan)
 
 
 def _finetuning_model(ckpt: Checkpoint | None, init, model_config: ModelConfig | None,

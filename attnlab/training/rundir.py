@@ -11,6 +11,11 @@ two processes never train into one directory, and a resumed run is the checkpoin
 - ``resumable`` / ``resumed`` / ``check_data``: resuming takes the model, the schedule and the
   data from the checkpoint; a setting given that contradicts it is an error naming the flag and
   both values, except the settings of ``RESUMABLE``.
+- ``Run.open`` is the one owner of a stage's run: it claims the directory once, reconciles the
+  settings given with the checkpoint once (resume, overwrite) and hands the pipeline and the
+  trainer one object holding the effective configs and the checkpoint to continue. A directory
+  written without training (an edited model, `attnlab edit`) has no configs to reconcile: its
+  writer holds it with ``claim`` alone.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import dataclasses
 import json
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
@@ -34,7 +40,6 @@ CONFIG_NAME = "config.json"
 EVENTS_PATTERN = "events.out.tfevents.*"  # TensorBoard's files (attnlab/training/metrics_sinks.py)
 
 C = TypeVar("C")
-_HELD: set[str] = set()  # run directories this process holds (a nested claim is free)
 
 
 class RunDirError(ValueError):
@@ -83,22 +88,19 @@ def claim(run_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
           log: Callable[[str], None] = logs.note) -> Iterator[RunDir]:
     """Hold ``run_dir`` for one run (the lock, then the checkpoint rule); on the way out, also
     on an error or Ctrl-C, the lock is removed and so are directories made here and left
-    empty. A nested claim of a directory this process holds only checks the rule again."""
+    empty. Claimed once per run, by ``Run.open``."""
     run_dir = Path(run_dir)
     if resume and overwrite:
         raise RunDirError(f"{run_dir}: --resume continues the run there and --overwrite replaces it; give one")
-    key = str(run_dir.resolve())
-    if key in _HELD or not distributed.environment().is_main:
-        yield _checked(run_dir, resume, overwrite, writes=distributed.environment().is_main)
+    if not distributed.environment().is_main:
+        yield _checked(run_dir, resume, overwrite, writes=False)
         return
     made = _make_dirs(run_dir)
     try:
         lock = _acquire(run_dir / LOCK_NAME, log)
-        _HELD.add(key)
         try:
             yield _checked(run_dir, resume, overwrite, writes=True)
         finally:
-            _HELD.discard(key)
             _release(run_dir / LOCK_NAME, lock)
     finally:
         for d in made:  # deepest first; stops at the first that is not empty
@@ -357,3 +359,67 @@ def check_data(ckpt: Checkpoint, files: dict[str, list[dict[str, str]]], checkpo
 def _paths(files: list[dict[str, str]]) -> str:
     return " ".join(f["path"] for f in files) or "(none)"
 
+
+
+# ---- the run: one owner of a stage's directory, configs and checkpoint -------------------------
+@dataclasses.dataclass
+class Run:
+    """A stage's run, opened once (``Run.open``): its claimed directory, the effective configs
+    (the settings given, or with resume the checkpoint's with the settings given) and the
+    checkpoint it continues (None for a new run). The pipeline may refine ``train_config``
+    before training (--minutes fits its epochs); the trainer reads everything from here."""
+
+    dir: RunDir
+    stage: str  # the checkpoint's stage: pretrain or finetune
+    model_config: ModelConfig | None  # None: finetuning from a pretrained model that has one
+    train_config: TrainConfig
+    checkpoint: Checkpoint | None = None
+    log: Callable[[str], None] = logs.note
+    opened: float = dataclasses.field(default_factory=time.perf_counter)  # --minutes counts from here
+
+    @property
+    def path(self) -> Path:
+        return self.dir.path
+
+    @property
+    def resume(self) -> bool:
+        return self.checkpoint is not None
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.dir.checkpoint
+
+    @classmethod
+    @contextlib.contextmanager
+    def open(cls, path: str | Path, stage: str, model_config: ModelConfig | None, train_config: TrainConfig, *,
+             resume: bool = False, overwrite: bool = False, given: tuple[Mapping[str, Any], Mapping[str, Any]]
+             | None = None, log: Callable[[str], None] = logs.note) -> Iterator["Run"]:
+        """Claim ``path`` for a ``stage`` run and, with ``resume``, take the configs from its
+        checkpoint with the settings ``given`` (model, training; default: the configs passed,
+        whole) applied: a contradiction is an error naming the flag (``resumed``)."""
+        opened = time.perf_counter()
+        with claim(path, resume=resume, overwrite=overwrite, log=log) as held:
+            if not resume:
+                yield cls(held, stage, model_config, train_config, None, log, opened)
+                return
+            ckpt = resumable(held.path, stage)
+            if given is None:
+                given = ({**(model_config.to_dict() if model_config else {})}, train_config.to_dict())
+            model_config, train_config = resumed_configs(ckpt, given[0], _fitted_epochs(ckpt, given[1]),
+                                                         held.checkpoint)
+            yield cls(held, stage, model_config, train_config, ckpt, log, opened)
+
+    def check_data(self, files: dict[str, list[dict[str, str]]]) -> None:
+        """A resumed run's data must be its checkpoint's (``check_data``); a new run records it."""
+        if self.checkpoint is not None:
+            check_data(self.checkpoint, files, self.checkpoint_path)
+
+
+def _fitted_epochs(ckpt: Checkpoint, given: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The settings given, with the epochs of a run fitted to --minutes when it resumes with the
+    same minutes (or none given): the fit's epochs, so that the same command resumes it."""
+    stored = ckpt.meta.get("train_config") or {}
+    minutes = stored.get("minutes") if given.get("minutes") is None else given["minutes"]
+    if stored.get("minutes") and minutes == stored["minutes"]:
+        return {**given, "epochs": stored["epochs"]}
+    return given

@@ -6,7 +6,8 @@ fast/plain switch (attnlab/model/fastpath.py); the default loss is the language-
 ``train`` is built from named parts that the benchmarks reuse: ``restore_state`` (fresh or
 resumed), ``prepare_step`` + ``train_step`` (one optimiser step), ``MetricsLog`` (metrics.jsonl)
 and ``_stop_on_interrupt`` (Ctrl-C and SIGTERM end at a step boundary with a checkpoint). The
-run directory's rules (its lock, resume or overwrite, config.json) are attnlab/training/rundir.py's.
+run directory's rules (its lock, resume or overwrite, config.json) are attnlab/training/rundir.py's:
+``train`` receives the ``rundir.Run`` that holds them and a ``Plan`` of what the stage asks.
 A loss or weights that are no longer finite stop the run (``Diverged``) without a checkpoint.
 """
 
@@ -27,11 +28,11 @@ import torch
 from torch import Tensor, nn
 
 from ..core.progress import progress_bar
-from ..core import cpu_settings, logs
+from ..core import cpu_settings
 from . import rundir
 from ..core import distributed as dist
 from ..data.batching import Batches, length_buckets
-from ..model.checkpoint import CHECKPOINT_NAME, Checkpoint, save_checkpoint
+from ..model.checkpoint import Checkpoint, save_checkpoint
 from ..config.settings import TrainConfig
 from ..core.devices import allow_tf32, fast_bfloat16, switch
 from ..model.fastpath import set_fast
@@ -189,7 +190,7 @@ def _rng_state(device: torch.device) -> dict[str, Tensor]:
 def restore_state(model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig,
                   ckpt: Checkpoint | None, device: torch.device) -> TrainState:
     """A fresh start (``ckpt`` None: seed this rank's dropout stream) or the state of a
-    checkpoint written by ``train`` (rundir.resumable): weights, optimiser, step, tokens, CPU
+    checkpoint written by ``train`` (rundir.Run.open): weights, optimiser, step, tokens, CPU
     clock and this rank's random stream."""
     env = dist.environment()
     if ckpt is None:
@@ -395,72 +396,64 @@ def step_seconds(model: nn.Module, batches: Batches, config: TrainConfig, final_
     return sum(times[1:]) / probes
 
 
-def train(
-    model: nn.Module,
-    batches: Batches,
-    config: TrainConfig,
-    *,
-    vocab: Vocab,
-    run_dir: str | Path,
-    final_tokens: int,
-    loss_fn: LossFn = default_loss,
-    resume: bool = False,
-    overwrite: bool = False,
-    meta: dict[str, Any] | None = None,
-    settings: dict[str, Any] | None = None,
-    trim: bool = True,
-    desc: str = "train",
-    log: Callable[[str], None] = logs.note,
-    evaluator: Callable[[nn.Module], dict[str, Any]] | None = None,
-    deadline: Deadline | None = None,
-) -> TrainResult:
-    """Train ``model`` in place; checkpoints and metrics.jsonl go to ``run_dir``, which the run holds
-    (rundir.claim). A directory holding a checkpoint needs ``resume`` (continue it: the model and
-    ``config`` must agree with it but for rundir.RESUMABLE, and the schedule keeps its final_tokens)
-    or ``overwrite`` (replace it). Once the run starts, config.json records ``settings`` with the
-    model and training configs. ``evaluator`` (with ``config.eval_every``): scores the model every N
-    steps and at the end. ``deadline`` (--minutes): the run's length is re-fitted to it (``_refit``)."""
-    with rundir.claim(run_dir, resume=resume, overwrite=overwrite, log=log) as run:
-        env = dist.environment()
-        device = batches.device
-        optimizer = make_optimizer(model, config, device)
-        ckpt = _resumed(run.path, model, config, meta) if resume else None
-        if ckpt is not None:  # the schedule the run started with, whatever its length now
-            final_tokens = int(ckpt.meta.get("final_tokens", final_tokens))
-        state = restore_state(model, optimizer, config, ckpt, device)
-        steps = total_steps(config, batches.steps_per_epoch)
-        _check_steps(steps, state.step, config, run.checkpoint)
-        if resume:
-            log(f"resuming {desc} from {run.checkpoint} at step {state.step} ({state.tokens:,} tokens)")
-        stepper = prepare_step(model, optimizer, config, final_tokens=final_tokens, loss_fn=loss_fn, trim=trim)
-        meta = dict(meta or {}, train_config=config.to_dict(), final_tokens=final_tokens)
-        metrics = MetricsLog(run.path / rundir.METRICS_NAME, env.is_main, state.cpu_seconds,
-                             metrics_sink(run.path, config.tensorboard and env.is_main))
-        run.start(state.step, {**(settings or {}), "model": model.config.to_dict(), "train": config.to_dict()})
-        checkpoint = functools.partial(_checkpoint, run.checkpoint, stepper, vocab, meta, state, metrics)
-        scores = None if evaluator is None or not config.eval_every or not env.is_main else (lambda: evaluator(model))
-        start_tokens = state.tokens
-        refit = deadline and functools.partial(_refit, deadline, stepper, meta, metrics, config, batches.steps_per_epoch)
-        steps = _steps(stepper, batches, state, steps, metrics, checkpoint, scores, run.checkpoint, desc, log, refit)
-        if deadline and deadline.refits:
-            log(deadline.summary(config.epochs, meta["train_config"]["epochs"]))
-        with _stop_on_interrupt() as stop:  # a Ctrl-C now lets the last checkpoint finish first
-            checkpoint(steps)
-        if stop.requested:
-            log(f"interrupted: the run is complete, its checkpoint written to {run.checkpoint}")
-            raise KeyboardInterrupt
-        dist.barrier(env)
+@dataclass
+class Plan:
+    """What a stage asks of the trainer besides the model, its batches and its run: the vocabulary
+    saved with each checkpoint, the schedule's length (``final_tokens``), the loss, what
+    checkpoints (``meta``) and config.json (``settings``) record, the progress bar's ``desc``, an
+    ``evaluator`` (with ``eval_every``: scores the model every N steps and at the end) and a
+    ``deadline`` (--minutes: the run's length is re-fitted to it, ``_refit``)."""
+
+    vocab: Vocab
+    final_tokens: int
+    loss_fn: LossFn = default_loss
+    trim: bool = True
+    meta: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    desc: str = "train"
+    evaluator: Callable[[nn.Module], dict[str, Any]] | None = None
+    deadline: Deadline | None = None
+
+
+def train(model: nn.Module, batches: Batches, run: rundir.Run, plan: Plan) -> TrainResult:
+    """Train ``model`` in place with ``run.train_config``; checkpoints and metrics.jsonl go to the
+    run's directory (rundir.Run.open claimed it and reconciled its configs with the checkpoint
+    it continues, if any: then the schedule keeps that checkpoint's final_tokens). Once the run
+    starts, config.json records ``plan.settings`` with the model and training configs."""
+    env, config, device, log = dist.environment(), run.train_config, batches.device, run.log
+    optimizer = make_optimizer(model, config, device)
+    final_tokens = plan.final_tokens
+    if run.checkpoint is not None:  # the schedule the run started with, whatever its length now
+        final_tokens = int(run.checkpoint.meta.get("final_tokens", final_tokens))
+    state = restore_state(model, optimizer, config, run.checkpoint, device)
+    steps = total_steps(config, batches.steps_per_epoch)
+    _check_steps(steps, state.step, config, run.checkpoint_path)
+    if run.resume:
+        log(f"resuming {plan.desc} from {run.checkpoint_path} at step {state.step} ({state.tokens:,} tokens)")
+    stepper = prepare_step(model, optimizer, config, final_tokens=final_tokens, loss_fn=plan.loss_fn, trim=plan.trim)
+    meta = dict(plan.meta, train_config=config.to_dict(), final_tokens=final_tokens)
+    metrics = MetricsLog(run.path / rundir.METRICS_NAME, env.is_main, state.cpu_seconds,
+                         metrics_sink(run.path, config.tensorboard and env.is_main))
+    run.dir.start(state.step, {**plan.settings, "model": model.config.to_dict(), "train": config.to_dict()})
+    checkpoint = functools.partial(_checkpoint, run.checkpoint_path, stepper, plan.vocab, meta, state, metrics)
+    scores = (None if plan.evaluator is None or not config.eval_every or not env.is_main
+              else (lambda: plan.evaluator(model)))
+    start_tokens, deadline = state.tokens, plan.deadline
+    refit = deadline and functools.partial(_refit, deadline, stepper, meta, metrics, config, batches.steps_per_epoch)
+    steps = _steps(stepper, batches, state, steps, metrics, checkpoint, scores, run.checkpoint_path, plan.desc, log,
+                   refit)
+    if deadline and deadline.refits:
+        log(deadline.summary(config.epochs, meta["train_config"]["epochs"]))
+    with _stop_on_interrupt() as stop:  # a Ctrl-C now lets the last checkpoint finish first
+        checkpoint(steps)
+    if stop.requested:
+        log(f"interrupted: the run is complete, its checkpoint written to {run.checkpoint_path}")
+        raise KeyboardInterrupt
+    dist.barrier(env)
     seconds = time.perf_counter() - metrics.start
     return TrainResult(steps=steps, tokens=state.tokens, final_loss=metrics.loss, seconds=seconds,
                        tokens_per_second=(state.tokens - start_tokens) / max(seconds, 1e-9),
-                       checkpoint=run.checkpoint if env.is_main else None, history=metrics.history)
-
-
-def _resumed(run_dir: Path, model: nn.Module, config: TrainConfig, meta: dict[str, Any] | None) -> Checkpoint:
-    """The run directory's checkpoint, which ``model`` and ``config`` must continue."""
-    ckpt = rundir.resumable(run_dir, (meta or {}).get("stage"))
-    rundir.resumed_configs(ckpt, model.config.to_dict(), config.to_dict(), run_dir / CHECKPOINT_NAME)
-    return ckpt
+                       checkpoint=run.checkpoint_path if env.is_main else None, history=metrics.history)
 
 
 def _check_steps(steps: int, at: int, config: TrainConfig, ckpt_path: Path) -> None:
