@@ -21,7 +21,8 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, StrictInt
 from starlette.exceptions import HTTPException
 
-from .lab import Lab, LabError
+from .jobs import Jobs
+from .lab import Lab, LabError, plain
 
 STATIC = Path(__file__).parent / "static"
 MAX_BODY_BYTES = 4096  # a question, a person and a place fit many times over
@@ -53,6 +54,15 @@ class SaveBody(BaseModel):
     name: str
 
 
+class JobBody(BaseModel):
+    fact_set: StrictInt
+    minutes: float
+
+
+class CompareBody(BaseModel):
+    runs: list[StrictInt]
+
+
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
@@ -79,10 +89,12 @@ class RateLimit:
         return 0.0
 
 
-def create_app(lab: Lab, rate: int = DEFAULT_RATE) -> FastAPI:
+def create_app(lab: Lab, rate: int = DEFAULT_RATE, jobs: Jobs | None = None) -> FastAPI:
+    """The page over ``lab``; training jobs from the page when ``jobs`` is given (and enabled)."""
     app = FastAPI(title="attnlab", docs_url=None, redoc_url=None, openapi_url=None)
     _guard(app, RateLimit(rate))
     _routes(app, lab)
+    _job_routes(app, jobs)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
 
@@ -119,7 +131,7 @@ def _guard(app: FastAPI, limit: RateLimit) -> None:
 
     @app.exception_handler(ValueError)  # the library's input errors: VocabError, DataError, TraceError
     async def bad_input(request: Request, e: ValueError):
-        return _error(400, " ".join(str(e).split()))
+        return _error(400, plain(str(e)))
 
     @app.exception_handler(RequestValidationError)
     async def malformed(request: Request, e: RequestValidationError):
@@ -155,6 +167,10 @@ def _routes(app: FastAPI, lab: Lab) -> None:
     def trace(body: TraceBody):
         return lab.trace(body.question, body.run, body.samples)
 
+    @app.post("/api/compare")
+    def compare(body: CompareBody):
+        return lab.compare(body.runs)
+
     @app.get("/api/dev")
     def dev(run: int = 0):
         return lab.dev(run)
@@ -166,3 +182,24 @@ def _routes(app: FastAPI, lab: Lab) -> None:
     @app.post("/api/edit/{edit_id}/save")
     def save(edit_id: int, body: SaveBody):
         return lab.save_edit(edit_id, body.name)
+
+
+def _job_routes(app: FastAPI, jobs: Jobs | None) -> None:
+    @app.get("/api/jobs")
+    def listed():
+        if jobs is None:
+            return {"enabled": False, "budget": [0, 0], "fact_sets": [], "jobs": []}
+        jobs.poll()
+        return jobs.describe()
+
+    @app.post("/api/jobs")
+    def start(body: JobBody):
+        if jobs is None:
+            raise LabError("training is turned off on this server (--no-train)", 403)
+        return jobs.start(body.fact_set, body.minutes)
+
+    @app.post("/api/jobs/{job_id}/cancel")
+    def cancel(job_id: int):
+        if jobs is None:
+            raise LabError(f"no job {job_id}", 404)
+        return jobs.cancel(job_id)
