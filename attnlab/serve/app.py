@@ -179,6 +179,10 @@ def _routes(app: FastAPI, lab: Lab) -> None:
     def edit(body: EditBody):
         return lab.edit(body.run, body.person, body.place, body.method)
 
+    @app.post("/api/edit/{edit_id}/ask")
+    def ask_edit(edit_id: int):
+        return lab.ask_edit(edit_id)
+
     @app.post("/api/edit/{edit_id}/save")
     def save(edit_id: int, body: SaveBody):
         return lab.save_edit(edit_id, body.name)

@@ -99,6 +99,11 @@ class Jobs:
         except (OSError, ValueError):  # not written yet
             return None
 
+    def learned_runs(self) -> list[tuple[Path, Path]]:
+        """(run directory, fact-set folder) of each finished job whose run is still there."""
+        return [(Path(j["run_dir"]), Path(j["facts_dir"])) for j in self.jobs
+                if j["state"] == "done" and (Path(j["run_dir"]) / "checkpoint.safetensors").is_file()]
+
     # ---- what the page asks ------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         with self.lock:

@@ -32,6 +32,7 @@ MAX_QUESTION_CHARS = 200  # longer than any "Where was NAME born?" of the data f
 MAX_TRACE_SAMPLES = 10  # a trace costs samples x 3 x layers x positions forwards
 TRACE_SAMPLES = 10  # `attnlab trace`'s default (facts/settings.py): fewer make noise look like an effect
 KEPT_EDITS = 4  # edited copies kept in memory (each is a whole model)
+MAX_RUNS = 16  # runs served, the learned and edited ones included
 _SAVE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -95,6 +96,7 @@ class EditedCopy:
     run: int
     model: Any  # the edited GPT (the run's own model is never modified)
     report: dict[str, Any]
+    served: int | None = None  # its run number once it is served to be asked
 
 
 def checked_text(text: str | None, what: str) -> str:
@@ -214,8 +216,11 @@ class Lab:
         return run.facts or self.facts
 
     def add_run(self, name: str, model: LoadedModel, facts: Facts | None = None) -> int:
-        """A run joins the lab (a finished training job); its number."""
+        """A run joins the lab (a finished training job, an edited copy); its number. At most
+        MAX_RUNS are served: each is a whole model in memory."""
         with self.lock:
+            if len(self.runs) >= MAX_RUNS:
+                raise LabError(f"this lab serves {MAX_RUNS} runs at most; start it again to drop some", 409)
             self.runs.append(Run(name, model, facts=facts))
             return len(self.runs) - 1
 
@@ -229,7 +234,7 @@ class Lab:
         return [{"id": i, "name": r.name, "qa_format": r.model.config.qa_format,
                  "n_layer": r.model.config.n_layer, "n_head": r.model.config.n_head,
                  "parameters": sum(p.numel() for p in r.model.gpt.parameters()),
-                 "relations": list(Schema.from_list(r.model.config.relations).names),
+                 "relations": list(self.facts_of(r).schema.names), "dev_questions": len(self.facts_of(r).dev),
                  "abstention": r.rule.describe() if r.rule else "never abstain"}
                 for i, r in enumerate(self.runs)]
 
@@ -487,6 +492,20 @@ class Lab:
     def _subject(self, question: str, schema: Schema) -> str | None:
         asked = schema.parse(question, bare_subject=False)
         return asked.subject if asked else None
+
+    def ask_edit(self, edit_id: int) -> dict[str, Any]:
+        """The edited copy served as a run of its own (once), so it can be asked at once."""
+        copy = self.edits.get(edit_id)
+        if copy is None:
+            raise LabError(f"no edit {edit_id} in memory (only the last {KEPT_EDITS} are kept)", 404)
+        if copy.served is None:
+            source = self.runs[copy.run]
+            model = LoadedModel(copy.model, source.model.vocab, source.model.checkpoint)
+            r = copy.report
+            name = f"{source.name} edited: {r.get('person')} -> {r.get('new_answer')} (edit {edit_id}, not saved)"
+            copy.served = self.add_run(name, model, source.facts)
+            self.runs[copy.served].rule = source.rule
+        return {"id": edit_id, "run": copy.served}
 
     def save_edit(self, edit_id: int, name: str) -> dict[str, Any]:
         """Write the edited copy as the new run directory OUT_DIR/NAME, as ``attnlab edit`` writes
