@@ -95,7 +95,7 @@ def page(browser, served):
 
 
 def screenshot(page, tmp_path: Path, name: str) -> Path:
-    name = f"serve-{name}"
+    name = "serve" if name == "ask" else f"serve-{name}"  # serve.png: the guide's and README's first picture
     path = page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True) and tmp_path / f"{name}.png"
     if os.environ.get("ATTNLAB_SCREENSHOTS"):
         Path(os.environ["ATTNLAB_SCREENSHOTS"]).mkdir(parents=True, exist_ok=True)
