@@ -385,3 +385,12 @@ def test_an_edited_copy_can_be_asked_at_once(client, lab):
 def test_dev_rows_carry_their_relation(client):
     got = client.get("/api/dev", params={"run": 1}).json()
     assert {r["relation"] for r in got["rows"]} == {"birthplace"} and set(got["relations"]) == {"birthplace"}
+
+
+def test_an_edit_names_its_relation_and_refuses_one_the_run_lacks(client):
+    wrong = client.post("/api/edit", json={"run": 0, "person": "Ralf Wadephul", "place": "Paris", "relation": "river"})
+    assert wrong.status_code == 400 and wrong.json()["error"] == \
+        "this run's fact set has no relation 'river' (it has: birthplace)"
+    got = client.post("/api/edit", json={"run": 0, "person": "Ralf Wadephul", "place": "Paris",
+                                         "relation": "birthplace"}).json()
+    assert got["question"] == RALF and got["new_answer"] == "Paris"

@@ -127,14 +127,18 @@ def test_ask_shows_the_answer_its_copied_span_attention_by_head_and_a_causal_tra
     assert first.locator(".line mark").inner_text() == expected[0].answer  # highlighted in the corpus line
 
     page.wait_for_function("document.getElementById('attention').width > 100")
-    assert "layer" in page.inner_text("#head-summary") and "copied span" in page.inner_text("#head-summary")
-    head0 = _image(page, "#attention")
-    page.click("#heads button:nth-child(2)")
-    assert page.get_attribute("#attention", "data-head") == "1"
-    assert _image(page, "#attention") != head0  # another head, another map
-    page.select_option("#layer", "2")
-    assert page.get_attribute("#attention", "data-layer") == "2"
+    best = lab.attention("Ralf Wadephul", 0)["heads"][0]  # shown first: the head most on the copied span
+    assert page.get_attribute("#attention", "data-layer") == str(best["layer"])
+    assert page.get_attribute("#attention", "data-head") == str(best["head"])
+    assert page.inner_text("#head-summary li").startswith(f"layer {best['layer']} head {best['head']} puts")
     screenshot(page, tmp_path, "ask")
+    shown = _image(page, "#attention")
+    other = (best["head"] + 1) % lab.runs[0].model.config.n_head
+    page.click(f"#heads button:nth-child({other + 1})")
+    assert page.get_attribute("#attention", "data-head") == str(other)
+    assert _image(page, "#attention") != shown  # another head, another map
+    page.select_option("#layer", "1")
+    assert page.get_attribute("#attention", "data-layer") == "1"
 
     page.fill("#samples", "1")
     page.click("#trace-button")

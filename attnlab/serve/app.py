@@ -48,6 +48,7 @@ class EditBody(BaseModel):
     person: str
     place: str
     method: str | None = None  # None: attnlab edit's default
+    relation: str | None = None  # checked against the run's fact set (edits serve one-relation sets)
 
 
 class SaveBody(BaseModel):
@@ -177,7 +178,7 @@ def _routes(app: FastAPI, lab: Lab) -> None:
 
     @app.post("/api/edit")
     def edit(body: EditBody):
-        return lab.edit(body.run, body.person, body.place, body.method)
+        return lab.edit(body.run, body.person, body.place, body.method, body.relation)
 
     @app.post("/api/edit/{edit_id}/ask")
     def ask_edit(edit_id: int):

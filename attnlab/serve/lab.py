@@ -435,7 +435,8 @@ class Lab:
         return {"reference": numbers[0], "runs": rows}
 
     # ---- edits -------------------------------------------------------------------------------
-    def edit(self, number: int, person: str, place: str, method: str | None = None) -> dict[str, Any]:
+    def edit(self, number: int, person: str, place: str, method: str | None = None,
+             relation: str | None = None) -> dict[str, Any]:
         """Edit a copy of the run's model so ``person`` was born in ``place``, as ``attnlab edit``
         does (the same library call, the default method unless ``method`` is given); report the
         new answer and the dev answers that changed. A request the editor refuses (a person the
@@ -443,6 +444,9 @@ class Lab:
         a 422. The copy is kept (KEPT_EDITS at most) until saved or pushed out."""
         run = self.run(number)
         person, place = checked_text(person, "person"), checked_text(place, "place")
+        names = self.facts_of(run).schema.names
+        if relation is not None and relation not in names:
+            raise LabError(f"this run's fact set has no relation {relation!r} (it has: {', '.join(names)})")
         self.dev(number)  # the answers before, to compare with
         with self.lock:
             edited, report = self._edited(run, person, place, method)
@@ -473,6 +477,7 @@ class Lab:
             raise LabError(str(e)) from None
         others, changed = self._changed_dev_answers(run, edited, person)
         return edited, {**report, "source": run.name, "new_answer": report["answer_after"],
+                        "question": self.facts_of(run).schema.relations[0].ask(person),
                         "others": others, "others_changed": len(changed), "changed": changed}
 
     def _changed_dev_answers(self, run: Run, edited: Any, person: str) -> tuple[int, list[dict[str, str]]]:

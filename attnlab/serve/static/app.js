@@ -45,6 +45,7 @@ async function loadRuns() {
     $(select).replaceChildren(...state.runs.map((r) => el("option", { value: r.id, textContent: r.name })));
     if (kept) $(select).value = kept;
   }
+  editRelations();
 }
 
 const chosenRuns = () => [...document.querySelectorAll(".run-choice:checked")].map((b) => Number(b.value));
@@ -104,6 +105,8 @@ async function loadAttention() {
   const data = await api("/api/attention", { question: state.question, run: Number($("why-run").value) });
   state.attention = data;
   const layers = data.layers.length, heads = data.layers[0].length;
+  // first the head that looks most at the copied span: where the copying shows
+  if (data.heads.length) { state.layer = data.heads[0].layer; state.head = data.heads[0].head; }
   state.layer = Math.min(state.layer, layers - 1);
   state.head = Math.min(state.head, heads - 1);
   $("layer").replaceChildren(...data.layers.map((_, i) => el("option", { value: i, textContent: i, selected: i === state.layer })));
@@ -270,6 +273,12 @@ function curve(job, p) {
       Object.assign(document.createElementNS(ns, "title"), { textContent: `${r}: ${q.relations[r]}% of ${q.questions} dev questions (${q.stage}, ${q.minutes} min)` }));
     add("text", { x: pad + span.x + 8, y: pad + 12 + 14 * i, "font-size": 11, fill: c }, r);
   });
+  if (p.loss.length > 1) {  // the training loss, grey, on its own scale (right axis): it moves between checkpoints
+    const top = Math.max(...p.loss.map((l) => l[1]));
+    const L = (v) => pad + span.y - (v / top) * span.y;
+    add("polyline", { points: p.loss.map((l) => `${X(l[0])},${L(l[1])}`).join(" "), fill: "none", stroke: "#aaa", class: "loss" });
+    add("text", { x: pad + span.x + 8, y: pad + span.y, "font-size": 10, fill: "#888" }, `loss (0-${top.toFixed(1)})`);
+  }
   if (job.state === "running" && p.began) {
     const now = (Date.now() / 1000 - p.began) / 60;
     add("line", { x1: X(Math.min(now, maxX)), x2: X(Math.min(now, maxX)), y1: pad, y2: pad + span.y, stroke: "#bbb" });
@@ -381,14 +390,14 @@ async function applyEdit(event) {
   $("edit-result").replaceChildren();
   try {
     const r = await api("/api/edit", { run: Number($("edit-run").value), person: $("person").value, place: $("place").value,
-      method: $("edit-method").value });
+      method: $("edit-method").value, relation: $("edit-relation").value || null });
     state.editId = r.id;
     $("edit-status").textContent = "";
     const changed = el("table", {}, el("tr", {}, ...["question", "gold", "before", "after"].map((h) => el("th", { textContent: h }))),
       ...r.changed.map((c) => el("tr", {}, el("td", { textContent: c.question }), el("td", { textContent: c.gold }),
         el("td", { textContent: c.before }), el("td", { textContent: c.after }))));
     $("edit-result").replaceChildren(
-      el("p", { id: "edit-answer", textContent: `Where was ${r.person} born? before: "${r.old_answer}"; after: "${r.new_answer}" ` +
+      el("p", { id: "edit-answer", textContent: `${r.question} before: "${r.old_answer}"; after: "${r.new_answer}" ` +
         (r.efficacy ? "(the new place)" : "(NOT the new place)") }),
       el("p", { id: "edit-changed", textContent: `${r.others_changed} of ${r.others} other dev answers changed (${r.method}, layer ${r.layer}, ${r.parameters_added} parameters added)` }),
       changed);
@@ -396,6 +405,11 @@ async function applyEdit(event) {
     $("edit-after").hidden = false;
     $("save-status").textContent = "";
   } catch (e) { $("edit-status").textContent = ""; showError(e, "edit-error"); }
+}
+
+function editRelations() {
+  const run = state.runs.find((r) => r.id === Number($("edit-run").value));
+  $("edit-relation").replaceChildren(...(run ? run.relations : []).map((n) => el("option", { value: n, textContent: n })));
 }
 
 async function askEdited() {
@@ -440,6 +454,7 @@ $("dev-show").addEventListener("change", drawDev);
 $("dev-relation").addEventListener("change", drawDev);
 document.querySelectorAll("#dev-table th").forEach((th) => th.addEventListener("click", () => sortBy(th.dataset.key)));
 $("edit-form").addEventListener("submit", applyEdit);
+$("edit-run").addEventListener("change", editRelations);
 $("edit-ask").addEventListener("click", askEdited);
 $("save-form").addEventListener("submit", saveEdit);
 loadRuns().then(() => loadJobs()).catch(showError);
