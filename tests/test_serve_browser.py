@@ -187,6 +187,9 @@ def test_a_training_job_is_watched_and_its_run_joins_the_list(page, served, tmp_
     page.fill("#learn-minutes", "0.1")
     page.click("#learn-start")
     page.wait_for_selector(".job[data-state='running'], .job[data-state='done']")
+    page.reload()  # the job lives on the server: a reloaded page finds it and keeps watching
+    page.wait_for_selector(".run-choice")
+    page.click("#tab-learn")
     page.wait_for_selector(".job[data-state='done'] circle.point")  # the curve, updated by polling
     job = page.locator(".job[data-state='done']").first
     assert job.locator("line.baseline").count() == 2  # one per relation of the towns set

@@ -135,6 +135,7 @@ class Jobs:
         return job
 
     def cancel(self, job_id: int) -> dict[str, Any]:
+        self.poll()  # a job that has just ended is finished, not cancelled
         with self.lock:
             job = next((j for j in self.jobs if j["id"] == job_id), None)
             if job is None:
