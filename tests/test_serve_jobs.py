@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from attnlab.data import factset  # noqa: E402
 from attnlab.serve.app import create_app  # noqa: E402
 from attnlab.serve.jobs import MAX_WAITING, FactChoice, Jobs  # noqa: E402
+from attnlab.serve.worker import Progress, Watcher  # noqa: E402
 from tests.serve_lab import make_lab, tiny  # noqa: E402
 from tests.test_factsets import write_set  # noqa: E402
 
@@ -74,6 +75,17 @@ def test_a_job_learns_a_fact_set_and_its_run_joins_the_lab(lab, towns):
     assert runs[-1]["name"] == str(run) and runs[-1]["relations"] == ["country", "river"]
     a = client.post("/api/ask", json={"question": "which river flows through dunmoor", "runs": [runs[-1]["id"]]}).json()
     assert a["answers"][0]["relation"] == "river" and a["question"] == "Which river flows through Dunmoor?"
+    other = client.post("/api/compare", json={"runs": [1, runs[-1]["id"]]}).json()["runs"][1]
+    assert other["paired"]["verdict"].startswith("not compared: the two runs have different dev questions")
+    assert set(other["relations"]) == {"country", "river"}
+    # a point of the curve: each checkpoint asked the dev sample, at the minute it was written
+    watched = Progress(lab.out_dir / "watch", run, 0.1)
+    Watcher(watched, factset.load(towns.root), run).look()
+    points = {p["stage"]: p for p in watched.state["points"]}
+    assert set(points) == {"pretrained", "finetuned"}
+    assert points["finetuned"]["relations"] == final["relations"]  # the towns dev set is smaller than a sample
+    written = (run / "checkpoint.safetensors").stat().st_mtime
+    assert points["finetuned"]["minutes"] == round(max(0.0, written - watched.began) / 60, 3)
     # the state is on disk: a new server over the same folder lists the job and finds its run
     again = _jobs(lab, towns)
     assert [j["state"] for j in again.jobs] == ["done"] and again.learned_runs() == [(run, towns.root)]

@@ -135,14 +135,16 @@ class Watcher(threading.Thread):
     def look(self) -> None:
         for stage, folder in (("pretrained", self.run_dir / "pretrain"), ("finetuned", self.run_dir)):
             ckpt = folder / "checkpoint.safetensors"
-            if ckpt.exists() and self.seen.get(ckpt) != ckpt.stat().st_mtime:
-                self.seen[ckpt] = ckpt.stat().st_mtime
-                self.point(stage, folder)
+            if ckpt.exists() and self.seen.get(ckpt) != (written := ckpt.stat().st_mtime):
+                self.seen[ckpt] = written
+                self.point(stage, folder, written)
         self.losses()
 
-    def point(self, stage: str, folder: Path) -> None:
+    def point(self, stage: str, folder: Path, written: float) -> None:
+        """The checkpoint scored, placed at the minute it was written (not when scoring ended)."""
         scores = score_checkpoint(folder, self.facts, self.sample)
-        self.progress.append("points", {"minutes": self.progress.elapsed(), "stage": stage, "relations": scores,
+        minutes = round(max(0.0, written - self.progress.began) / 60, 3)
+        self.progress.append("points", {"minutes": minutes, "stage": stage, "relations": scores,
                                         "questions": len(self.sample)})
 
     def losses(self) -> None:
