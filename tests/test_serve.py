@@ -394,3 +394,32 @@ def test_an_edit_names_its_relation_and_refuses_one_the_run_lacks(client):
     got = client.post("/api/edit", json={"run": 0, "person": "Ralf Wadephul", "place": "Paris",
                                          "relation": "birthplace"}).json()
     assert got["question"] == RALF and got["new_answer"] == "Paris"
+
+
+def test_a_trace_does_not_hold_asks_back(lab, monkeypatch):
+    """A trace runs on a copy of the model under its own lock: while one is running, asks are
+    answered (and the served model is never the one traced)."""
+    import threading
+
+    from attnlab.facts import trace as tracing
+
+    started, release, traced = threading.Event(), threading.Event(), []
+    real = tracing.trace
+
+    def slow(model, *args, **kwargs):
+        traced.append(model)
+        started.set()
+        assert release.wait(120)
+        return real(model, *args, **{**kwargs, "samples": 1})
+
+    monkeypatch.setattr(tracing, "trace", slow)
+    worker = threading.Thread(target=lab.trace, args=(RALF, 0, 1))
+    worker.start()
+    try:
+        assert started.wait(120)
+        asked = lab.ask(RALF, [0])  # answered while the trace is still running
+        assert asked["answers"][0]["answer"] == lab.runs[0].model.ask([RALF])[0].answer
+        assert traced[0] is not lab.runs[0].model.gpt
+    finally:
+        release.set()
+        worker.join(300)
