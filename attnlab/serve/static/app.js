@@ -261,7 +261,7 @@ function curve(job, p) {
   const X = (m) => pad + (m / maxX) * span.x, Y = (v) => pad + span.y - (v / 100) * span.y;
   add("rect", { x: pad, y: pad, width: span.x, height: span.y, fill: "none", stroke: "#999" });
   for (const v of [0, 50, 100]) add("text", { x: pad - 4, y: Y(v) + 4, "text-anchor": "end", "font-size": 10 }, `${v}%`);
-  for (const m of [0, maxX / 2, maxX]) add("text", { x: X(m), y: pad + span.y + 14, "text-anchor": "middle", "font-size": 10 }, `${m.toFixed(1)}`);
+  for (const m of [0, maxX / 2, maxX]) add("text", { x: X(m), y: pad + span.y + 14, "text-anchor": "middle", "font-size": 10 }, `${m.toFixed(maxX < 1 ? 2 : 1)}`);
   add("text", { x: pad + span.x / 2, y: h - 4, "text-anchor": "middle", "font-size": 11 }, "minutes");
   const relations = [...new Set([...Object.keys(p.baseline), ...p.points.flatMap((q) => Object.keys(q.relations))])];
   relations.forEach((r, i) => {
