@@ -121,3 +121,11 @@ def test_serve_says_what_it_does_while_it_starts_and_no_train_turns_jobs_off(tmp
     said = [line for line in err.splitlines() if line.startswith("attnlab serve: ")]
     assert said[0] == "attnlab serve: reading PyTorch and the lab" and f"attnlab serve: loading {SHIPPED}" in said
     assert not any((tmp_path / "out").glob("learn-*"))
+
+
+def test_serve_refuses_a_fact_set_folder_it_cannot_read_before_loading_runs(tmp_path, capsys):
+    assert cli.main(["serve", str(SHIPPED), "--port", "0", "--abstain", "off", "--eval-file",
+                     str(small_dev(tmp_path)), "--learn-facts", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "nope" in err[-1] and "error" in err[-1]
+    assert not any(line.startswith("attnlab serve: loading") for line in err)  # refused before the runs load

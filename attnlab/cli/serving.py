@@ -80,11 +80,17 @@ def fact_set_dirs(args: argparse.Namespace) -> list[str]:
     return list(dict.fromkeys(str(Path(d).resolve()) for d in found))
 
 
-def build_jobs(args: argparse.Namespace, lab):
+def fact_choices(args: argparse.Namespace) -> list:
+    """The offered fact sets, each checked as `attnlab learn` checks it (before any run loads)."""
     from ..data import factset
-    from ..serve.jobs import FactChoice, Jobs
+    from ..serve.jobs import FactChoice
 
-    choices = [FactChoice.of(factset.load(d)) for d in fact_set_dirs(args)]
+    return [FactChoice.of(factset.load(d)) for d in fact_set_dirs(args)]
+
+
+def build_jobs(args: argparse.Namespace, lab, choices: list):
+    from ..serve.jobs import Jobs
+
     jobs = Jobs(args.out_dir, choices, lambda run, choice: lab.add_learned(run, choice.root),
                 enabled=not args.no_train)
     for run, facts_dir in jobs.learned_runs():  # the runs earlier jobs of this folder learned
@@ -112,8 +118,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _say("reading PyTorch and the lab")
         from ..serve.app import create_app
 
+        choices = fact_choices(args)
         lab = build_lab(args)
-        jobs = build_jobs(args, lab)
+        jobs = build_jobs(args, lab, choices)
         app = create_app(lab, rate=args.rate_limit, jobs=jobs)
         port = sock.getsockname()[1]
         shown = f"[{args.host}]" if ":" in args.host else args.host
