@@ -1,11 +1,13 @@
 """The web application of `attnlab serve`: the page (static/) and its JSON endpoints over a
-``Lab`` (lab.py).
+``Lab`` (lab.py) and its training ``Jobs`` (jobs.py).
 
 Every failure a user can cause is a 4xx JSON answer ``{"error": "one line"}`` that the page
-shows: bad input 400 (the library's own message: an unknown character names it), an unknown
-run or edit 404, an existing directory 409, a body over MAX_BODY_BYTES 413, a malformed
-request 422, more than ``rate`` requests a minute from one client 429. Anything else is a 500
-with a one-line message and no traceback.
+shows next to the form that caused it: bad input 400 (the library's own message in plain
+words, lab.plain: an unknown character names it), training turned off 403, an unknown run,
+edit, fact set or job 404, an existing directory or a finished job 409, a body over
+MAX_BODY_BYTES 413, a malformed request 422, too many waiting jobs or more than ``rate``
+requests a minute from one client 429. Anything else is a 500 with a one-line message and no
+traceback.
 """
 
 from __future__ import annotations
