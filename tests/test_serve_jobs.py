@@ -6,6 +6,7 @@ writing over a run."""
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -132,12 +133,14 @@ def test_jobs_wait_their_turn_and_the_queue_is_bounded(lab, towns):
 
 def test_a_restarted_server_reports_the_job_it_interrupted(lab, towns):
     jobs = _jobs(lab, towns)
-    jobs._launch = lambda job: job.update(state="running", run_dir=str(lab.out_dir / "learn-towns"))
+    # its process still there (this test's own number stands for it): said, never signalled
+    jobs._launch = lambda job: job.update(state="running", run_dir=str(lab.out_dir / "learn-towns"), pid=os.getpid())
     jobs.start(0, 1)
     jobs.start(0, 2)
     again = _jobs(lab, towns, enabled=False)  # a new server, with training off: nothing starts
     assert [j["state"] for j in again.jobs] == ["interrupted", "waiting"]
     assert "the server stopped while it ran" in again.jobs[0]["error"]
+    assert f"its process {os.getpid()} may still be running" in again.jobs[0]["error"]
     assert json.loads((lab.out_dir / "jobs.json").read_text())["jobs"][0]["state"] == "interrupted"
     client = TestClient(create_app(lab, rate=0, jobs=again))
     refused = client.post("/api/jobs", json={"fact_set": 0, "minutes": 1})

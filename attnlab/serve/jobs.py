@@ -83,8 +83,10 @@ class Jobs:
             raise ValueError(f"{path}: not a jobs file the lab wrote ({e}); move it away to start afresh") from None
         for job in jobs:
             if job["state"] == "running":
+                alive = _alive(job.get("pid"))
                 job.update(state="interrupted", finished=time.time(),
-                           error=f"the server stopped while it ran; its partial output stays in {job['run_dir']}")
+                           error=f"the server stopped while it ran; its partial output stays in {job['run_dir']}"
+                                 + (f" (its process {job['pid']} may still be running)" if alive else ""))
         self._save(jobs)
         return jobs
 
@@ -193,6 +195,8 @@ class Jobs:
                 [sys.executable, "-m", "attnlab.serve.worker", str(job_dir), job["facts_dir"], str(run_dir),
                  repr(float(job["minutes"]))], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        job["pid"] = self.process.pid
+        self._save()
 
     def _new_run_dir(self, name: str) -> Path:
         base = self.folder / f"learn-{name}"
@@ -213,3 +217,16 @@ class Jobs:
             if self.process is not None and self.process.poll() is None:
                 self.process.send_signal(signal.SIGTERM)
                 self.process.wait(30)
+
+
+def _alive(pid: int | None) -> bool:
+    """Whether a process of that number exists (a job's worker the last server left running)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: the number was reused
+        return False
+    return True

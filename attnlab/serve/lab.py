@@ -3,7 +3,8 @@ recalled text and corpus evidence; attention weights; causal traces; the dev set
 of an in-memory copy of a model, saved on request as a new run directory.
 
 Safety lives here too, so it holds whatever serves the page: a ``Lab`` reads only the runs it
-is given and its data files, writes only new directories inside its ``out_dir``, refuses bad
+is given, the runs its training jobs write and their fact sets, and its data files, writes
+only new directories inside its ``out_dir``, refuses bad
 input with a ``LabError`` (a one-line message and the HTTP status to answer with), and runs one
 model computation at a time (``lock``): concurrent requests never interleave forward passes or
 fill a cache twice.
