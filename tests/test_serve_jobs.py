@@ -171,3 +171,25 @@ def test_without_jobs_the_page_says_training_is_off(lab):
     client = TestClient(create_app(lab, rate=0))
     assert client.get("/api/jobs").json()["enabled"] is False
     assert client.post("/api/jobs", json={"fact_set": 0, "minutes": 1}).status_code == 403
+
+
+def test_a_cancelled_job_is_resumed_in_its_own_run_directory(lab, towns):
+    jobs = _jobs(lab, towns)
+    first = jobs.start(0, 0.1)
+    deadline = time.monotonic() + 120
+    while jobs.progress(first) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    jobs.cancel(first["id"])
+    assert first["state"] == "cancelled", first
+    client = TestClient(create_app(lab, rate=0, jobs=jobs))
+    resumed = client.post(f"/api/jobs/{first['id']}/resume").json()
+    assert resumed["resumes"] == first["id"] and resumed["state"] == "running"
+    again = client.post(f"/api/jobs/{first['id']}/resume")
+    assert again.status_code == 409 and "resumed already" in again.json()["error"]
+    done = _until(jobs, resumed["id"], ("done", "failed"))
+    assert done["state"] == "done", done
+    assert done["run_dir"] == first["run_dir"] == str(lab.out_dir / "learn-towns")  # its own, no new one
+    assert sorted(p.name for p in lab.out_dir.glob("learn-*")) == ["learn-towns"]
+    assert lab.runs[-1].name == first["run_dir"]
+    finished = client.post(f"/api/jobs/{done['id']}/resume")
+    assert finished.status_code == 409 and "only an interrupted or cancelled job" in finished.json()["error"]

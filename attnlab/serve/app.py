@@ -205,6 +205,12 @@ def _job_routes(app: FastAPI, jobs: Jobs | None) -> None:
             raise LabError("training is turned off on this server (--no-train)", 403)
         return jobs.start(body.fact_set, body.minutes)
 
+    @app.post("/api/jobs/{job_id}/resume")
+    def resume(job_id: int):
+        if jobs is None:
+            raise LabError("training is turned off on this server (--no-train)", 403)
+        return jobs.resume(job_id)
+
     @app.post("/api/jobs/{job_id}/cancel")
     def cancel(job_id: int):
         if jobs is None:

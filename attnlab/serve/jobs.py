@@ -6,7 +6,8 @@ sees lives on disk in the serve folder, each file written atomically: ``jobs.jso
 written by the server) and ``jobs/N/progress.json`` (written by the job's own process,
 worker.py), so a reload of the page finds the job where it is, and a server started again
 finds the jobs of the last one: a job that was running when it stopped is reported as
-interrupted (its partial output kept, never reused), jobs still waiting start in turn.
+interrupted (its partial output kept; the page may resume it in that same directory, once),
+jobs still waiting start in turn.
 
 A job writes only a new run directory inside the serve folder, named as `attnlab learn`
 names its default (``learn-FACTSNAME``, then ``-2``, ``-3``...): never an existing directory.
@@ -154,6 +155,29 @@ class Jobs:
         self.poll()
         return job
 
+    def resume(self, job_id: int) -> dict[str, Any]:
+        """A new job that continues an interrupted or cancelled one in its own run directory
+        (`attnlab learn --resume`): the only directory a job ever writes twice is its own."""
+        if not self.enabled:
+            raise LabError("training is turned off on this server (--no-train)", 403)
+        with self.lock:
+            old = next((j for j in self.jobs if j["id"] == job_id), None)
+            if old is None:
+                raise LabError(f"no job {job_id}", 404)
+            if old["state"] not in ("interrupted", "cancelled") or not old["run_dir"]:
+                raise LabError(f"job {job_id} is {old['state']}: only an interrupted or cancelled job that "
+                               "had started can be resumed", 409)
+            if any(j.get("resumes") == job_id for j in self.jobs):
+                raise LabError(f"job {job_id} has been resumed already (see the jobs above it)", 409)
+            job = {**{k: old[k] for k in ("fact_set", "facts_dir", "fact_set_id", "minutes")},
+                   "id": 1 + max(j["id"] for j in self.jobs), "state": "waiting", "created": time.time(),
+                   "started": None, "finished": None, "run_dir": None, "error": None, "resumes": job_id,
+                   "resume_dir": old["run_dir"]}
+            self.jobs.append(job)
+            self._save()
+        self.poll()
+        return job
+
     # ---- running them ------------------------------------------------------------------------
     def poll(self) -> None:
         """Note a finished job (and add its run), start the next waiting one."""
@@ -186,14 +210,18 @@ class Jobs:
     def _launch(self, job: dict[str, Any]) -> None:
         job_dir = self.folder / "jobs" / str(job["id"])
         job_dir.mkdir(parents=True, exist_ok=True)
-        run_dir = self._new_run_dir(Path(job["facts_dir"]).resolve().name)
-        run_dir.mkdir(parents=True)  # claimed now, so no later job takes the name
+        if job.get("resume_dir"):
+            run_dir = Path(job["resume_dir"])
+        else:
+            run_dir = self._new_run_dir(Path(job["facts_dir"]).resolve().name)
+            run_dir.mkdir(parents=True)  # claimed now, so no later job takes the name
         job.update(state="running", started=time.time(), run_dir=str(run_dir))
         self._save()
         with open(job_dir / "log.txt", "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "attnlab.serve.worker", str(job_dir), job["facts_dir"], str(run_dir),
-                 repr(float(job["minutes"]))], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                 repr(float(job["minutes"])), *(["resume"] if job.get("resume_dir") else [])],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         job["pid"] = self.process.pid
         self._save()

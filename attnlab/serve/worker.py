@@ -1,5 +1,5 @@
 """One training job of the lab, in its own process: ``python -m attnlab.serve.worker JOB_DIR
-FACTS_DIR RUN_DIR MINUTES``. It runs `attnlab learn`'s library call (experiments/learn.py) and
+FACTS_DIR RUN_DIR MINUTES [resume]``. It runs `attnlab learn`'s library call (experiments/learn.py) and
 writes what the page draws into JOB_DIR/progress.json, always atomically and only there:
 
 - the stage and the last log lines, as learn reports them;
@@ -159,7 +159,7 @@ class Watcher(threading.Thread):
                                  keep=KEPT_LOSSES)
 
 
-def main(job_dir: str, facts_dir: str, run_dir: str, minutes: str) -> int:
+def main(job_dir: str, facts_dir: str, run_dir: str, minutes: str, resume: str = "") -> int:
     from ..data import factset
     from ..experiments.learn import learn
 
@@ -170,7 +170,7 @@ def main(job_dir: str, facts_dir: str, run_dir: str, minutes: str) -> int:
         progress.update(baseline=baseline(facts))
         watcher = Watcher(progress, facts, run)
         watcher.start()
-        results = learn(facts.root, run, minutes=float(minutes), log=progress.log)
+        results = learn(facts.root, run, minutes=float(minutes), log=progress.log, resume=resume == "resume")
         watcher.stop.set()
         watcher.join()
         final = {name: r["percent"] for name, r in results["relations"].items()}
@@ -186,4 +186,4 @@ def main(job_dir: str, facts_dir: str, run_dir: str, minutes: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:5]))
+    sys.exit(main(*sys.argv[1:6]))

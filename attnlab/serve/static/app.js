@@ -231,12 +231,17 @@ function jobCard(j) {
     status += ` (${p.stage}); about ${left.toFixed(1)} of ${j.minutes} minutes left`;
   }
   if (j.state === "done") status += `: the run ${j.run_dir} is in the run list`;
-  card.append(el("h3", { textContent: `job ${j.id}: ${j.fact_set} in ${j.minutes} minutes` }),
+  card.append(el("h3", { textContent: `job ${j.id}: ${j.fact_set} in ${j.minutes} minutes` +
+                                      (j.resumes ? ` (resumes job ${j.resumes})` : "") }),
               el("div", { className: "job-status", textContent: status }));
   if (j.error) card.append(el("div", { className: "job-error", textContent: j.error }));
   if (j.state === "running" || j.state === "waiting") {
     card.append(el("button", { type: "button", className: "cancel", textContent: "Cancel",
       onclick: () => api(`/api/jobs/${j.id}/cancel`, {}).then(loadJobs).catch((e) => showError(e, "learn-error")) }));
+  }
+  if ((j.state === "interrupted" || j.state === "cancelled") && j.run_dir && state.jobs.enabled) {
+    card.append(el("button", { type: "button", className: "resume", textContent: "Resume",
+      onclick: () => api(`/api/jobs/${j.id}/resume`, {}).then(loadJobs).catch((e) => showError(e, "learn-error")) }));
   }
   if (p) card.append(curve(j, p));
   if (p && p.overall) card.append(el("div", { className: "job-result", textContent:
