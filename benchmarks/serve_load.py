@@ -1,5 +1,6 @@
 """Load test of `attnlab serve`: CLIENTS concurrent clients asking dev questions for SECONDS
-against the real program on 127.0.0.1.
+against the real program on 127.0.0.1, in three phases: asks alone, asks beside a client running
+causal traces back to back, and asks while a training job started from the page runs.
 
 The server is started as users start it (``python -m attnlab serve RUN --port 0``, default
 abstention rule fitted at start-up), except ``--rate-limit 0``: every client here comes from
@@ -10,7 +11,7 @@ requests per second, p50/p99 latency of an ask, and errors (any status but 200, 
 connection). The server runs one model computation at a time (attnlab/serve/lab.py's lock) and
 answers the questions that waited meanwhile in one batch.
 
-Run: .venv/bin/python benchmarks/serve_load.py [--clients 20] [--seconds 60] [--run models/cpu]
+Run: .venv/bin/python benchmarks/serve_load.py [--clients 30] [--seconds 60] [--run models/cpu] [--phases asks,trace,job]
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DATA, REPO, report, table  # noqa: E402
+from _common import DATA, REPO, cpu_name, report, table  # noqa: E402
 
 from attnlab.data.datasets import read_qa  # noqa: E402
 
@@ -69,49 +70,111 @@ def client(host: str, port: int, questions: list[str], start: int, until: float,
     conn.close()
 
 
+def tracer(host: str, port: int, questions: list[str], samples: int, until: float, latencies: list[float],
+           errors: list[str]) -> None:
+    """A client that runs causal traces back to back (the page's default samples), as a
+    student clicking Causal trace would."""
+    conn = http.client.HTTPConnection(host, port, timeout=600)
+    i = 0
+    while time.monotonic() < until:
+        began = time.perf_counter()
+        conn.request("POST", "/api/trace", json.dumps({"question": questions[i % len(questions)], "samples": samples}),
+                     {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        payload = response.read()
+        (latencies if response.status == 200 else errors).append(
+            time.perf_counter() - began if response.status == 200 else f"{response.status} {payload[:80]!r}")
+        i += 1
+    conn.close()
+
+
+def post(host: str, port: int, path: str, body: dict) -> dict:
+    conn = http.client.HTTPConnection(host, port, timeout=120)
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    data = json.loads(response.read())
+    conn.close()
+    if response.status != 200:
+        raise SystemExit(f"{path}: {response.status} {data}")
+    return data
+
+
+def phase(host: str, port: int, questions: list[str], args, with_trace: bool) -> dict:
+    """CLIENTS askers for SECONDS (and a tracer beside them when ``with_trace``)."""
+    latencies: list[float] = []
+    errors: list[str] = []
+    traces: list[float] = []
+    began = time.monotonic()
+    until = began + args.seconds
+    workers = [threading.Thread(target=client, args=(host, port, questions, k * 25, until, latencies, errors))
+               for k in range(args.clients)]
+    if with_trace:
+        workers.append(threading.Thread(target=tracer, args=(host, port, questions, args.trace_samples, until,
+                                                             traces, errors)))
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return {"elapsed": time.monotonic() - began, "latencies": latencies, "errors": errors, "traces": traces}
+
+
+def row(name: str, clients: int, result: dict) -> list:
+    ms = sorted(x * 1000 for x in result["latencies"])
+    p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))] if ms else float("nan")
+    n, elapsed = len(ms), result["elapsed"]
+    traced = f"{len(result['traces'])}" if result["traces"] else "-"
+    return [name, clients, f"{elapsed:.1f}", n, f"{n / elapsed:.1f}", f"{statistics.median(ms):.0f}" if ms else "-",
+            f"{p99:.0f}", len(result["errors"]), traced]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run", default="models/cpu")
-    parser.add_argument("--clients", type=int, default=20)
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--clients", type=int, default=30)
+    parser.add_argument("--seconds", type=float, default=60.0, help="each phase's length")
     parser.add_argument("--server-threads", type=int, default=1, help="OMP_NUM_THREADS of the server")
+    parser.add_argument("--trace-samples", type=int, default=10, help="noise samples of each trace (the page's default)")
+    parser.add_argument("--job-facts", type=int, default=1,
+                        help="the fact set (its number on the page) the training phase learns (1: examples/facts/islands)")
+    parser.add_argument("--phases", default="asks,trace,job", help="which phases, comma-separated")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args()
 
     questions = [e.question for e in read_qa(DATA / "birth_dev.tsv")]
     proc, host, port = start_server(args.run, args.server_threads)
-    latencies: list[float] = []
-    errors: list[str] = []
+    rows, notes = [], []
     load_before = os.getloadavg()[0]
     try:
-        began = time.monotonic()
-        until = began + args.seconds
-        workers = [threading.Thread(target=client, args=(host, port, questions, k * 25, until, latencies, errors))
-                   for k in range(args.clients)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        elapsed = time.monotonic() - began
+        for name in args.phases.split(","):
+            job = None
+            if name == "job":  # a training job of the budget the phase lasts (at least a minute)
+                job = post(host, port, "/api/jobs", {"fact_set": args.job_facts,
+                                                     "minutes": max(1.0, min(15.0, args.seconds / 60 + 0.5))})
+            result = phase(host, port, questions, args, with_trace=name == "trace")
+            if job is not None:
+                post(host, port, f"/api/jobs/{job['id']}/cancel", {})
+                notes.append(f"- job phase: `{job['fact_set']}` learned in a {job['minutes']:g}-minute job "
+                             f"started just before the askers and cancelled after them (its partial run in {job['run_dir']})")
+            if result["errors"]:
+                notes.append(f"- {name}: first error {result['errors'][0]}")
+            rows.append(row({"asks": "asks alone", "trace": "asks + a trace client",
+                              "job": "asks during a training job"}[name], args.clients, result))
         load_after = os.getloadavg()[0]
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
-    ms = sorted(x * 1000 for x in latencies)
-    p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))] if ms else float("nan")
-    rows = [[args.clients, f"{elapsed:.1f}", len(latencies), f"{len(latencies) / elapsed:.1f}",
-             f"{statistics.median(ms):.0f}" if ms else "-", f"{p99:.0f}", len(errors)]]
-    text = table(["clients", "seconds", "answers", "requests/s", "p50 ms", "p99 ms", "errors"], rows)
+    text = table(["phase", "clients", "seconds", "answers", "requests/s", "p50 ms", "p99 ms", "errors", "traces"], rows)
     text += "\n\n" + "\n".join([
         f"- `attnlab serve {args.run}` on 127.0.0.1 (a separate process, OMP_NUM_THREADS={args.server_threads}, "
         "--rate-limit 0, the default abstention rule); each client posts /api/ask with the next of the "
         f"{len(questions)} dev questions as soon as its last answer arrives, over one kept-open connection",
-        "- one model computation at a time (the lab's lock); questions that arrive meanwhile wait and are "
-        "answered together in one batch",
+        "- asks: one model computation at a time (the lab's lock), questions that arrive meanwhile answered "
+        f"together in one batch; traces ({args.trace_samples} noise samples each, back to back) run on a copy of "
+        "the model under their own lock, so they share the CPU with asks but never hold them back",
         f"- machine load (1-minute load average) {load_before:.1f} before, {load_after:.1f} at the end, on "
-        f"{os.cpu_count()} CPU cores: other processes share them, and the numbers move with that",
+        f"{os.cpu_count()} CPU cores ({cpu_name()}): other processes share them, and the numbers move with that",
         f"- server stopped by SIGINT (Ctrl-C): exit code {proc.returncode}",
-        f"- errors: {len(errors)}" + (f" (first: {errors[0]})" if errors else ""),
+        *notes,
     ])
     report("serve_load", text, write=not args.no_write, title="Serving load (benchmarks/serve_load.py)")
 

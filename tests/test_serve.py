@@ -127,31 +127,44 @@ def test_a_chunked_body_is_cut_off_at_the_size_limit(client):
     assert small.status_code == 200 and small.json()
 
 
-def test_attention_of_every_layer_and_head_is_the_libraries(client, lab):
+def test_attention_is_the_libraries_on_the_answers_rows_over_the_recalled_text(client, lab):
     got = client.post("/api/attention", json={"question": RALF, "run": 0}).json()
     model = lab.runs[0].model
     (answer,) = model.ask([RALF])
     text = f"{answer.recalled}{MASK_CHAR}{answer.answer}"
-    assert "".join(got["chars"]) == text and got["answer"] == answer.answer
+    assert "".join(got["read"]) == answer.recalled and "".join(got["rows"]) == answer.answer
     weights, _ = attention_weights(model.gpt, [model.vocab.encode(text)])
-    T = len(text)
+    n, k = len(answer.recalled), len(answer.answer)
     assert len(got["layers"]) == model.config.n_layer
-    for served, w in zip(got["layers"], weights):
-        assert len(served) == model.config.n_head and all(len(h) == T and len(h[0]) == T for h in served)
-        np.testing.assert_allclose(np.array(served), w[0].numpy(), atol=1e-4)
+    for served, w in zip(got["layers"], weights):  # row i: the position that writes answer[i]
+        assert len(served) == model.config.n_head
+        np.testing.assert_allclose(np.array(served), w[0, :, n:n + k, :n].numpy(), atol=1e-4)
+    start = answer.recalled.index(answer.answer)
+    assert got["span"] == [start, start + k]
+    best = got["heads"][0]  # the head that looks most at the copied span, and its share
+    share = float(w_share(weights[best["layer"]][0, best["head"], n:n + k, start:start + k]))
+    assert best["on_span"] == pytest.approx(share, abs=1e-3)
+    assert best["on_span"] == max(h["on_span"] for h in got["heads"])
+
+
+def w_share(block) -> float:
+    return block.sum(-1).mean()
 
 
 def test_causal_trace_is_the_libraries_and_its_samples_are_bounded(client, lab):
-    from attnlab.facts.trace import trace
+    from attnlab.facts.trace import strongest, trace
 
     got = client.post("/api/trace", json={"question": RALF, "run": 0, "samples": 1})
     assert got.status_code == 200
-    t = trace(lab.runs[0].model.gpt, lab.runs[0].model.vocab, RALF, samples=1)
+    t = trace(lab.runs[0].model.gpt, lab.runs[0].model.vocab, RALF, samples=1)  # attnlab trace's noise and seed
     data = got.json()
     assert data["answer"] == t.point.answer and "".join(data["chars"]) == t.point.context
     assert data["clean"] == pytest.approx(t.clean) and data["corrupted"] == pytest.approx(t.corrupted)
     for kind, matrix in t.recovered.items():
         np.testing.assert_allclose(np.array(data["recovered"][kind]), matrix, atol=1e-5)
+    assert data["scale"] == [0.0, pytest.approx(t.clean)]  # never stretched to the largest effect
+    kind, (layer, _, value) = max(strongest(t.recovered, list(t.point.context)).items(), key=lambda kv: kv[1][2])
+    assert f"at layer {layer}" in data["strongest"] and f"{value:.3f}" in data["strongest"]
     too_many = client.post("/api/trace", json={"question": RALF, "run": 0, "samples": 11})
     assert too_many.status_code == 400 and "samples" in too_many.json()["error"]
 
@@ -315,3 +328,98 @@ def test_the_page_and_its_script_are_served(client, lab):
     assert client.get("/static/../lab.py").status_code == 404
     runs = client.get("/api/runs").json()["runs"]
     assert [(r["id"], r["name"]) for r in runs] == [(i, r.name) for i, r in enumerate(lab.runs)]
+
+
+def test_an_answer_comes_with_its_copied_span_and_its_verdict_in_words(lab, shipped):
+    confidences = sorted(a.confidence for a in shipped.ask([RALF, BRYAN]))
+    lab.runs[0].rule = Rule(sum(confidences) / 2, None, "test")
+    client = TestClient(create_app(lab, rate=0))
+    words = {}
+    for question in (RALF, BRYAN):
+        a = client.post("/api/ask", json={"question": question, "runs": [0]}).json()["answers"][0]
+        start = a["recalled"].find(a["answer"])
+        assert a["span"] == ([start, start + len(a["answer"])] if start >= 0 and a["answer"] else None)
+        assert a["relation"] == "birthplace"
+        words[a["given"]] = a["in_words"]
+    threshold = f"{lab.runs[0].rule.confidence:.2f}"
+    assert words[True] == f"sure: at or above this model's threshold {threshold}"
+    assert words[False] == f"unsure: below this model's threshold {threshold}"
+    assert client.post("/api/ask", json={"question": RALF, "runs": [1]}).json()["answers"][0]["in_words"] \
+        .startswith("no abstention rule")
+
+
+def test_errors_are_in_plain_words():
+    from attnlab.serve.lab import plain
+
+    assert plain("question:1: character '日' (U+65E5) is not in the vocabulary") == \
+        "character '日' (U+65E5) is not in the vocabulary"
+    assert plain("the input exceeds the model's block_size 192") == \
+        "the input is longer than this model can read (192 characters)"
+
+
+def test_runs_are_compared_with_the_libraries_paired_test(client, lab):
+    from attnlab.experiments.comparison import paired_test
+
+    got = client.post("/api/compare", json={"runs": [0, 1]})
+    assert got.status_code == 200, got.json()
+    first, second = got.json()["runs"]
+    dev0, dev1 = lab.dev(0), lab.dev(1)
+    assert first["paired"] is None and first["text"] == dev0["text"] and second["relations"] == dev1["relations"]
+    expected = paired_test([[r["right"] for r in dev1["rows"]]], [[r["right"] for r in dev0["rows"]]]).to_dict()
+    assert second["paired"] == expected
+    assert client.post("/api/compare", json={"runs": [0]}).json()["error"] == "choose two or more runs to compare"
+    assert client.post("/api/compare", json={"runs": [0, 5]}).status_code == 404
+
+
+def test_an_edited_copy_can_be_asked_at_once(client, lab):
+    edit = client.post("/api/edit", json={"run": 0, "person": "Ralf Wadephul", "place": "Paris"}).json()
+    served = client.post(f"/api/edit/{edit['id']}/ask").json()
+    assert served["run"] == len(lab.runs) - 1
+    assert client.post(f"/api/edit/{edit['id']}/ask").json()["run"] == served["run"]  # served once
+    a = client.post("/api/ask", json={"question": RALF, "runs": [0, served["run"]]}).json()["answers"]
+    assert a[1]["answer"] == edit["new_answer"] and a[0]["answer"] == lab.runs[0].model.ask([RALF])[0].answer
+    assert "edited" in client.get("/api/runs").json()["runs"][-1]["name"]
+    assert client.post("/api/edit/99/ask").status_code == 404
+
+
+def test_dev_rows_carry_their_relation(client):
+    got = client.get("/api/dev", params={"run": 1}).json()
+    assert {r["relation"] for r in got["rows"]} == {"birthplace"} and set(got["relations"]) == {"birthplace"}
+
+
+def test_an_edit_names_its_relation_and_refuses_one_the_run_lacks(client):
+    wrong = client.post("/api/edit", json={"run": 0, "person": "Ralf Wadephul", "place": "Paris", "relation": "river"})
+    assert wrong.status_code == 400 and wrong.json()["error"] == \
+        "this run's fact set has no relation 'river' (it has: birthplace)"
+    got = client.post("/api/edit", json={"run": 0, "person": "Ralf Wadephul", "place": "Paris",
+                                         "relation": "birthplace"}).json()
+    assert got["question"] == RALF and got["new_answer"] == "Paris"
+
+
+def test_a_trace_does_not_hold_asks_back(lab, monkeypatch):
+    """A trace runs on a copy of the model under its own lock: while one is running, asks are
+    answered (and the served model is never the one traced)."""
+    import threading
+
+    from attnlab.facts import trace as tracing
+
+    started, release, traced = threading.Event(), threading.Event(), []
+    real = tracing.trace
+
+    def slow(model, *args, **kwargs):
+        traced.append(model)
+        started.set()
+        assert release.wait(120)
+        return real(model, *args, **{**kwargs, "samples": 1})
+
+    monkeypatch.setattr(tracing, "trace", slow)
+    worker = threading.Thread(target=lab.trace, args=(RALF, 0, 1))
+    worker.start()
+    try:
+        assert started.wait(120)
+        asked = lab.ask(RALF, [0])  # answered while the trace is still running
+        assert asked["answers"][0]["answer"] == lab.runs[0].model.ask([RALF])[0].answer
+        assert traced[0] is not lab.runs[0].model.gpt
+    finally:
+        release.set()
+        worker.join(300)

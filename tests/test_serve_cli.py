@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 
 import pytest
@@ -101,3 +102,30 @@ def test_serve_without_its_extra_says_how_to_install_it(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn now fails
     assert cli.main(["serve", str(SHIPPED)]) == 2
     assert "pip install -e '.[serve]'" in capsys.readouterr().err
+
+
+def test_serve_says_what_it_does_while_it_starts_and_no_train_turns_jobs_off(tmp_path):
+    proc, url = _start(tmp_path, "--no-train")
+    try:
+        _ready(url)
+        with urllib.request.urlopen(url + "api/jobs", timeout=60) as response:
+            jobs = json.load(response)
+        request = urllib.request.Request(url + "api/jobs", data=json.dumps({"fact_set": 0, "minutes": 1}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+    finally:
+        code, out, err = _stop(proc)
+    assert jobs["enabled"] is False and "birthplace" in [f["name"] for f in jobs["fact_sets"]]
+    assert refused.value.code == 403 and "--no-train" in json.load(refused.value)["error"]
+    said = [line for line in err.splitlines() if line.startswith("attnlab serve: ")]
+    assert said[0] == "attnlab serve: reading PyTorch and the lab" and f"attnlab serve: loading {SHIPPED}" in said
+    assert not any((tmp_path / "out").glob("learn-*"))
+
+
+def test_serve_refuses_a_fact_set_folder_it_cannot_read_before_loading_runs(tmp_path, capsys):
+    assert cli.main(["serve", str(SHIPPED), "--port", "0", "--abstain", "off", "--eval-file",
+                     str(small_dev(tmp_path)), "--learn-facts", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "nope" in err[-1] and "error" in err[-1]
+    assert not any(line.startswith("attnlab serve: loading") for line in err)  # refused before the runs load

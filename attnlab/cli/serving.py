@@ -8,6 +8,7 @@ import argparse
 import ipaddress
 import socket
 import sys
+from pathlib import Path
 
 from ..core import bounds, logs, paths
 from . import flags, trust
@@ -59,17 +60,52 @@ def build_lab(args: argparse.Namespace):
     log = lambda message: logs.note(message, stderr=True)  # noqa: E731
     runs = []
     for path in args.runs:
+        _say(f"loading {path}")
         model = load(path, device=args.device)
         rule = trust.rule_from_args(args, model.gpt, model.vocab, path, model.checkpoint.meta, log)
         runs.append(Run(path, model, rule))
     return Lab(runs, docs, dev, out, places, stat_lines=args.stat_lines)
 
 
+def _say(message: str) -> None:
+    """What the server is doing while it starts (stderr: stdout's first line is the URL)."""
+    print(f"attnlab serve: {message}", file=sys.stderr, flush=True)
+
+
+def fact_set_dirs(args: argparse.Namespace) -> list[str]:
+    """The fact sets a job may learn: the birthplace set, the shipped example, and each
+    --learn-facts folder (the page chooses among these by number, never by path)."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "facts" / "islands"
+    found = [flags._fact_set_dir("data"), *([example] if example.is_dir() else []), *(args.learn_facts or [])]
+    return list(dict.fromkeys(str(Path(d).resolve()) for d in found))
+
+
+def fact_choices(args: argparse.Namespace) -> list:
+    """The offered fact sets, each checked as `attnlab learn` checks it (before any run loads)."""
+    from ..data import factset
+    from ..serve.jobs import FactChoice
+
+    return [FactChoice.of(factset.load(d)) for d in fact_set_dirs(args)]
+
+
+def build_jobs(args: argparse.Namespace, lab, choices: list):
+    from ..serve.jobs import Jobs
+
+    jobs = Jobs(args.out_dir, choices, lambda run, choice: lab.add_learned(run, choice.root),
+                enabled=not args.no_train)
+    for run, facts_dir in jobs.learned_runs():  # the runs earlier jobs of this folder learned
+        _say(f"loading {run} (learned by an earlier job)")
+        lab.add_learned(run, facts_dir)
+    return jobs
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    for run in args.runs:  # a typo is refused at once, not after the slow imports
+        if not Path(run).exists():
+            raise ValueError(f"{run}: no such run directory or checkpoint")
     try:
         import uvicorn
-
-        from ..serve.app import create_app
+        import fastapi  # noqa: F401  (the extra's other half: refused here, not on first request)
     except ImportError as e:
         raise ValueError(f"attnlab serve needs the serve extra ({e.name} is missing): "
                          "pip install -e '.[serve]'") from None
@@ -77,8 +113,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"warning: --host {args.host}: anyone who can reach this machine can use the lab "
               "(no login); the default 127.0.0.1 keeps it to this machine", file=sys.stderr)
     sock = _bound_socket(args.host, args.port)  # a port in use is refused before the slow part
+    jobs = None
     try:
-        app = create_app(build_lab(args), rate=args.rate_limit)
+        _say("reading PyTorch and the lab")
+        from ..serve.app import create_app
+
+        choices = fact_choices(args)
+        lab = build_lab(args)
+        jobs = build_jobs(args, lab, choices)
+        app = create_app(lab, rate=args.rate_limit, jobs=jobs)
         port = sock.getsockname()[1]
         shown = f"[{args.host}]" if ":" in args.host else args.host
         print(f"attnlab lab at http://{shown}:{port}/ (Ctrl-C stops it)", flush=True)
@@ -87,6 +130,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         pass
     finally:
         sock.close()
+        if jobs is not None:
+            jobs.close()
     print("stopped", flush=True)
     return 0
 
@@ -108,5 +153,10 @@ def register(command) -> None:
     flags.train_file(p, "question<TAB>place file the runs were finetuned on (an edit's key statistics; '' for none)")
     p.add_argument("--stat-lines", type=bounds.non_negative_int, default=2000,
                    help="lines for an edit's key statistics, as in `attnlab edit` (0 = all)")
+    p.add_argument("--no-train", action="store_true",
+                   help="no training jobs from the page (for a shared class server)")
+    p.add_argument("--learn-facts", action="append", metavar="DIR",
+                   help="a fact-set folder the page may train on, besides data/ and examples/facts/islands "
+                        "(repeatable; the page chooses among these, never a path)")
     flags.device(p)
     trust.add_abstain_flags(p, default="auto")

@@ -1,11 +1,13 @@
 """The web application of `attnlab serve`: the page (static/) and its JSON endpoints over a
-``Lab`` (lab.py).
+``Lab`` (lab.py) and its training ``Jobs`` (jobs.py).
 
 Every failure a user can cause is a 4xx JSON answer ``{"error": "one line"}`` that the page
-shows: bad input 400 (the library's own message: an unknown character names it), an unknown
-run or edit 404, an existing directory 409, a body over MAX_BODY_BYTES 413, a malformed
-request 422, more than ``rate`` requests a minute from one client 429. Anything else is a 500
-with a one-line message and no traceback.
+shows next to the form that caused it: bad input 400 (the library's own message in plain
+words, lab.plain: an unknown character names it), training turned off 403, an unknown run,
+edit, fact set or job 404, an existing directory or a finished job 409, a body over
+MAX_BODY_BYTES 413, a malformed request 422, too many waiting jobs or more than ``rate``
+requests a minute from one client 429. Anything else is a 500 with a one-line message and no
+traceback.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, StrictInt
 from starlette.exceptions import HTTPException
 
-from .lab import Lab, LabError
+from .jobs import Jobs
+from .lab import Lab, LabError, plain
 
 STATIC = Path(__file__).parent / "static"
 MAX_BODY_BYTES = 4096  # a question, a person and a place fit many times over
@@ -47,10 +50,20 @@ class EditBody(BaseModel):
     person: str
     place: str
     method: str | None = None  # None: attnlab edit's default
+    relation: str | None = None  # checked against the run's fact set (edits serve one-relation sets)
 
 
 class SaveBody(BaseModel):
     name: str
+
+
+class JobBody(BaseModel):
+    fact_set: StrictInt
+    minutes: float
+
+
+class CompareBody(BaseModel):
+    runs: list[StrictInt]
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -79,10 +92,12 @@ class RateLimit:
         return 0.0
 
 
-def create_app(lab: Lab, rate: int = DEFAULT_RATE) -> FastAPI:
+def create_app(lab: Lab, rate: int = DEFAULT_RATE, jobs: Jobs | None = None) -> FastAPI:
+    """The page over ``lab``; training jobs from the page when ``jobs`` is given (and enabled)."""
     app = FastAPI(title="attnlab", docs_url=None, redoc_url=None, openapi_url=None)
     _guard(app, RateLimit(rate))
     _routes(app, lab)
+    _job_routes(app, jobs)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
 
@@ -119,7 +134,7 @@ def _guard(app: FastAPI, limit: RateLimit) -> None:
 
     @app.exception_handler(ValueError)  # the library's input errors: VocabError, DataError, TraceError
     async def bad_input(request: Request, e: ValueError):
-        return _error(400, " ".join(str(e).split()))
+        return _error(400, plain(str(e)))
 
     @app.exception_handler(RequestValidationError)
     async def malformed(request: Request, e: RequestValidationError):
@@ -155,14 +170,49 @@ def _routes(app: FastAPI, lab: Lab) -> None:
     def trace(body: TraceBody):
         return lab.trace(body.question, body.run, body.samples)
 
+    @app.post("/api/compare")
+    def compare(body: CompareBody):
+        return lab.compare(body.runs)
+
     @app.get("/api/dev")
     def dev(run: int = 0):
         return lab.dev(run)
 
     @app.post("/api/edit")
     def edit(body: EditBody):
-        return lab.edit(body.run, body.person, body.place, body.method)
+        return lab.edit(body.run, body.person, body.place, body.method, body.relation)
+
+    @app.post("/api/edit/{edit_id}/ask")
+    def ask_edit(edit_id: int):
+        return lab.ask_edit(edit_id)
 
     @app.post("/api/edit/{edit_id}/save")
     def save(edit_id: int, body: SaveBody):
         return lab.save_edit(edit_id, body.name)
+
+
+def _job_routes(app: FastAPI, jobs: Jobs | None) -> None:
+    @app.get("/api/jobs")
+    def listed():
+        if jobs is None:
+            return {"enabled": False, "budget": [0, 0], "fact_sets": [], "jobs": []}
+        jobs.poll()
+        return jobs.describe()
+
+    @app.post("/api/jobs")
+    def start(body: JobBody):
+        if jobs is None:
+            raise LabError("training is turned off on this server (--no-train)", 403)
+        return jobs.start(body.fact_set, body.minutes)
+
+    @app.post("/api/jobs/{job_id}/resume")
+    def resume(job_id: int):
+        if jobs is None:
+            raise LabError("training is turned off on this server (--no-train)", 403)
+        return jobs.resume(job_id)
+
+    @app.post("/api/jobs/{job_id}/cancel")
+    def cancel(job_id: int):
+        if jobs is None:
+            raise LabError(f"no job {job_id}", 404)
+        return jobs.cancel(job_id)

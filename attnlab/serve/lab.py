@@ -3,7 +3,8 @@ recalled text and corpus evidence; attention weights; causal traces; the dev set
 of an in-memory copy of a model, saved on request as a new run directory.
 
 Safety lives here too, so it holds whatever serves the page: a ``Lab`` reads only the runs it
-is given and its data files, writes only new directories inside its ``out_dir``, refuses bad
+is given, the runs its training jobs write and their fact sets, and its data files, writes
+only new directories inside its ``out_dir``, refuses bad
 input with a ``LabError`` (a one-line message and the HTTP status to answer with), and runs one
 model computation at a time (``lock``): concurrent requests never interleave forward passes or
 fill a cache twice.
@@ -30,7 +31,9 @@ from ..data.vocab import MASK_CHAR, PAD_CHAR
 
 MAX_QUESTION_CHARS = 200  # longer than any "Where was NAME born?" of the data files
 MAX_TRACE_SAMPLES = 10  # a trace costs samples x 3 x layers x positions forwards
+TRACE_SAMPLES = 10  # `attnlab trace`'s default (facts/settings.py): fewer make noise look like an effect
 KEPT_EDITS = 4  # edited copies kept in memory (each is a whole model)
+MAX_RUNS = 16  # runs served, the learned and edited ones included
 _SAVE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -43,12 +46,38 @@ class LabError(ValueError):
 
 
 @dataclass
+class Facts:
+    """The data a run is shown with: its corpus (evidence, an edit's statistics), its dev
+    questions, its relations, and the training answers an edit reads (may be empty)."""
+
+    corpus: list[str]
+    dev: list[QAExample]
+    schema: Schema
+    places: dict[str, str]
+    evidence: CorpusIndex
+
+    @classmethod
+    def of(cls, corpus: list[str], dev: list[QAExample], schema: Schema, places: dict[str, str] | None = None):
+        return cls(corpus, dev, schema, places or {}, CorpusIndex(corpus, schema))
+
+    @classmethod
+    def load(cls, root: str | Path) -> "Facts":
+        """A fact-set folder's corpus, dev questions and relations."""
+        from ..data import factset
+        from ..data.datasets import read_corpus, read_qa
+
+        facts = factset.load(root)
+        return cls.of(read_corpus(facts.corpus).split("\n"), read_qa(facts.dev, labelled=True), facts.schema)
+
+
+@dataclass
 class Run:
     name: str  # as given on the command line
     model: LoadedModel
     rule: Rule | None = None  # abstention rule (None: every answer is given)
     dev: dict[str, Any] | None = None  # the scored dev set, once computed
     dev_answers: list[Answer] | None = None
+    facts: Facts | None = None  # None: the lab's own (the data files it was started with)
 
 
 @dataclass
@@ -68,6 +97,7 @@ class EditedCopy:
     run: int
     model: Any  # the edited GPT (the run's own model is never modified)
     report: dict[str, Any]
+    served: int | None = None  # its run number once it is served to be asked
 
 
 def checked_text(text: str | None, what: str) -> str:
@@ -95,6 +125,66 @@ def question_of(text: str, schema: Schema | None = None) -> str:
     return text
 
 
+def copied_span(recalled: str | None, answer: str) -> list[int] | None:
+    """[start, end) of the answer in the recalled text, where the model copied it from (the
+    first place it occurs; None when it does not occur, or nothing was recalled)."""
+    if not recalled or not answer or answer not in recalled:
+        return None
+    start = recalled.index(answer)
+    return [start, start + len(answer)]
+
+
+def in_words(rule: Rule | None, confidence: float, given: bool) -> str:
+    """The abstention verdict as a student reads it: sure, or unsure and why."""
+    if rule is None:
+        return "no abstention rule for this run: every answer is given"
+    if given:
+        return "sure" + (f": at or above this model's threshold {rule.confidence:.2f}" if rule.confidence is not None
+                         else "")
+    if rule.confidence is not None and confidence < rule.confidence:
+        return f"unsure: below this model's threshold {rule.confidence:.2f}"
+    return "unsure: the name is less familiar to this model than its threshold allows"
+
+
+def head_summaries(layers: list, span: list[int] | None) -> list[dict[str, Any]]:
+    """Per layer and head, the mean share of the answer rows' attention on the copied span,
+    strongest first (empty without a span)."""
+    if span is None:
+        return []
+    out = []
+    for layer, heads in enumerate(layers):
+        for head, rows in enumerate(heads):
+            shares = [sum(row[span[0]:span[1]]) for row in rows]
+            out.append({"layer": layer, "head": head, "on_span": round(sum(shares) / len(shares), 3) if shares else 0.0})
+    return sorted(out, key=lambda h: -h["on_span"])
+
+
+def strongest_sentence(t, strongest: dict[str, tuple[int, str, float]]) -> str:
+    """The state whose restoring brings the answer back most, in one sentence."""
+    kind, (layer, _, value) = max(strongest.items(), key=lambda kv: kv[1][2])
+    grid = t.recovered[kind]
+    position = int(next(c for c in range(grid.shape[1]) if grid[layer, c] == value))
+    p, where = t.point, "after the name"
+    if p.name_start <= position < p.name_end:
+        where = "in the name"
+    elif position < p.name_start:
+        where = "before the name"
+    state = "residual stream" if kind == "residual" else f"{kind} output"
+    if value - t.corrupted < 0.1 * (t.clean - t.corrupted) or t.clean <= t.corrupted:
+        return (f"No single state brings P({p.answer!r}) back: the best, the {state} at layer {layer}, reaches "
+                f"{value:.3f} (clean {t.clean:.3f}, name corrupted {t.corrupted:.3f}).")
+    return (f"Restoring the {state} at layer {layer} over {p.context[position]!r} (position {position}, {where}) "
+            f"brings P({p.answer!r}) back to {value:.3f} of the clean {t.clean:.3f} "
+            f"(name corrupted: {t.corrupted:.3f}).")
+
+
+def plain(message: str) -> str:
+    """A library error in the page's words: no 'question:1:' file positions, no config names."""
+    message = re.sub(r"^(question|input|<[a-z]+>):\d+:\s*", "", " ".join(message.split()))
+    return re.sub(r"exceeds the model's block_size (\d+)", r"is longer than this model can read (\1 characters)",
+                  message)
+
+
 class Lab:
     def __init__(self, runs: list[Run], corpus: list[str], dev: list[QAExample], out_dir: str | Path,
                  train_places: dict[str, str] | None = None, stat_lines: int = 2000):
@@ -103,12 +193,15 @@ class Lab:
         self.runs = runs
         self.corpus = corpus
         self.schema = Schema.from_list(runs[0].model.config.relations)  # the first run's fact set
-        self.evidence = CorpusIndex(corpus, self.schema)
         self.dev_examples = dev
         self.out_dir = Path(out_dir)
         self.train_places = train_places or {}
+        self.facts = Facts.of(corpus, dev, self.schema, self.train_places)
+        self.evidence = self.facts.evidence
         self.stat_lines = stat_lines  # corpus lines for an edit's key statistics (0: all)
         self.lock = threading.Lock()  # one model computation at a time
+        self.trace_lock = threading.Lock()  # one causal trace at a time, on a copy of the model
+        self._trace_copies: dict[int, Any] = {}
         self._waiting: list[_Asked] = []  # questions not yet answered (ask)
         self._waiting_lock = threading.Lock()
         self.edits: OrderedDict[int, EditedCopy] = OrderedDict()
@@ -120,11 +213,29 @@ class Lab:
             raise LabError(f"no run {number}: this lab serves runs 0 to {len(self.runs) - 1}", 404)
         return self.runs[number]
 
+    def facts_of(self, run: Run) -> Facts:
+        return run.facts or self.facts
+
+    def add_run(self, name: str, model: LoadedModel, facts: Facts | None = None) -> int:
+        """A run joins the lab (a finished training job, an edited copy); its number. At most
+        MAX_RUNS are served: each is a whole model in memory."""
+        with self.lock:
+            if len(self.runs) >= MAX_RUNS:
+                raise LabError(f"this lab serves {MAX_RUNS} runs at most; start it again to drop some", 409)
+            self.runs.append(Run(name, model, facts=facts))
+            return len(self.runs) - 1
+
+    def add_learned(self, run_dir: str | Path, facts_root: str | Path) -> int:
+        """A run a training job wrote, served with the fact set it learned."""
+        from ..api import load
+
+        return self.add_run(str(run_dir), load(run_dir, device="cpu"), Facts.load(facts_root))
+
     def describe_runs(self) -> list[dict[str, Any]]:
         return [{"id": i, "name": r.name, "qa_format": r.model.config.qa_format,
                  "n_layer": r.model.config.n_layer, "n_head": r.model.config.n_head,
                  "parameters": sum(p.numel() for p in r.model.gpt.parameters()),
-                 "relations": list(Schema.from_list(r.model.config.relations).names),
+                 "relations": list(self.facts_of(r).schema.names), "dev_questions": len(self.facts_of(r).dev),
                  "abstention": r.rule.describe() if r.rule else "never abstain"}
                 for i, r in enumerate(self.runs)]
 
@@ -135,13 +246,12 @@ class Lab:
         Questions asked at once are answered in one batch: each request puts its questions on
         the waiting list, and whoever holds the lock answers everything waiting, so 20 users
         asking together wait for about one batched answer, not for 19 answers one by one."""
-        question = self.evidence.as_written(question_of(text, self.schema))
         numbers = list(range(len(self.runs))) if runs is None else list(dict.fromkeys(runs))  # each once
         if not numbers:
             raise LabError("no run chosen: tick at least one")
         for n in numbers:
             self.run(n)  # an unknown run is refused before anything waits
-        asked = [_Asked(n, question) for n in numbers]
+        asked = [_Asked(n, self.question_for(text, self.runs[n])) for n in numbers]
         with self._waiting_lock:
             self._waiting += asked
         with self.lock:
@@ -152,7 +262,13 @@ class Lab:
         for a in asked:
             if a.error is not None:
                 raise a.error
-        return {"question": question, "answers": [self._shown(a) for a in asked]}
+        return {"question": asked[0].question, "answers": [self._shown(a) for a in asked]}
+
+    def question_for(self, text: str, run: Run) -> str:
+        """The question ``run`` is asked: a bare subject made a question of its fact set, the
+        subject spelled as its corpus spells it."""
+        facts = self.facts_of(run)
+        return facts.evidence.as_written(question_of(text, facts.schema))
 
     def _answer_waiting(self, batch: list[_Asked]) -> None:
         """Answer every waiting question, one model call per run; a bad question (an unknown
@@ -182,16 +298,18 @@ class Lab:
             a.answer, a.given = answer, given
 
     def _shown(self, asked: _Asked) -> dict[str, Any]:
-        run, answer = self.runs[asked.run], asked.answer
-        found = self.evidence.find(asked.question, answer.answer)
+        run, answer, facts = self.runs[asked.run], asked.answer, self.facts_of(self.runs[asked.run])
+        found = facts.evidence.find(asked.question, answer.answer)
         first = (found.supporting or found.lines or (None,))[0]
-        return {"run": asked.run, "name": run.name, "answer": answer.answer, "confidence": answer.confidence,
-                "relation": answer.relation,
+        return {"run": asked.run, "name": run.name, "question": asked.question, "answer": answer.answer,
+                "confidence": answer.confidence, "relation": answer.relation,
                 "complete": answer.complete, "recalled": answer.recalled, "given": asked.given,
+                "span": copied_span(answer.recalled, answer.answer),
+                "in_words": in_words(run.rule, answer.confidence, asked.given),
                 "abstention": run.rule.describe() if run.rule else "never abstain",
                 "evidence": {"verdict": found.verdict, "supported": bool(found.supporting),
                              "line_number": first,
-                             "line": self.corpus[first - 1] if first else None}}
+                             "line": facts.corpus[first - 1] if first else None}}
 
     def _given(self, run: Run, answers: list[Answer]) -> list[bool]:
         if run.rule is None:
@@ -202,37 +320,61 @@ class Lab:
 
     # ---- why: attention and causal trace -----------------------------------------------------
     def attention(self, text: str, number: int) -> dict[str, Any]:
-        """Every layer's and head's attention over the text the model read and wrote to answer:
-        the question, its mark and the answer (direct format), or the recalled line, its mark and
-        the answer (recall format)."""
+        """Where the answer's characters look: for every layer and head, the attention of the
+        positions that write the answer (one row per answer character) over the text the model
+        read before it (the recalled text in the recall format, else the question), with the
+        copied span, and each head's share of attention on that span."""
         from ..probing.attention_maps import attention_weights
 
-        question, run = question_of(text, self.schema), self.run(number)
+        run = self.run(number)
+        question = self.question_for(text, run)
         vocab, block = run.model.vocab, run.model.config.block_size
         with self.lock:
             (answer,) = run.model.ask([question], source="question")
             read = answer.recalled if answer.recalled is not None else question
             ids = vocab.encode(f"{read}{MASK_CHAR}{answer.answer}")[:block]
             weights, _ = attention_weights(run.model.gpt, [ids])
-        return {"question": question, "answer": answer.answer, "chars": list(vocab.decode(ids)),
-                "layers": [[[[round(x, 4) for x in row] for row in head] for head in w[0].tolist()]
-                           for w in weights]}
+        n_read = min(len(read), len(ids))
+        rows = list(range(n_read, min(n_read + len(answer.answer), len(ids))))  # row k writes answer[k]
+        layers = [[[[round(float(x), 4) for x in w[0, h, r, :n_read]] for r in rows] for h in range(w.shape[1])]
+                  for w in weights]
+        span = copied_span(read[:n_read], answer.answer)
+        return {"question": question, "answer": answer.answer, "read": list(read[:n_read]),
+                "rows": list(answer.answer[:len(rows)]), "span": span,
+                "recalled": answer.recalled is not None, "layers": layers,
+                "heads": head_summaries(layers, span)}
 
-    def trace(self, text: str, number: int, samples: int = 3) -> dict[str, Any]:
-        """The causal trace of the question (tracing.py): recovered probability of the clean
-        answer for each kind, layer and position of the input the answer is produced from."""
-        from ..facts.trace import trace
+    def trace(self, text: str, number: int, samples: int = TRACE_SAMPLES) -> dict[str, Any]:
+        """The causal trace of the question (facts/trace.py, with `attnlab trace`'s defaults):
+        recovered probability of the clean answer for each kind, layer and position of the input
+        the answer is produced from, and the strongest state in a sentence. It runs on a copy of
+        the run's model, one trace at a time, so asks are not held back while it runs."""
+        from ..facts import trace as tracing
+        from ..facts.settings import TraceSettings
 
         if not 1 <= samples <= MAX_TRACE_SAMPLES:
             raise LabError(f"samples must lie in 1..{MAX_TRACE_SAMPLES}, got {samples}")
-        question, run = question_of(text, self.schema), self.run(number)
-        with self.lock:
-            t = trace(run.model.gpt, run.model.vocab, question, samples=samples)
+        run = self.run(number)
+        question = self.question_for(text, run)
+        settings = TraceSettings().to_dict() | {"samples": samples}
+        with self.trace_lock:
+            model = self._trace_copy(number)
+            t = tracing.trace(model, run.model.vocab, question, **settings)
         p = t.point
+        recovered = {k: [[round(float(x), 5) for x in row] for row in v] for k, v in t.recovered.items()}
         return {"question": question, "answer": p.answer, "chars": list(p.context),
                 "name_start": p.name_start, "name_end": p.name_end, "clean": t.clean,
-                "corrupted": t.corrupted, "samples": t.samples,
-                "recovered": {k: [[round(float(x), 5) for x in row] for row in v] for k, v in t.recovered.items()}}
+                "corrupted": t.corrupted, "samples": t.samples, "noise": t.noise, "scale": [0.0, t.clean],
+                "recovered": recovered, "strongest": strongest_sentence(t, tracing.strongest(t.recovered, list(p.context)))}
+
+    def _trace_copy(self, number: int):
+        """The run's model copied once (under the lock, so no ask runs while it is copied)."""
+        import copy
+
+        if number not in self._trace_copies:
+            with self.lock:
+                self._trace_copies[number] = copy.deepcopy(self.runs[number].model.gpt)
+        return self._trace_copies[number]
 
     # ---- the dev set -------------------------------------------------------------------------
     def dev(self, number: int) -> dict[str, Any]:
@@ -245,7 +387,7 @@ class Lab:
         return run.dev
 
     def _score_dev(self, run: Run) -> tuple[list[Answer], dict[str, Any]]:
-        examples = self.dev_examples
+        examples = self.facts_of(run).dev
         answers = answer_questions(run.model.gpt, run.model.vocab, examples)
         given = self._given(run, answers)
         right = [a.answer == e.answer for a, e in zip(answers, examples)]
@@ -266,8 +408,36 @@ class Lab:
                          "interval": [low, high], "text": result.with_interval(), "bins": bins,
                          "ece": expected_calibration_error(confidence, right) if rows else 0.0}
 
+    # ---- comparing runs ----------------------------------------------------------------------
+    def compare(self, numbers: list[int]) -> dict[str, Any]:
+        """Two or more runs on their dev questions: each one's score per relation with its 95%
+        interval, and each against the first by the paired test of experiments/comparison.py
+        (exact McNemar on the questions exactly one of the two got right), when both answered
+        the same questions."""
+        from ..experiments.comparison import paired_test
+
+        numbers = list(dict.fromkeys(numbers))
+        if len(numbers) < 2:
+            raise LabError("choose two or more runs to compare")
+        scored = [self.dev(n) for n in numbers]
+        reference = scored[0]
+        questions = [r["question"] for r in reference["rows"]]
+        rows = []
+        for n, d in zip(numbers, scored):
+            row = {"run": n, "name": d["name"], "text": d["text"], "correct": d["correct"], "total": d["total"],
+                   "interval": d["interval"], "relations": d["relations"], "paired": None}
+            if n != numbers[0]:
+                if [r["question"] for r in d["rows"]] == questions:
+                    test = paired_test([[r["right"] for r in d["rows"]]], [[r["right"] for r in reference["rows"]]])
+                    row["paired"] = test.to_dict()
+                else:
+                    row["paired"] = {"verdict": "not compared: the two runs have different dev questions"}
+            rows.append(row)
+        return {"reference": numbers[0], "runs": rows}
+
     # ---- edits -------------------------------------------------------------------------------
-    def edit(self, number: int, person: str, place: str, method: str | None = None) -> dict[str, Any]:
+    def edit(self, number: int, person: str, place: str, method: str | None = None,
+             relation: str | None = None) -> dict[str, Any]:
         """Edit a copy of the run's model so ``person`` was born in ``place``, as ``attnlab edit``
         does (the same library call, the default method unless ``method`` is given); report the
         new answer and the dev answers that changed. A request the editor refuses (a person the
@@ -275,6 +445,9 @@ class Lab:
         a 422. The copy is kept (KEPT_EDITS at most) until saved or pushed out."""
         run = self.run(number)
         person, place = checked_text(person, "person"), checked_text(place, "place")
+        names = self.facts_of(run).schema.names
+        if relation is not None and relation not in names:
+            raise LabError(f"this run's fact set has no relation {relation!r} (it has: {', '.join(names)})")
         self.dev(number)  # the answers before, to compare with
         with self.lock:
             edited, report = self._edited(run, person, place, method)
@@ -296,14 +469,16 @@ class Lab:
         except ValueError as e:
             raise LabError(f"unknown edit method {method!r} ({e})") from None
         try:
-            edited, report = edit_fact(run.model.gpt, run.model.vocab, person, place, self.corpus,
-                                       settings=settings, places=self.train_places or None)
+            facts = self.facts_of(run)
+            edited, report = edit_fact(run.model.gpt, run.model.vocab, person, place, facts.corpus,
+                                       settings=settings, places=facts.places or None)
         except EditFailed as e:  # a TraceError too: caught first
             raise LabError(str(e), 422) from None
         except TraceError as e:
             raise LabError(str(e)) from None
         others, changed = self._changed_dev_answers(run, edited, person)
         return edited, {**report, "source": run.name, "new_answer": report["answer_after"],
+                        "question": self.facts_of(run).schema.relations[0].ask(person),
                         "others": others, "others_changed": len(changed), "changed": changed}
 
     def _changed_dev_answers(self, run: Run, edited: Any, person: str) -> tuple[int, list[dict[str, str]]]:
@@ -311,17 +486,32 @@ class Lab:
         changed: question, gold, before, after."""
         from ..facts.edit import changed_answers
 
-        keep = [i for i, e in enumerate(self.dev_examples) if self._subject(e.question) != person]
-        others = [self.dev_examples[i] for i in keep]
+        dev, schema = self.facts_of(run).dev, self.facts_of(run).schema
+        keep = [i for i, e in enumerate(dev) if self._subject(e.question, schema) != person]
+        others = [dev[i] for i in keep]
         before = [run.dev_answers[i] for i in keep]
         moved = changed_answers(edited, run.model.vocab, others, before)
         after = answer_questions(edited, run.model.vocab, [others[i] for i in moved]) if moved else []
         return len(others), [{"question": others[i].question, "gold": others[i].answer,
                               "before": before[i].answer, "after": a.answer} for i, a in zip(moved, after)]
 
-    def _subject(self, question: str) -> str | None:
-        asked = self.schema.parse(question, bare_subject=False)
+    def _subject(self, question: str, schema: Schema) -> str | None:
+        asked = schema.parse(question, bare_subject=False)
         return asked.subject if asked else None
+
+    def ask_edit(self, edit_id: int) -> dict[str, Any]:
+        """The edited copy served as a run of its own (once), so it can be asked at once."""
+        copy = self.edits.get(edit_id)
+        if copy is None:
+            raise LabError(f"no edit {edit_id} in memory (only the last {KEPT_EDITS} are kept)", 404)
+        if copy.served is None:
+            source = self.runs[copy.run]
+            model = LoadedModel(copy.model, source.model.vocab, source.model.checkpoint)
+            r = copy.report
+            name = f"{source.name} edited: {r.get('person')} -> {r.get('new_answer')} (edit {edit_id}, not saved)"
+            copy.served = self.add_run(name, model, source.facts)
+            self.runs[copy.served].rule = source.rule
+        return {"id": edit_id, "run": copy.served}
 
     def save_edit(self, edit_id: int, name: str) -> dict[str, Any]:
         """Write the edited copy as the new run directory OUT_DIR/NAME, as ``attnlab edit`` writes
