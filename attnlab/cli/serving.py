@@ -60,7 +60,7 @@ def build_lab(args: argparse.Namespace):
     runs = []
     for path in args.runs:
         model = load(path, device=args.device)
-        rule = trust.rule_from_args(args, model.gpt, model.vocab, path, model.checkpoint.meta, log)
+        rule = trust.rule_from_args(args, model, path, log)
         runs.append(Run(path, model, rule))
     return Lab(runs, docs, dev, out, places, stat_lines=args.stat_lines)
 
@@ -109,4 +109,4 @@ def register(command) -> None:
     p.add_argument("--stat-lines", type=bounds.non_negative_int, default=2000,
                    help="lines for an edit's key statistics, as in `attnlab edit` (0 = all)")
     flags.device(p)
-    trust.add_abstain_flags(p, default="auto")
+    trust.add_abstain_flags(p)
