@@ -94,7 +94,7 @@ def test_ask_can_abstain_from_python(run):
     from attnlab.trust.abstention import Rule
 
     model = attnlab.load(run)
-    plain = model.ask(QUESTIONS)
+    plain = model.ask(QUESTIONS, abstain=None)
     assert [a.answer for a in model.ask(QUESTIONS, abstain=Rule(confidence=0.0))] == [a.answer for a in plain]
     withheld = model.ask(QUESTIONS, abstain=Rule(confidence=1.01))  # no answer is that sure
     assert [a.answer for a in withheld] == ["", ""] and [a.withheld for a in withheld] == [a.answer for a in plain]
@@ -114,13 +114,13 @@ def test_ask_takes_an_abstention_policy(run):
     from attnlab.trust.policy import AbstainPolicy
 
     model = attnlab.load(run)
-    plain = model.ask(QUESTIONS)
+    plain = model.ask(QUESTIONS, abstain=None)
     strict = model.ask(QUESTIONS, abstain=AbstainPolicy(mode="below", below=1.0))
     assert [a.withheld or a.answer for a in strict] == [a.answer for a in plain]
     assert all(a.answer == "" for a, p in zip(strict, plain) if p.confidence < 1.0)
     auto = model.ask(QUESTIONS, abstain=AbstainPolicy(mode="auto"))
     assert auto == model.ask(QUESTIONS, abstain=model.abstention_rule())  # the rule ask --abstain auto fits
-    assert model.ask(QUESTIONS, abstain=AbstainPolicy()) == plain  # mode off
+    assert model.ask(QUESTIONS, abstain=AbstainPolicy(mode="off")) == plain
     with pytest.raises(ValueError, match="below is the threshold of mode 'below'"):
         AbstainPolicy(below=0.5)
     with pytest.raises(ValueError, match="keep_right must be a finite number in"):

@@ -74,7 +74,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
             logs.note("one question per line (Ctrl-D to end)", stderr=True)
         return answer_lines(model, sys.stdin, out, index, given=given, as_json=as_json)  # each line as it is read
     questions = [index.as_written(q) for q in args.questions] if index is not None else args.questions
-    answers = model.ask(questions, source="<argument>", strict=False)
+    answers = model.ask(questions, source="<argument>", strict=False, abstain=None)
     if as_json:
         for answer, ok in zip(answers, given(answers)):
             print(json.dumps(record(answer, index, ok), ensure_ascii=False), file=out)

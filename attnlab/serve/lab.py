@@ -177,7 +177,7 @@ class Lab:
                     a.done = True
 
     def _answer_group(self, run: Run, group: list[_Asked]) -> None:
-        answers = run.model.ask([a.question for a in group], source="question")
+        answers = run.model.ask([a.question for a in group], source="question", abstain=None)  # _given decides
         for a, answer, given in zip(group, answers, self._given(run, answers)):
             a.answer, a.given = answer, given
 
@@ -210,7 +210,7 @@ class Lab:
         question, run = question_of(text, self.schema), self.run(number)
         vocab, block = run.model.vocab, run.model.config.block_size
         with self.lock:
-            (answer,) = run.model.ask([question], source="question")
+            (answer,) = run.model.ask([question], source="question", abstain=None)
             read = answer.recalled if answer.recalled is not None else question
             ids = vocab.encode(f"{read}{MASK_CHAR}{answer.answer}")[:block]
             weights, _ = attention_weights(run.model.gpt, [ids])

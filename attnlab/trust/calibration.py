@@ -149,8 +149,9 @@ KALAI_TARGETS = (0.5, 0.75, 0.9)
 
 def calibrated(confidence: float, temperature: float | None) -> float:
     """The confidence after temperature scaling of the answer's log-probability:
-    ``confidence ** (1 / temperature)`` (None or 1: unchanged). Monotone, so it never changes
-    which answers a confidence threshold keeps, only what the number says."""
+    ``confidence ** (1 / temperature)`` (None or 1: unchanged): a temperature below 1 lowers
+    the confidence of an overconfident model, above 1 raises an underconfident one's. Monotone,
+    so it never changes which answers a confidence threshold keeps, only what the number says."""
     return confidence if not temperature or temperature == 1 else confidence ** (1 / temperature)
 
 
