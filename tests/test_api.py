@@ -45,9 +45,20 @@ def test_the_readme_example_runs_against_a_trained_model(run, tmp_path, monkeypa
     assert lines[2] == f"{model.config.qa_format} {model.train_config.learning_rate}"
 
 
-def test_ask_answers_as_the_ask_command_does(run, capsys):
+def test_ask_abstains_by_default_as_the_ask_command_does(run, capsys):
+    """One default (issue 49): model.ask and `attnlab ask` withhold the same answers."""
     model = attnlab.load(run, device="cpu")
     answers = model.ask(QUESTIONS)
+    capsys.readouterr()
+    assert cli.main(["ask", str(run), *QUESTIONS, "--evidence", "", "--device", "cpu"]) == 0
+    printed = ask_rows(capsys.readouterr().out)
+    assert [p["answer"] for p in printed] == [a.answer.strip() or "I don't know" for a in answers]
+    assert model.rule_for() is model.rule_for()  # fitted (or read) once, kept with the model
+
+
+def test_ask_answers_as_the_ask_command_does(run, capsys):
+    model = attnlab.load(run, device="cpu")
+    answers = model.ask(QUESTIONS, abstain=None)
     assert [a.question for a in answers] == QUESTIONS
     assert all(0.0 <= a.confidence <= 1.0 for a in answers)
     assert (answers[0].recalled is not None) == (model.config.qa_format == "recall")

@@ -24,6 +24,9 @@ def test_finetune_holds_out_the_last_fraction_of_the_training_file(tiny_data, tm
     assert "(9 questions" in capsys.readouterr().out  # 12 people, the last 3 held out
     assert json.loads((run / "config.json").read_text())["train"]["holdout_fraction"] == 0.25
     assert load_checkpoint(run).meta["train_config"]["holdout_fraction"] == 0.25
+    stored = json.loads((run / "abstention.json").read_text())  # fitted on the held-out people, stored
+    assert stored["policy"] == {"holdout_file": str(tiny_data["train"]), "holdout_fraction": 0.25, "keep_right": 0.97}
+    assert stored["held_out"]["people"] == 3 and stored["temperature"] is not None
     with pytest.raises(SystemExit) as refused:  # the parser checks the flag's bound
         cli.main(["finetune", "--preset", "tiny", "--corpus", str(tiny_data["corpus"]),
                   "--train-file", str(tiny_data["train"]), "--eval-file", "", "--out-dir", str(run),

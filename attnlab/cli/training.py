@@ -102,6 +102,10 @@ def cmd_finetune(args: argparse.Namespace) -> int:
                                 corpus=args.corpus, train_file=args.train_file, resume=args.resume,
                                 overwrite=args.overwrite, log=_main_log(env), eval_file=args.eval_file or None,
                                 vocab_text=vocab_text)
+        if config.holdout_fraction and env.is_main:  # ask reads the rule instead of fitting it each time
+            from .trust import store_fitted_rule
+
+            store_fitted_rule(run_dir, args.train_file, device, _main_log(env))
         if args.eval_file:  # split across ranks; rank 0 writes the predictions
             _, score, _ = evaluate_file(run_dir, args.eval_file, device=device)
         _main_log(env, logs.result)(training_summary("finetuning", run_dir, result, time.monotonic() - start, [

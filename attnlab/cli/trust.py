@@ -262,6 +262,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def store_fitted_rule(run_dir: Path, train_file, device, log: Log) -> Path:
+    """After finetuning with people held out: fit the default policy's rules and the temperature
+    on them and store them with the run (abstention.json), so ask reads them."""
+    from ..api import load
+    from ..trust.stored import fit_for_storing, stored_path, write_stored
+
+    model = load(run_dir, device=str(device))
+    policy = model.own_policy(AbstainPolicy(holdout_file=str(train_file)))
+    path = write_stored(stored_path(run_dir), fit_for_storing(model.gpt, model.vocab, model.checkpoint.meta, policy))
+    log(f"abstention rules fitted on the held-out people, stored in {path} (ask and evaluate read them)")
+    return path
+
+
 def _fit_and_store(args: argparse.Namespace, model, policy, out: Path) -> dict:
     """Fit the rules and the temperature on the held-out people once, write abstention.json into
     ``out`` and, for a run directory (a shipped model stays as shipped), beside its checkpoint,

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..trust.abstention import Rule, decide, people_of
 from ..api import LoadedModel
-from ..trust.calibration import expected_calibration_error, reliability_bins
+from ..trust.calibration import expected_calibration_error, kalai_scores, reliability_bins
 from ..data.datasets import QAExample
 from ..answering.evaluate import Answer, Score, answer_questions, score_by_relation
 from ..data.relations import Schema
@@ -264,7 +264,8 @@ class Lab:
                          "relations": by_relation,
                          "accuracy": result.correct / result.total if result.total else 0.0,
                          "interval": [low, high], "text": result.with_interval(), "bins": bins,
-                         "ece": expected_calibration_error(confidence, right) if rows else 0.0}
+                         "ece": expected_calibration_error(confidence, right) if rows else 0.0,
+                         "kalai": {"all": kalai_scores(right), "rule": kalai_scores(right, given)}}
 
     # ---- edits -------------------------------------------------------------------------------
     def edit(self, number: int, person: str, place: str, method: str | None = None) -> dict[str, Any]:
