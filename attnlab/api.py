@@ -30,7 +30,7 @@ from torch import Tensor
 
 from .answering.evaluate import Answer, Score, answer_questions, evaluate
 from .config.settings import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TRAIN, ModelConfig, TrainConfig
-from .core import cpu_settings
+from .core import cpu_settings, logs
 from .core.datafiles import resolve as found  # data/NAME and models/NAME from any directory
 from .core.paths import PathError
 from .data.datasets import DataError, QAExample, read_corpus, read_questions
@@ -138,8 +138,22 @@ class LoadedModel:
         set's own when the model learned one."""
         policy = self.own_policy(policy)
         if policy not in self._rules:
-            self._rules[policy] = policy.rule(self.gpt, self.vocab, self.checkpoint.meta, self.stored)
+            self._rules[policy] = self._fitted_rule(policy)
         return self._rules[policy]
+
+    def _fitted_rule(self, policy: AbstainPolicy) -> Rule | None:
+        """A rule the caller chose fails loudly; the default, an extra nobody asked for, answers
+        everything when it cannot be fitted for this model (its held-out file holds characters or
+        questions the model cannot read), and says so once."""
+        try:
+            return policy.rule(self.gpt, self.vocab, self.checkpoint.meta, self.stored)
+        except (ValueError, OSError) as e:  # DataError, VocabError, PathError are ValueErrors
+            if policy.mode != "run":
+                raise
+            logs.warn(f"every answer given: the default abstention rule cannot be fitted for this model "
+                      f"({' '.join(str(e).split())}); choose one with abstain= (--abstain) or store one with "
+                      "attnlab calibrate RUN --holdout-file FILE")
+            return None
 
     def own_policy(self, policy: AbstainPolicy) -> AbstainPolicy:
         """``policy`` with the course's training file replaced by the fact set's own when the
