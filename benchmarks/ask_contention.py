@@ -85,7 +85,9 @@ def main(argv: list[str] | None = None) -> None:
         for kind in ("command", "one question"):
             for setting in SETTINGS:
                 for busy in (False, True):
-                    runs.setdefault((kind, setting, busy), []).append(measure(kind, setting, busy, args.calls))
+                    seconds = measure(kind, setting, busy, args.calls)
+                    runs.setdefault((kind, setting, busy), []).append(seconds)
+                    print(f"{kind}, {setting}, {'busy' if busy else 'alone'}: {seconds:.3f} s", file=sys.stderr, flush=True)
     rows = []
     for kind in ("command", "one question"):
         for setting in SETTINGS:

@@ -362,3 +362,17 @@ def test_evaluate_reports_kalai_beside_accuracy(recall_run, capsys):
     out = json.loads(capsys.readouterr().out)
     correct, n = out["correct"], out["questions"]
     assert out["kalai"]["0.5"] == correct - (n - correct)
+
+
+def test_the_readme_question_is_answered_with_the_shipped_rule_without_a_fit(capsys, monkeypatch):
+    """Issue 49 item 5: the README's first question is answered under the default rule, which
+    ask reads from models/cpu/abstention.json instead of fitting it."""
+    from attnlab.trust import abstention
+
+    monkeypatch.setattr(abstention, "fit_rules", _no_fit)
+    monkeypatch.setattr(abstention, "held_out_signals", _no_fit)
+    assert cli.main(["ask", "models/cpu", "Where was Alfred Mele born?", "--evidence", "", "--json"]) == 0
+    captured = capsys.readouterr()
+    record = json.loads(captured.out)
+    assert record["given"] and record["answer"] == record["model_answer"] == "Detroit"
+    assert "(stored: fitted on the last 0.2 of data/birth_places_train.tsv" in captured.err
