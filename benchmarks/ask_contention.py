@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.one_question:
         return one_question(args.calls)
     runs: dict[tuple, list[float]] = {}
+    load_before = os.getloadavg()[0]
     for _ in range(args.repeats):  # round-robin: a drifting machine affects every cell alike
         for kind in ("command", "one question"):
             for setting in SETTINGS:
@@ -95,7 +96,8 @@ def main(argv: list[str] | None = None) -> None:
             rows.append([kind, setting, f"{alone:.3f}", f"{busy:.3f}", f"{busy / alone:.2f}"])
     text = (table(["measure", "threads", "alone (s)", "beside a busy core (s)", "ratio"], rows)
             + f"\n\nMedians of {args.repeats} runs each (one question: the median of {args.calls} calls per run); "
-            f"{os.cpu_count()} cores.")
+            f"{os.cpu_count()} cores; 1-minute load average {load_before:.1f} before and {os.getloadavg()[0]:.1f} "
+            "after (above the core count: other processes held every core, alone included).")
     report("ask_contention", text, write=args.write, title="Asking next to a busy core (benchmarks/ask_contention.py)")
 
 
