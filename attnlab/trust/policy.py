@@ -39,8 +39,8 @@ MODE_HELP = {
             "never on dev or test labels)",
     "names": "only the name check (for a run with no held-out people, whose confidence fit is optimistic)",
     "run": "the run's default: auto when it records people held out from finetuning (finetune "
-           "--holdout-fraction), else names; the rule stored with the run (abstention.json, written by "
-           "calibrate) is read when it was fitted for these weights and settings",
+           "--holdout-fraction), else names; the rule stored with the run (abstention.json, written by finetune "
+           "--holdout-fraction and calibrate) is read when it was fitted for these weights and settings",
 }
 DEFAULT_MODE = "run"  # what ask, evaluate, calibrate, audit, serve and LoadedModel.ask abstain by
 MODES = tuple(MODE_HELP)
