@@ -21,7 +21,7 @@ each answer also carries what the model recalled of the person.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -30,6 +30,7 @@ from torch import Tensor
 
 from .answering.evaluate import Answer, Score, answer_questions, evaluate
 from .config.settings import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TRAIN, ModelConfig, TrainConfig
+from .core import cpu_settings, logs
 from .core.datafiles import resolve as found  # data/NAME and models/NAME from any directory
 from .core.paths import PathError
 from .data.datasets import DataError, QAExample, read_corpus, read_questions
@@ -47,6 +48,7 @@ from .model.gpt import GPT
 from .model.hooks import capturing, hook_names, needs_weights
 from .trust.abstention import Rule, decide, fit_rules, people_of
 from .trust.policy import DEFAULT_HOLDOUT, DEFAULT_KEEP_RIGHT, AbstainPolicy
+from .trust.stored import read_stored
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class LoadedModel:
     vocab: Vocab
     checkpoint: Checkpoint  # weights, configs and training metadata as stored
     fact_set: FactSet | None = None  # what it learned (``attnlab learn`` records it), or as given to load
+    stored: dict[str, Any] | None = None  # the abstention fit stored with the run (trust/stored.py), read at load
+    _rules: dict[AbstainPolicy, Rule | None] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def config(self) -> ModelConfig:
@@ -95,7 +99,8 @@ class LoadedModel:
         return next(self.gpt.parameters()).device
 
     def ask(self, questions: Iterable[str] | str, *, batch_size: int = 256, source: str = "<ask>",
-            first_line: int = 1, abstain: Rule | AbstainPolicy | None = None, strict: bool = True) -> list[Answer]:
+            first_line: int = 1, abstain: Rule | AbstainPolicy | None = AbstainPolicy(), strict: bool = True
+            ) -> list[Answer]:
         """Greedy answers, in order, each with its confidence (``Answer.confidence``: the
         probability of the answer and its closing mark) and, for a recall model, what it
         recalled, and the relation it was asked about. A bad question raises an error naming
@@ -104,11 +109,12 @@ class LoadedModel:
         empty answer whose ``problem`` says why ("I can't parse this: ...") and the others are
         answered.
 
-        ``abstain``: a ``Rule`` (``attnlab.trust.abstention``) under which an answer may be
-        withheld, as ``attnlab ask --abstain`` does: ``Rule(confidence=0.8)`` or
-        ``model.abstention_rule()``, or a policy (``AbstainPolicy(mode="auto")``,
-        ``attnlab.trust.policy``) whose rule is fitted for this model first; a withheld answer
-        comes back with ``answer`` "" and ``withheld`` holding what the model would have said."""
+        ``abstain``: when an answer is withheld. By default as ``attnlab ask`` does
+        (``AbstainPolicy()``, the run's rule: stored with the run, else fitted once on its
+        held-out people and kept); ``None`` or ``AbstainPolicy(mode="off")`` answers
+        everything; a ``Rule`` (``Rule(confidence=0.8)``, ``model.abstention_rule()``) or another
+        policy (``attnlab.trust.policy``). A withheld answer comes back with ``answer`` "" and
+        ``withheld`` holding what the model would have said."""
         if isinstance(questions, str):
             questions = [questions]
         questions_in = questions
@@ -121,11 +127,41 @@ class LoadedModel:
         for i, q in enumerate(questions):
             _check_question(q, source, first_line + i)
         examples = [QAExample(q.strip(), None, source, first_line + i) for i, q in enumerate(questions)]
-        with torch.no_grad():
+        with torch.no_grad(), cpu_settings.inference_threads(len(examples)):
             answers = answer_questions(self.gpt, self.vocab, examples, batch_size=batch_size, strict=strict)
-        if isinstance(abstain, AbstainPolicy):
-            abstain = abstain.rule(self.gpt, self.vocab, self.checkpoint.meta)
-        return answers if abstain is None else self._withhold(answers, examples, abstain, batch_size)
+            if isinstance(abstain, AbstainPolicy):
+                abstain = self.rule_for(abstain)
+            return answers if abstain is None else self._withhold(answers, examples, abstain, batch_size)
+
+    def rule_for(self, policy: AbstainPolicy = AbstainPolicy()) -> Rule | None:
+        """The rule ``policy`` gives for this model (None: answer everything), read from the
+        run's stored fit or fitted once and kept; the course's training file stands for the fact
+        set's own when the model learned one."""
+        policy = self.own_policy(policy)
+        if policy not in self._rules:
+            self._rules[policy] = self._fitted_rule(policy)
+        return self._rules[policy]
+
+    def _fitted_rule(self, policy: AbstainPolicy) -> Rule | None:
+        """A rule the caller chose fails loudly; the default, an extra nobody asked for, answers
+        everything when it cannot be fitted for this model (its held-out file holds characters or
+        questions the model cannot read), and says so once."""
+        try:
+            return policy.rule(self.gpt, self.vocab, self.checkpoint.meta, self.stored)
+        except (ValueError, OSError) as e:  # DataError, VocabError, PathError are ValueErrors
+            if policy.mode != "run":
+                raise
+            logs.warn(f"every answer given: the default abstention rule cannot be fitted for this model "
+                      f"({' '.join(str(e).split())}); choose one with abstain= (--abstain) or store one with "
+                      "attnlab calibrate RUN --holdout-file FILE")
+            return None
+
+    def own_policy(self, policy: AbstainPolicy) -> AbstainPolicy:
+        """``policy`` with the course's training file replaced by the fact set's own when the
+        model learned one (the people a rule is fitted on are the model's own held-out ones)."""
+        if self.fact_set is not None and policy.holdout_file == DEFAULT_TRAIN.as_written:
+            return policy.replace(holdout_file=str(self.fact_set.train))
+        return policy
 
     def _withhold(self, answers: list[Answer], examples: list[QAExample], rule: Rule, batch_size: int) -> list[Answer]:
         """The answers with those the rule withholds emptied (``withheld`` keeps them)."""
@@ -320,6 +356,7 @@ def load(path: str | os.PathLike, device: str = "auto", *, facts: str | os.PathL
         raise TypeError(f"load takes the path of a run directory or a checkpoint file, got {type(path).__name__}")
     model = LoadedModel(*load_model(found(path), device, **overrides))
     model.fact_set = _fact_set_of(found(path), facts)
+    model.stored = read_stored(found(path))
     return model
 
 

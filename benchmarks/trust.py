@@ -22,6 +22,7 @@ from _common import REPO, count_with_interval, report, table  # puts the checkou
 from attnlab import cli  # noqa: E402
 from attnlab.data.datasets import documents, read_text  # noqa: E402
 from attnlab.trust.evidence import CorpusIndex  # noqa: E402
+from attnlab.trust.policy import DEFAULT_KEEP_RIGHT  # noqa: E402
 
 DEV = "data/birth_dev.tsv"
 
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("models", nargs="+", help="RUN[:LABEL][=HELD_OUT_FRACTION]")
     parser.add_argument("--out", default="runs/trust", help="directory for each model's plots and JSON")
     parser.add_argument("--names", type=int, default=500, help="invented people per audit")
-    parser.add_argument("--keep-right", type=float, default=0.9, help="--abstain auto's target")
+    parser.add_argument("--keep-right", type=float, default=DEFAULT_KEEP_RIGHT, help="--abstain auto's target (the policy's default)")
     parser.add_argument("--reuse", action="store_true",
                         help="take a model's numbers from OUT/LABEL when an earlier run left them there")
     parser.add_argument("--write", action="store_true", help="write the trust section of docs/benchmarks.md")

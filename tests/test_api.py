@@ -45,9 +45,20 @@ def test_the_readme_example_runs_against_a_trained_model(run, tmp_path, monkeypa
     assert lines[2] == f"{model.config.qa_format} {model.train_config.learning_rate}"
 
 
-def test_ask_answers_as_the_ask_command_does(run, capsys):
+def test_ask_abstains_by_default_as_the_ask_command_does(run, capsys):
+    """One default (issue 49): model.ask and `attnlab ask` withhold the same answers."""
     model = attnlab.load(run, device="cpu")
     answers = model.ask(QUESTIONS)
+    capsys.readouterr()
+    assert cli.main(["ask", str(run), *QUESTIONS, "--evidence", "", "--device", "cpu"]) == 0
+    printed = ask_rows(capsys.readouterr().out)
+    assert [p["answer"] for p in printed] == [a.answer.strip() or "I don't know" for a in answers]
+    assert model.rule_for() is model.rule_for()  # fitted (or read) once, kept with the model
+
+
+def test_ask_answers_as_the_ask_command_does(run, capsys):
+    model = attnlab.load(run, device="cpu")
+    answers = model.ask(QUESTIONS, abstain=None)
     assert [a.question for a in answers] == QUESTIONS
     assert all(0.0 <= a.confidence <= 1.0 for a in answers)
     assert (answers[0].recalled is not None) == (model.config.qa_format == "recall")
@@ -94,7 +105,7 @@ def test_ask_can_abstain_from_python(run):
     from attnlab.trust.abstention import Rule
 
     model = attnlab.load(run)
-    plain = model.ask(QUESTIONS)
+    plain = model.ask(QUESTIONS, abstain=None)
     assert [a.answer for a in model.ask(QUESTIONS, abstain=Rule(confidence=0.0))] == [a.answer for a in plain]
     withheld = model.ask(QUESTIONS, abstain=Rule(confidence=1.01))  # no answer is that sure
     assert [a.answer for a in withheld] == ["", ""] and [a.withheld for a in withheld] == [a.answer for a in plain]
@@ -114,13 +125,13 @@ def test_ask_takes_an_abstention_policy(run):
     from attnlab.trust.policy import AbstainPolicy
 
     model = attnlab.load(run)
-    plain = model.ask(QUESTIONS)
+    plain = model.ask(QUESTIONS, abstain=None)
     strict = model.ask(QUESTIONS, abstain=AbstainPolicy(mode="below", below=1.0))
     assert [a.withheld or a.answer for a in strict] == [a.answer for a in plain]
     assert all(a.answer == "" for a, p in zip(strict, plain) if p.confidence < 1.0)
     auto = model.ask(QUESTIONS, abstain=AbstainPolicy(mode="auto"))
     assert auto == model.ask(QUESTIONS, abstain=model.abstention_rule())  # the rule ask --abstain auto fits
-    assert model.ask(QUESTIONS, abstain=AbstainPolicy()) == plain  # mode off
+    assert model.ask(QUESTIONS, abstain=AbstainPolicy(mode="off")) == plain
     with pytest.raises(ValueError, match="below is the threshold of mode 'below'"):
         AbstainPolicy(below=0.5)
     with pytest.raises(ValueError, match="keep_right must be a finite number in"):

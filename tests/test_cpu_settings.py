@@ -195,3 +195,30 @@ def test_busy_time_of_the_allowed_cores_from_proc_stat():
     assert busy_seconds(stat, None, 100) == 4.5
     assert busy_seconds(stat, {1}, 100) == 3.0
     assert busy_seconds("intr 1\n", None, 100) is None
+
+
+def test_small_inference_runs_on_one_thread_and_large_on_the_free_cores(monkeypatch):
+    """Issue 49 item 6: a question or a few take one thread; larger work one per core the load
+    leaves free; a count the user chose is kept, and the count is restored afterwards."""
+    import torch
+
+    from attnlab.core import cpu_settings
+
+    monkeypatch.setattr(cpu_settings, "_cores", lambda: 4)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    assert cpu_settings.inference_thread_count(1, load=0.0) == 1
+    assert cpu_settings.inference_thread_count(cpu_settings.SMALL_WORK - 1, load=0.0) == 1
+    assert cpu_settings.inference_thread_count(1000, load=0.0) == 4
+    assert cpu_settings.inference_thread_count(1000, load=1.2) == 3
+    assert cpu_settings.inference_thread_count(1000, load=9.0) == 1
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    with cpu_settings.inference_threads(1) as threads:
+        assert threads == 1
+    assert calls == [1, 4]  # set for the work, then restored
+    calls.clear()
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")  # the user's choice is kept
+    with cpu_settings.inference_threads(1) as threads:
+        assert threads == 4
+    assert calls == []

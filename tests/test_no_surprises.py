@@ -119,8 +119,8 @@ def test_calibrate_writes_into_the_run_says_which_rule_and_refuses_a_second_time
     document = json.loads(captured.out)
     out = run / "calibrate"
     assert document["written"] == [str(out / f) for f in ("reliability.png", "coverage.png", "calibration.json",
-                                                          "answers.tsv")]
-    assert {"total", "right", "ece", "auroc", "accuracy_at_coverage", "rule"} <= document.keys()
+                                                          "abstention.json", "answers.tsv")]
+    assert {"total", "right", "ece", "auroc", "accuracy_at_coverage", "rule", "kalai", "ece_corrected"} <= document.keys()
     # the tiny run held no one out of finetuning: the name rule, and the reason, are told
     assert "--abstain names (the default for" in captured.err and "no people held out" in captured.err
     assert not (tmp_path / "runs").exists()
@@ -176,7 +176,8 @@ def test_evaluate_keeps_the_course_metric_and_reports_abstention_beside_it(run, 
     assert figures["answered"] + figures["abstained"] == 8 and 0 <= figures["answered_correct"] <= figures["answered"]
     assert "abstain when name familiarity <" in figures["rule"]  # the run's rule: it held no one out
     assert (f"answered {figures['answered']}/8 (" in captured.err and f"abstained {figures['abstained']}/8" in captured.err
-            and "correct on the answered questions; the predictions answer every question" in captured.err)
+            and "correct on the answered questions, " in captured.err and "Kalai score under the rule: t=0.5: " in captured.err
+            and "; the predictions answer every question" in captured.err)
 
 
 def test_evaluate_says_when_the_runs_rule_cannot_be_fitted(run, questions, tmp_path, capsys):

@@ -55,10 +55,10 @@ def test_ask_answers_with_every_run_as_the_library_does(client, lab, shipped):
     answers = got.json()["answers"]
     assert [a["run"] for a in answers] == [0, 1]
     for served, run in zip(answers, lab.runs):
-        (expected,) = run.model.ask([RALF])
+        (expected,) = run.model.ask([RALF], abstain=None)
         assert (served["answer"], served["confidence"], served["recalled"]) == \
             (expected.answer, expected.confidence, expected.recalled)
-    assert answers[0]["answer"] == shipped.ask(RALF)[0].answer
+    assert answers[0]["answer"] == shipped.ask(RALF, abstain=None)[0].answer
 
 
 def test_runs_can_be_chosen_and_a_name_alone_is_asked_as_the_question(client):
@@ -68,7 +68,7 @@ def test_runs_can_be_chosen_and_a_name_alone_is_asked_as_the_question(client):
 
 
 def test_abstention_verdict_follows_the_runs_rule(lab, shipped):
-    confidences = sorted(a.confidence for a in shipped.ask([RALF, BRYAN]))
+    confidences = sorted(a.confidence for a in shipped.ask([RALF, BRYAN], abstain=None))
     threshold = sum(confidences) / 2  # one answer above, one below
     lab.runs[0].rule = Rule(threshold, None, "test")
     client = TestClient(create_app(lab, rate=0))
@@ -130,7 +130,7 @@ def test_a_chunked_body_is_cut_off_at_the_size_limit(client):
 def test_attention_is_the_libraries_on_the_answers_rows_over_the_recalled_text(client, lab):
     got = client.post("/api/attention", json={"question": RALF, "run": 0}).json()
     model = lab.runs[0].model
-    (answer,) = model.ask([RALF])
+    (answer,) = model.ask([RALF], abstain=None)
     text = f"{answer.recalled}{MASK_CHAR}{answer.answer}"
     assert "".join(got["read"]) == answer.recalled and "".join(got["rows"]) == answer.answer
     weights, _ = attention_weights(model.gpt, [model.vocab.encode(text)])
@@ -171,7 +171,7 @@ def test_causal_trace_is_the_libraries_and_its_samples_are_bounded(client, lab):
 
 def test_dev_view_scores_every_question_with_its_interval(client, lab):
     got = client.get("/api/dev", params={"run": 0}).json()
-    answers = lab.runs[0].model.ask([e.question for e in lab.dev_examples])
+    answers = lab.runs[0].model.ask([e.question for e in lab.dev_examples], abstain=None)
     assert [r["question"] for r in got["rows"]] == [e.question for e in lab.dev_examples]
     for row, e, a in zip(got["rows"], lab.dev_examples, answers):
         assert (row["gold"], row["answer"], row["right"]) == (e.answer, a.answer, a.answer == e.answer)
@@ -179,11 +179,13 @@ def test_dev_view_scores_every_question_with_its_interval(client, lab):
     assert (got["correct"], got["total"], got["text"]) == (score.correct, score.total, score.with_interval())
     assert got["interval"] == pytest.approx(list(score.interval))
     assert sum(b["count"] for b in got["bins"]) == got["total"]
+    wrong = score.total - score.correct  # Kalai's score beside the accuracy: +1 right, -t/(1-t) wrong
+    assert got["kalai"]["all"]["0.5"] == score.correct - wrong and set(got["kalai"]["rule"]) == {"0.5", "0.75", "0.9"}
     assert client.get("/api/dev", params={"run": 9}).status_code == 404
 
 
 def test_an_edit_changes_a_copy_and_is_saved_as_a_new_run(client, lab, tmp_path):
-    before = lab.runs[0].model.ask([RALF])[0]
+    before = lab.runs[0].model.ask([RALF], abstain=None)[0]
     weights = {k: v.clone() for k, v in lab.runs[0].model.gpt.state_dict().items()}
     got = client.post("/api/edit", json={"run": 0, "person": "Ralf Wadephul", "place": "Paris"})
     assert got.status_code == 200, got.json()
@@ -200,7 +202,7 @@ def test_an_edit_changes_a_copy_and_is_saved_as_a_new_run(client, lab, tmp_path)
     assert saved.json()["run_dir"] == str(run_dir)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ralf-paris"]
     saved_model = load(run_dir, device="cpu")
-    assert saved_model.ask([RALF])[0].answer == edit["new_answer"] == "Paris"
+    assert saved_model.ask([RALF], abstain=None)[0].answer == edit["new_answer"] == "Paris"
     assert json.loads((run_dir / "edit.json").read_text())["place"] == "Paris"
     # the same record `attnlab edit` writes: the default (gated) method, listed by `attnlab edits`
     (record,) = json.loads((run_dir / "edits.json").read_text())

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
+import attnlab
 from attnlab import cli
+from attnlab.trust.policy import AbstainPolicy
 from attnlab.trust.audit import corpus_people, invent_people
 from attnlab.model.checkpoint import load_checkpoint
 from attnlab.data.datasets import documents, read_qa, read_text
@@ -22,6 +24,9 @@ def test_finetune_holds_out_the_last_fraction_of_the_training_file(tiny_data, tm
     assert "(9 questions" in capsys.readouterr().out  # 12 people, the last 3 held out
     assert json.loads((run / "config.json").read_text())["train"]["holdout_fraction"] == 0.25
     assert load_checkpoint(run).meta["train_config"]["holdout_fraction"] == 0.25
+    stored = json.loads((run / "abstention.json").read_text())  # fitted on the held-out people, stored
+    assert stored["policy"] == {"holdout_file": str(tiny_data["train"]), "holdout_fraction": 0.25, "keep_right": 0.97}
+    assert stored["held_out"]["people"] == 3 and stored["temperature"] is not None
     with pytest.raises(SystemExit) as refused:  # the parser checks the flag's bound
         cli.main(["finetune", "--preset", "tiny", "--corpus", str(tiny_data["corpus"]),
                   "--train-file", str(tiny_data["train"]), "--eval-file", "", "--out-dir", str(run),
@@ -253,15 +258,16 @@ def test_the_abstention_flags_are_the_policys_fields(command):
             assert MODE_HELP["below"] not in shown[flag].help
         else:
             assert f.metadata["help"] in shown[flag].help, flag
-        assert shown[flag].default == (None if f.name == "mode" else f.default), flag  # mode: the command's
-    assert shown["--abstain"].choices == ["off", "auto", "names"]  # below: --abstain-below P
+        assert shown[flag].default == (None if f.name == "mode" else f.default), flag  # mode: the policy's
+    assert shown["--abstain"].choices == ["off", "auto", "names", "run"]  # below: --abstain-below P
+    assert "(default: run)" in shown["--abstain"].help  # one default, the policy's, for every command
 
 
 @pytest.mark.parametrize("argv, policy", [
     (["--abstain-below", "0.3"], dict(mode="below", below=0.3)),
     (["--abstain", "names", "--keep-right", "0.8", "--holdout-file", "t.tsv", "--holdout-fraction", "0.2"],
      dict(mode="names", keep_right=0.8, holdout_file="t.tsv", holdout_fraction=0.2)),
-    ([], dict(mode="auto")),  # calibrate's default, the run's rule, fits both thresholds as auto does
+    ([], dict(mode="run")),  # the policy's default: the run's rule (settled by AbstainPolicy.resolved)
 ])
 def test_the_flags_read_back_into_the_policy_calibrate_saves(argv, policy):
     from attnlab.cli.trust import policy_from_args
@@ -269,3 +275,104 @@ def test_the_flags_read_back_into_the_policy_calibrate_saves(argv, policy):
 
     args = cli.build_parser().parse_args(["calibrate", "RUN", *argv])
     assert policy_from_args(args) == AbstainPolicy(**policy)
+
+
+# ---- the rule stored with the run (issue 49 item 5), Kalai's score, the temperature ------------
+def _no_fit(*args, **kwargs):
+    raise AssertionError("the rule was fitted again instead of read from abstention.json")
+
+
+def test_calibrate_stores_the_rule_with_the_run_and_ask_reads_it(recall_run, capsys, monkeypatch):
+    from attnlab.trust import abstention
+    from attnlab.trust.stored import STORED_NAME
+
+    run, fit = recall_run / "ft", ["--holdout-file", str(recall_run / "train.tsv"), "--holdout-fraction", "0.5"]
+    assert cli.main(["calibrate", str(run), "--eval-file", str(recall_run / "dev.tsv"), "--out-dir",
+                     str(recall_run / "cal-stored"), "--device", "cpu", *fit]) == 0
+    stored = json.loads((run / STORED_NAME).read_text())
+    assert stored == json.loads((recall_run / "cal-stored" / STORED_NAME).read_text())
+    assert stored["policy"]["holdout_fraction"] == 0.5 and set(stored["rules"]) == {"both", "name", "confidence"}
+    report = json.loads((recall_run / "cal-stored" / "calibration.json").read_text())
+    assert set(report["kalai"]) == {"0.5", "0.75", "0.9"} and set(report["rule"]["kalai"]) == {"0.5", "0.75", "0.9"}
+    capsys.readouterr()
+    monkeypatch.setattr(abstention, "fit_rules", _no_fit)
+    assert cli.main(["ask", str(run), PEOPLE[0][0], "--evidence", "", "--device", "cpu", *fit]) == 0
+    assert "(stored: fitted on" in capsys.readouterr().err
+    # the Python API reads the same stored rule, once, with the model
+    model = attnlab.load(run)
+    policy = AbstainPolicy(holdout_file=str(recall_run / "train.tsv"), holdout_fraction=0.5)
+    assert model.rule_for(policy).describe().startswith(cli_rule_text(stored))
+
+
+def cli_rule_text(stored) -> str:
+    from attnlab.trust.abstention import Rule
+
+    return Rule(None, stored["rules"]["name"]["familiarity"]).describe()
+
+
+def test_a_stored_rule_for_other_weights_or_settings_is_not_used(recall_run, monkeypatch):
+    from attnlab.trust import abstention
+    from attnlab.trust.stored import matches, weights_digest
+
+    model = attnlab.load(recall_run / "ft")
+    fit = AbstainPolicy().fit_fields(model.checkpoint.meta)
+    stored = {"weights": weights_digest(model.gpt), "policy": fit}
+    assert matches(stored, weights_digest(model.gpt), fit)
+    assert not matches({**stored, "weights": "0" * 64}, weights_digest(model.gpt), fit)
+    assert not matches(stored, weights_digest(model.gpt), {**fit, "keep_right": 0.5})
+    model.stored = {**stored, "weights": "0" * 64, "rules": {}}
+    monkeypatch.setattr(abstention, "fit_rules", _no_fit)
+    with pytest.raises(AssertionError, match="fitted again"):
+        model.rule_for(AbstainPolicy(mode="names"))
+
+
+def test_the_default_policy_is_settled_by_what_the_run_held_out():
+    assert AbstainPolicy().resolved({"train_config": {"holdout_fraction": 0.2}})[0].mode == "auto"
+    assert AbstainPolicy().resolved({})[0].mode == "names"
+    assert AbstainPolicy(mode="off").resolved({}) == (AbstainPolicy(mode="off"), "")
+
+
+def test_kalai_score_rewards_abstaining_over_guessing():
+    from attnlab.trust.calibration import kalai_score, kalai_scores
+
+    right, given = [True, True, False, False], [True, True, True, False]
+    assert kalai_score(right, given, 0.5) == 2 - 1
+    assert kalai_score(right, given, 0.75) == 2 - 3
+    assert kalai_score(right, [True] * 4, 0.9) == pytest.approx(2 - 18)
+    assert kalai_scores(right) == {"0.5": 0.0, "0.75": -4.0, "0.9": pytest.approx(-16.0)}
+    with pytest.raises(ValueError, match="confidence target"):
+        kalai_score(right, given, 1.0)
+
+
+def test_temperature_fitted_on_overconfident_answers_lowers_the_ece():
+    from attnlab.trust.calibration import calibrated, expected_calibration_error, fit_temperature
+
+    # answers claimed at 0.9 and 0.6 but right half and a fifth as often: overconfident
+    conf = [0.9] * 100 + [0.6] * 100
+    right = [i % 2 == 0 for i in range(100)] + [i % 5 == 0 for i in range(100)]
+    t = fit_temperature(conf, right)
+    assert t < 1  # below 1 lowers the confidence (the log-probability is divided by it)
+    assert expected_calibration_error([calibrated(c, t) for c in conf], right) < expected_calibration_error(conf, right)
+    assert calibrated(0.5, None) == 0.5
+
+
+def test_evaluate_reports_kalai_beside_accuracy(recall_run, capsys):
+    assert cli.main(["evaluate", str(recall_run / "ft"), "--eval-file", str(recall_run / "dev.tsv"), "--predictions",
+                     str(recall_run / "pred-kalai.txt"), "--abstain", "off", "--device", "cpu", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    correct, n = out["correct"], out["questions"]
+    assert out["kalai"]["0.5"] == correct - (n - correct)
+
+
+def test_the_readme_question_is_answered_with_the_shipped_rule_without_a_fit(capsys, monkeypatch):
+    """Issue 49 item 5: the README's first question is answered under the default rule, which
+    ask reads from models/cpu/abstention.json instead of fitting it."""
+    from attnlab.trust import abstention
+
+    monkeypatch.setattr(abstention, "fit_rules", _no_fit)
+    monkeypatch.setattr(abstention, "held_out_signals", _no_fit)
+    assert cli.main(["ask", "models/cpu", "Where was Alfred Mele born?", "--evidence", "", "--json"]) == 0
+    captured = capsys.readouterr()
+    record = json.loads(captured.out)
+    assert record["given"] and record["answer"] == record["model_answer"] == "Detroit"
+    assert "(stored: fitted on the last 0.2 of data/birth_places_train.tsv" in captured.err

@@ -24,13 +24,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                             batch_size=args.batch_size, overrides=overrides,
                                             stored_corpus=args.corpus if args.stored else None,
                                             overwrite=args.overwrite, log=logs.result)
-        abstention = None
+        abstention = kalai = None
+        if env.is_main and score:
+            kalai = trust.kalai_line(answers, trust.read_qa_labels(args.eval_file))
         if trust.abstaining(args) and env.is_main:
             abstention = trust.abstain_in_evaluation(args, answers, out)
     results.publish(args, {"checkpoint": str(args.checkpoint), "eval_file": str(args.eval_file),
                            "questions": len(answers), "correct": score.correct if score else None,
                            "accuracy": score.correct / score.total if score and score.total else None,
-                           "interval_95": list(score.interval) if score else None,
+                           "interval_95": list(score.interval) if score else None, "kalai": kalai,
                            "abstention": abstention, "written": [str(out)]})
     return 0
 
@@ -72,7 +74,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
             logs.note("one question per line (Ctrl-D to end)", stderr=True)
         return answer_lines(model, sys.stdin, out, index, given=given, as_json=as_json)  # each line as it is read
     questions = [index.as_written(q) for q in args.questions] if index is not None else args.questions
-    answers = model.ask(questions, source="<argument>", strict=False)
+    answers = model.ask(questions, source="<argument>", strict=False, abstain=None)
     if as_json:
         for answer, ok in zip(answers, given(answers)):
             print(json.dumps(record(answer, index, ok), ensure_ascii=False), file=out)
@@ -131,7 +133,7 @@ def register(command) -> None:
                         "(default: answers only)")
     flags.corpus(p, "corpus for --stored")
     # The course's metric answers every question; the run's rule's figures are reported beside it.
-    trust.add_abstain_flags(p, default="run")
+    trust.add_abstain_flags(p)
 
     p = command("ask", "answer questions typed as arguments or on stdin (each line as soon as it is read), "
                 "with a confidence", cmd_ask)
@@ -143,7 +145,7 @@ def register(command) -> None:
                    help="corpus in which to check whether each answer is stated about the person "
                         f"('' to skip) (default: {DEFAULT_CORPUS.as_written})")
     flags.device(p)
-    trust.add_abstain_flags(p, default="run")  # "I don't know" where the run's rule abstains; --abstain off: raw
+    trust.add_abstain_flags(p)  # "I don't know" where the run's rule abstains; --abstain off: raw
     p.add_argument("--json", action="store_true",
                    help="one JSON object per answer, one per line, as each is answered (default: off)")
 

@@ -40,7 +40,7 @@ def answer_lines(model: LoadedModel, lines: TextIO, out: TextIO, index: CorpusIn
         try:
             _text_only(line, source, number)
             question = index.as_written(line) if index is not None else line
-            (answer,) = model.ask([question], source=source, first_line=number, strict=False)
+            (answer,) = model.ask([question], source=source, first_line=number, strict=False, abstain=None)
         except (DataError, VocabError) as e:
             print(f"attnlab ask: error: {e}", file=sys.stderr, flush=True)
             failed += 1

@@ -62,7 +62,7 @@ def build_lab(args: argparse.Namespace):
     for path in args.runs:
         _say(f"loading {path}")
         model = load(path, device=args.device)
-        rule = trust.rule_from_args(args, model.gpt, model.vocab, path, model.checkpoint.meta, log)
+        rule = trust.rule_from_args(args, model, path, log)
         runs.append(Run(path, model, rule))
     return Lab(runs, docs, dev, out, places, stat_lines=args.stat_lines)
 
@@ -159,4 +159,4 @@ def register(command) -> None:
                    help="a fact-set folder the page may train on, besides data/ and examples/facts/islands "
                         "(repeatable; the page chooses among these, never a path)")
     flags.device(p)
-    trust.add_abstain_flags(p, default="auto")
+    trust.add_abstain_flags(p)

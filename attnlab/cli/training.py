@@ -100,6 +100,10 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         _, _, result = finetune_in(run, init=args.init, overrides=flags.overrides(args, ModelConfig) if from_init
                                    else None, corpus=args.corpus, train_file=args.train_file,
                                    eval_file=args.eval_file or None, vocab_text=_vocab_text(args))
+        if run.train_config.holdout_fraction and env.is_main:  # ask reads the rule instead of fitting it each time
+            from .trust import store_fitted_rule
+
+            store_fitted_rule(run_dir, args.train_file, device, _main_log(env))
         if args.eval_file:  # split across ranks; rank 0 writes the predictions
             _, score, _ = evaluate_file(run_dir, args.eval_file, device=device)
         _main_log(env, logs.result)(training_summary("finetuning", run_dir, result, time.monotonic() - start, [

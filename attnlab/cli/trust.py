@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..trust.policy import DEFAULT_HOLDOUT, MODE_HELP, AbstainPolicy
+from ..trust.policy import DEFAULT_HOLDOUT, DEFAULT_MODE, MODE_HELP, AbstainPolicy
 from ..core import bounds, logs, paths
 from ..core.outputs import refuse_existing
 from . import flags, tables
@@ -22,18 +22,13 @@ Log = Callable[[str], None]
 
 
 # ---- abstention flags of evaluate and ask ------------------------------------------------------
-RUN_DEFAULT = "the run's: auto when it records held-out people (finetune --holdout-fraction), else names"
-
-
-def add_abstain_flags(parser: argparse.ArgumentParser, default: str = "off") -> None:
+def add_abstain_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per field of ``AbstainPolicy`` (its flag, help text and default), so the flags
-    and the policy ``calibrate`` saves are one definition. ``--abstain`` takes the modes but
-    ``below``, which ``--abstain-below P`` chooses; its default is the command's, ``default``:
-    off, auto, or "run" (``rule_for_run``: the rule that works for the run at hand). The numbers
-    are read as plain numbers and checked when the command starts (``check_abstain_flags``)."""
+    and the policy ``calibrate`` saves are one definition, and every command's default is the
+    policy's (mode run: the run's rule). ``--abstain`` takes the modes but ``below``, which
+    ``--abstain-below P`` chooses. The numbers are read as plain numbers and checked when the
+    command starts (``check_abstain_flags``)."""
     g = parser.add_argument_group("abstention (\"I don't know\")")
-    parser.set_defaults(abstain_default=default)
-    shown = RUN_DEFAULT if default == "run" else default
     for f in dataclasses.fields(AbstainPolicy):
         kind = f.metadata["bound"].kind if "bound" in f.metadata else str
         options = dict(dest=_dest(f), type=kind, default=f.default, metavar=f.metadata.get("metavar"),
@@ -42,7 +37,7 @@ def add_abstain_flags(parser: argparse.ArgumentParser, default: str = "off") -> 
             offered = {mode: text for mode, text in MODE_HELP.items() if mode != "below"}
             modes = "; ".join(f"{mode}: {text}" for mode, text in offered.items())
             options.update(choices=list(offered), default=None,
-                           help=f"(default: {shown}) {modes} (a confidence threshold alone: --abstain-below P)")
+                           help=f"(default: {DEFAULT_MODE}) {modes} (a confidence threshold alone: --abstain-below P)")
         g.add_argument(_flag(f), **options)
 
 
@@ -61,7 +56,7 @@ def check_abstain_flags(args: argparse.Namespace) -> None:
 
     if args.abstain_below is not None:
         check_probability(args.abstain_below, "--abstain-below")
-        if args.abstain in ("auto", "names"):
+        if args.abstain is not None and args.abstain != "off":
             raise ValueError(f"give either --abstain-below P or --abstain {args.abstain}, not both")
     check_probability(args.keep_right, "--keep-right")
     if args.holdout_fraction is not None and not 0 < args.holdout_fraction < 1:
@@ -77,24 +72,10 @@ def check_abstain_files(args: argparse.Namespace) -> None:
 
 
 def abstain_mode(args: argparse.Namespace) -> str:
-    """below (--abstain-below P), auto or off; --abstain's default depends on the command."""
+    """below (--abstain-below P), else --abstain, else the policy's default (run)."""
     if args.abstain_below is not None:
         return "below"
-    return args.abstain or args.abstain_default
-
-
-def rule_for_run(args: argparse.Namespace, run: str, meta: dict, log: Log) -> None:
-    """Settle the default "run" of --abstain for the loaded run, saying which rule and why:
-    auto needs people held out from finetuning to fit its confidence threshold on; a run
-    without them (e.g. the shipped model) gets names, whose fit does not need them."""
-    if abstain_mode(args) != "run":
-        return
-    recorded = float((meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
-    args.abstain = "auto" if recorded > 0 else "names"
-    why = (f"it records holding out the last {recorded:g} of its training file" if recorded > 0 else
-           "it records no people held out from finetuning, so a confidence threshold could only be "
-           "fitted on people it trained on (optimistic)")
-    log(f"--abstain {args.abstain} (the default for {run}: {why}; --abstain off|auto|names to choose)")
+    return args.abstain or DEFAULT_MODE
 
 
 def abstaining(args: argparse.Namespace) -> bool:
@@ -113,34 +94,40 @@ def holdout_fraction_for(args: argparse.Namespace, run: str, meta: dict, log: Lo
 
 
 def policy_from_args(args: argparse.Namespace) -> AbstainPolicy:
-    """The abstention flags (checked: check_abstain_flags) as a policy; an unsettled "run"
-    default (rule_for_run) fits both thresholds, as auto does."""
-    mode = abstain_mode(args)
+    """The abstention flags (checked: check_abstain_flags) as a policy."""
     values = {f.name: getattr(args, _dest(f)) for f in dataclasses.fields(AbstainPolicy)}
-    return AbstainPolicy(**{**values, "mode": "auto" if mode == "run" else mode})
+    return AbstainPolicy(**{**values, "mode": abstain_mode(args)})
 
 
-def rule_from_args(args: argparse.Namespace, model, vocab, run: str, meta: dict, log: Log):
-    """The rule (trust/abstention.py ``Rule``) the abstention flags ask for, or None."""
-    policy = policy_from_args(args)
+def resolved_policy(args: argparse.Namespace, run: str, meta: dict, log: Log) -> AbstainPolicy:
+    """The flags' policy with the default settled for the run, saying which rule and why when
+    it is the default, and when a fit reads people the run may have trained on."""
+    policy, why = policy_from_args(args).resolved(meta)
+    if why:
+        log(f"--abstain {policy.mode} (the default for {run}: {why}; --abstain off|auto|names to choose)")
     if policy.mode in ("auto", "names"):
-        holdout_fraction_for(args, run, meta, log)  # says when the run does not record its held-out people
-    return policy.rule(model, vocab, meta)
+        holdout_fraction_for(args, run, meta, log)
+    return policy
+
+
+def rule_from_args(args: argparse.Namespace, model, run: str, log: Log):
+    """The rule (trust/abstention.py ``Rule``) the abstention flags ask for, or None, for a
+    ``LoadedModel`` (api.py): read from the run's stored fit when it matches, else fitted."""
+    return model.rule_for(resolved_policy(args, run, model.checkpoint.meta, log))
 
 
 def _given(args, answers) -> tuple:
     """The rule (or None) and whether each answer is given."""
-    from ..model.checkpoint import load_model
+    from ..api import load
     from ..trust.abstention import decide, people_of
     from ..core.devices import resolve_device
 
-    model, vocab, ckpt = load_model(args.checkpoint, device=str(resolve_device(getattr(args, "device", "auto"))))
-    rule_for_run(args, args.checkpoint, ckpt.meta, logs.note)
-    rule = rule_from_args(args, model, vocab, args.checkpoint, ckpt.meta, logs.note)
+    model = load(args.checkpoint, device=str(resolve_device(getattr(args, "device", "auto"))))
+    rule = rule_from_args(args, model, args.checkpoint, logs.note)
     if rule is None:
         return None, [True] * len(answers)
-    names = people_of(answers_as_examples(answers), model) if rule.needs_familiarity else [""] * len(answers)
-    return rule, decide(model, vocab, rule, names, [a.confidence for a in answers])
+    names = people_of(answers_as_examples(answers), model.gpt) if rule.needs_familiarity else [""] * len(answers)
+    return rule, decide(model.gpt, model.vocab, rule, names, [a.confidence for a in answers])
 
 
 def answers_as_examples(answers):
@@ -184,21 +171,44 @@ def read_qa_labels(path) -> list[str | None]:
 
 def abstention_figures(rule, given: Sequence[bool], answers, labels: Sequence[str | None]) -> dict:
     """How a rule's abstention fares on a question file: ``answered``, ``abstained``, and
-    ``answered_correct`` (right among the answered; None without labels)."""
+    ``answered_correct`` (right among the answered), ``wrong_withheld`` and Kalai's score
+    (``kalai``, calibration.py ``kalai_scores``) under the rule (None without labels)."""
     k = sum(given)
-    right = None
+    figures = {"rule": rule.describe(), "questions": len(answers), "answered": k, "abstained": len(answers) - k,
+               "answered_correct": None, "wrong_withheld": None, "wrong": None, "kalai": None}
     if all(label is not None for label in labels):
-        right = sum(ok and a.answer == label for a, label, ok in zip(answers, labels, given))
-    return {"rule": rule.describe(), "questions": len(answers), "answered": k, "abstained": len(answers) - k,
-            "answered_correct": right}
+        from ..trust.calibration import kalai_scores
+
+        right = [a.answer == label for a, label in zip(answers, labels)]
+        figures.update(answered_correct=sum(ok and r for r, ok in zip(right, given)),
+                       wrong_withheld=sum(not ok and not r for r, ok in zip(right, given)),
+                       wrong=right.count(False), kalai=kalai_scores(right, given))
+    return figures
+
+
+def kalai_line(answers, labels: Sequence[str | None], log: Log = logs.result) -> dict | None:
+    """`evaluate`: Kalai's score with every question answered, beside the accuracy (None and no
+    line without labels)."""
+    if not answers or any(label is None for label in labels):
+        return None
+    from ..trust.calibration import kalai_scores, kalai_text
+
+    scores = kalai_scores([a.answer == label for a, label in zip(answers, labels)])
+    log(f"Kalai score (+1 right, -t/(1-t) wrong, 0 abstained), every question answered: "
+        f"{kalai_text(scores, len(answers))}")
+    return scores
 
 
 def _figures_line(f: dict) -> str:
+    from ..trust.calibration import kalai_text
+
     n, k, right = f["questions"], f["answered"], f["answered_correct"]
     line = (f"abstention: {f['rule']}\n  answered {k}/{n} ({100 * k / n:.1f}% coverage), abstained "
             f"{f['abstained']}/{n}")
     if right is not None:
-        line += f", {right}/{k} ({100 * right / k if k else 0:.1f}%) correct on the answered questions"
+        line += (f", {right}/{k} ({100 * right / k if k else 0:.1f}%) correct on the answered questions, "
+                 f"{f['wrong_withheld']}/{f['wrong']} wrong answers withheld\n  Kalai score under the rule: "
+                 f"{kalai_text(f['kalai'], n)}")
     return line
 
 
@@ -207,10 +217,9 @@ def given_in_ask(args: argparse.Namespace, model, log: Log | None = None) -> Cal
     whether each is given (False: shown as "I don't know"). The rule is fitted once, before
     the first question, and told on stderr, so that stdout keeps one line per question."""
     log = log or (lambda message: logs.note(message, stderr=True))
-    rule_for_run(args, args.checkpoint, model.checkpoint.meta, log)
-    if not abstaining(args):
+    rule = rule_from_args(args, model, args.checkpoint, log)
+    if rule is None:
         return lambda answers: [True] * len(answers)
-    rule = rule_from_args(args, model.gpt, model.vocab, args.checkpoint, model.checkpoint.meta, log)
     log(rule.describe())
     from ..trust.abstention import decide, people_of
 
@@ -223,7 +232,7 @@ def given_in_ask(args: argparse.Namespace, model, log: Log | None = None) -> Cal
 
 # ---- calibrate ---------------------------------------------------------------------------------
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from ..model.checkpoint import load_model
+    from ..api import load
     from ..core.devices import resolve_device
     from ..trust.abstention import Rule
     from ..trust.calibrate import CALIBRATE_FILES, calibrate
@@ -232,22 +241,56 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     examples = _labelled(args.eval_file)
     check_abstain_files(args)
     out = _out_dir(args, "calibrate", CALIBRATE_FILES)
-    model, vocab, ckpt = load_model(args.checkpoint, device=str(resolve_device(args.device)))
-    rule_for_run(args, args.checkpoint, ckpt.meta, logs.note)
-    rule = rule_from_args(args, model, vocab, args.checkpoint, ckpt.meta, logs.note) or Rule(how="--abstain off")
-    result = calibrate(model, vocab, examples, rule, out, title=f"{args.checkpoint} on {args.eval_file}",
-                       policy=policy_from_args(args), batch_size=args.batch_size, overwrite=args.overwrite)
+    model = load(args.checkpoint, device=str(resolve_device(args.device)))
+    policy = model.own_policy(resolved_policy(args, args.checkpoint, model.checkpoint.meta, logs.note))
+    stored = _fit_and_store(args, model, policy, out)
+    rule = model.rule_for(policy) or Rule(how="--abstain off")
+    result = calibrate(model.gpt, model.vocab, examples, rule, out, title=f"{args.checkpoint} on {args.eval_file}",
+                       policy=policy, temperature=stored["temperature"], batch_size=args.batch_size,
+                       overwrite=args.overwrite)
     report, chosen = result.report, result.report["rule"]
     print(f"{args.eval_file}: {report['right']}/{report['total']} correct; confidence of the greedy answer "
           "against right/wrong")
     print("\n".join(report_lines(report)))
     k, kept, n = chosen["answered"], chosen["answered_right"], report["total"]
     print(f"{chosen['describe']}\n  on {args.eval_file}: answered {k}/{n} ({100 * k / n:.1f}% coverage), "
-          f"{kept}/{k} ({100 * kept / max(1, k):.1f}%) correct; {kept}/{report['right']} of the right answers kept")
-    print(f"wrote {out / 'reliability.png'}, {out / 'coverage.png'}, {out / 'calibration.json'} and "
-          f"{out / 'answers.tsv'} (each answer, its confidence, and whether the rule answers it)")
+          f"{kept}/{k} ({100 * kept / max(1, k):.1f}%) correct; {kept}/{report['right']} of the right answers kept, "
+          f"{n - report['right'] - (k - kept)}/{n - report['right']} of the wrong ones withheld")
+    print(f"wrote {', '.join(str(out / f) for f in CALIBRATE_FILES[:-1])} and {out / CALIBRATE_FILES[-1]} "
+          "(answers.tsv: each answer, its confidence, and whether the rule answers it)")
     publish(args, {**report, "eval_file": str(args.eval_file), "written": [str(out / f) for f in CALIBRATE_FILES]})
     return 0
+
+
+def store_fitted_rule(run_dir: Path, train_file, device, log: Log) -> Path:
+    """After finetuning with people held out: fit the default policy's rules and the temperature
+    on them and store them with the run (abstention.json), so ask reads them."""
+    from ..api import load
+    from ..trust.stored import fit_for_storing, stored_path, write_stored
+
+    model = load(run_dir, device=str(device))
+    policy = model.own_policy(AbstainPolicy(holdout_file=str(train_file)))
+    path = write_stored(stored_path(run_dir), fit_for_storing(model.gpt, model.vocab, model.checkpoint.meta, policy))
+    log(f"abstention rules fitted on the held-out people, stored in {path} (ask and evaluate read them)")
+    return path
+
+
+def _fit_and_store(args: argparse.Namespace, model, policy, out: Path) -> dict:
+    """Fit the rules and the temperature on the held-out people once, write abstention.json into
+    ``out`` and, for a run directory (a shipped model stays as shipped), beside its checkpoint,
+    where ask, evaluate and serve read it; the fit, which ``model`` now holds."""
+    import json
+
+    from ..core.outputs import write_output
+    from ..model.shipped import is_shipped
+    from ..trust.stored import STORED_NAME, fit_for_storing, stored_path, write_stored
+
+    text = fit_for_storing(model.gpt, model.vocab, model.checkpoint.meta, policy, batch_size=args.batch_size)
+    write_output(out / STORED_NAME, text, args.overwrite)
+    if not is_shipped(args.checkpoint):
+        logs.note(f"stored the fitted rules with the run: {write_stored(stored_path(args.checkpoint), text)}")
+    model.stored = json.loads(text)
+    return model.stored
 
 
 def _labelled(path) -> list:
@@ -279,12 +322,20 @@ def _share(k: int, n: int) -> str:
 
 def report_lines(report: dict) -> list[str]:
     from ..trust.calibrate import auroc_text
-    from ..trust.calibration import N_BINS
+    from ..trust.calibration import N_BINS, kalai_text
 
     overall = report["right"] / report["total"]
-    lines = [f"ECE ({N_BINS} equal-width bins): {report['ece']:.3f}",
-             f"AUROC of confidence, right vs wrong: {auroc_text(report['auroc'])}",
-             "the most confident answers, by coverage:"]
+    corrected = ("" if report.get("ece_corrected") is None else
+                 f"; {report['ece_corrected']:.3f} after temperature {report['temperature']:.3g} (fitted on the "
+                 "held-out training people)")
+    n = report["total"]
+    lines = [f"ECE ({N_BINS} equal-width bins): {report['ece']:.3f}{corrected}",
+             f"Kalai score (+1 right, -t/(1-t) wrong, 0 abstained), every question answered: "
+             f"{kalai_text(report['kalai'], n)}"]
+    if "rule" in report:
+        lines.append(f"  under the abstention rule: {kalai_text(report['rule']['kalai'], n)}")
+    lines += [f"AUROC of confidence, right vs wrong: {auroc_text(report['auroc'])}",
+              "the most confident answers, by coverage:"]
     rows = []
     for c, v in report["accuracy_at_coverage"].items():
         acc = v["right"] / v["answered"]
@@ -309,10 +360,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     out = _out_dir(args, "audit", AUDIT_FILES)
     invented = invent_people(docs, args.names, args.seed, source=args.corpus)
     model, vocab, ckpt = load_model(args.checkpoint, device=args.device)
-    fraction = holdout_fraction_for(args, args.checkpoint, ckpt.meta, logs.note)
-    rule_for_run(args, args.checkpoint, ckpt.meta, logs.note)
-    result = audit(model, vocab, invented, dev, read_qa(args.train_file, labelled=True), policy_from_args(args),
-                   fraction, out, batch_size=args.batch_size, overwrite=args.overwrite)
+    policy = resolved_policy(args, args.checkpoint, ckpt.meta, logs.note)
+    result = audit(model, vocab, invented, dev, read_qa(args.train_file, labelled=True), policy,
+                   policy.fraction(ckpt.meta), out, batch_size=args.batch_size, overwrite=args.overwrite)
     print(f"{len(invented)} invented people (seed {args.seed}; first names and surnames of {args.corpus} "
           f"people, no line of which contains the full name), e.g. {', '.join(invented[:3])}; "
           f"{len(dev)} dev people of {args.eval_file}, {sum(result.answers.dev_right)} answered correctly")
@@ -359,7 +409,7 @@ def register(command) -> None:
     add_json_flag(p)
     p.add_argument("--batch-size", type=bounds.positive_int, default=256, help="questions decoded together")
     flags.device(p)
-    add_abstain_flags(p, default="run")
+    add_abstain_flags(p)
 
     p = command("audit", "ask about invented people: how often the model abstains, and which places it "
                 "makes up, against dev people", cmd_audit)
@@ -375,4 +425,4 @@ def register(command) -> None:
     flags.train_file(p, "file whose 10 most frequent places are compared")
     p.add_argument("--batch-size", type=bounds.positive_int, default=256, help="questions decoded together")
     flags.device(p)
-    add_abstain_flags(p, default="run")
+    add_abstain_flags(p)

@@ -26,10 +26,12 @@ ATTNLAB_KEEP_FREED_MEMORY=0 leaves malloc alone.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
 import time
+from typing import Iterator
 
 import torch
 
@@ -171,3 +173,40 @@ class AdaptiveThreads:
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
         return threads
+
+
+# ---- inference: threads by the work's size and the machine's load --------------------------------
+SMALL_WORK = 64  # questions answered together: below this, one thread
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def inference_thread_count(items: int, load: float | None = None) -> int:
+    """Threads for answering ``items`` questions: one for small work (a question's matrices are
+    too small to share, and a thread that shares a core with another process stalls every
+    parallel region at its barrier, as AdaptiveThreads says), else one per core the others'
+    load (``load``, default: the 1-minute load average, os.getloadavg) leaves free."""
+    if items < SMALL_WORK:
+        return 1
+    if load is None:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return max(1, min(torch.get_num_threads(), _cores() - int(load + 0.5)))
+
+
+@contextlib.contextmanager
+def inference_threads(items: int) -> Iterator[int]:
+    """Answer ``items`` questions with ``inference_thread_count`` threads, then restore the
+    count; only while the thread count is torch's untouched default (no OMP_NUM_THREADS, no
+    torch.set_num_threads by the caller, ATTNLAB_ADAPTIVE_THREADS not 0), so a count the user
+    chose is kept. Yields the count in use."""
+    before = torch.get_num_threads()
+    threads = inference_thread_count(items) if AdaptiveThreads.enabled() and before == _cores() else before
+    if threads != before:
+        torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        if threads != before:
+            torch.set_num_threads(before)

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..trust.abstention import Rule, decide, people_of
 from ..api import LoadedModel
-from ..trust.calibration import expected_calibration_error, reliability_bins
+from ..trust.calibration import expected_calibration_error, kalai_scores, reliability_bins
 from ..data.datasets import QAExample
 from ..answering.evaluate import Answer, Score, answer_questions, score_by_relation
 from ..data.relations import Schema
@@ -293,7 +293,7 @@ class Lab:
                     a.done = True
 
     def _answer_group(self, run: Run, group: list[_Asked]) -> None:
-        answers = run.model.ask([a.question for a in group], source="question")
+        answers = run.model.ask([a.question for a in group], source="question", abstain=None)  # _given decides
         for a, answer, given in zip(group, answers, self._given(run, answers)):
             a.answer, a.given = answer, given
 
@@ -330,7 +330,7 @@ class Lab:
         question = self.question_for(text, run)
         vocab, block = run.model.vocab, run.model.config.block_size
         with self.lock:
-            (answer,) = run.model.ask([question], source="question")
+            (answer,) = run.model.ask([question], source="question", abstain=None)
             read = answer.recalled if answer.recalled is not None else question
             ids = vocab.encode(f"{read}{MASK_CHAR}{answer.answer}")[:block]
             weights, _ = attention_weights(run.model.gpt, [ids])
@@ -406,7 +406,8 @@ class Lab:
                          "relations": by_relation,
                          "accuracy": result.correct / result.total if result.total else 0.0,
                          "interval": [low, high], "text": result.with_interval(), "bins": bins,
-                         "ece": expected_calibration_error(confidence, right) if rows else 0.0}
+                         "ece": expected_calibration_error(confidence, right) if rows else 0.0,
+                         "kalai": {"all": kalai_scores(right), "rule": kalai_scores(right, given)}}
 
     # ---- comparing runs ----------------------------------------------------------------------
     def compare(self, numbers: list[int]) -> dict[str, Any]:

@@ -143,6 +143,62 @@ def abstained_predictions(answers: Sequence[str], confidence: Sequence[float], t
     return [a if c >= threshold else "" for a, c in zip(answers, confidence)]
 
 
+# ------------------------------------------------------------- temperature and Kalai's score
+KALAI_TARGETS = (0.5, 0.75, 0.9)
+
+
+def calibrated(confidence: float, temperature: float | None) -> float:
+    """The confidence after temperature scaling of the answer's log-probability:
+    ``confidence ** (1 / temperature)`` (None or 1: unchanged): a temperature below 1 lowers
+    the confidence of an overconfident model, above 1 raises an underconfident one's. Monotone,
+    so it never changes which answers a confidence threshold keeps, only what the number says."""
+    return confidence if not temperature or temperature == 1 else confidence ** (1 / temperature)
+
+
+def fit_temperature(confidence: Sequence[float], correct: Sequence[bool]) -> float:
+    """The temperature that minimises the negative log-likelihood of right/wrong under
+    ``calibrated`` (Guo et al. 2017's temperature scaling, applied to the whole answer's
+    log-probability), by golden-section search over log T in [-3, 3]."""
+    _check(confidence, correct)
+    if not confidence:
+        raise ValueError("no answers to fit a temperature on")
+
+    def nll(log_t: float) -> float:
+        total = 0.0
+        for c, ok in zip(confidence, correct):
+            p = min(max(calibrated(max(c, 1e-12), math.exp(log_t)), 1e-12), 1 - 1e-12)
+            total -= math.log(p) if ok else math.log1p(-p)
+        return total
+
+    low, high, ratio = -3.0, 3.0, (math.sqrt(5) - 1) / 2
+    for _ in range(60):
+        a, b = high - ratio * (high - low), low + ratio * (high - low)
+        low, high = (low, b) if nll(a) <= nll(b) else (a, high)
+    return math.exp((low + high) / 2)
+
+
+def kalai_score(right: Sequence[bool], given: Sequence[bool], target: float) -> float:
+    """Kalai et al. (2025)'s scoring at confidence target t: +1 for a right answer, -t/(1-t) for
+    a wrong one, 0 for "I don't know", summed. Guessing pays only when the answer is right with
+    probability above t, so a model that abstains below t scores best."""
+    if not 0 < target < 1:
+        raise ValueError(f"a confidence target must lie in (0, 1), got {target}")
+    penalty = target / (1 - target)
+    return sum((1.0 if r else -penalty) for r, g in zip(right, given) if g)
+
+
+def kalai_scores(right: Sequence[bool], given: Sequence[bool] | None = None) -> dict[str, float]:
+    """``kalai_score`` at each of KALAI_TARGETS (key: the target as written, "0.75"), every
+    question answered unless ``given`` says which are."""
+    given = [True] * len(right) if given is None else given
+    return {f"{t:g}": kalai_score(right, given, t) for t in KALAI_TARGETS}
+
+
+def kalai_text(scores: dict[str, float], n: int) -> str:
+    """One line: each target's score and its share of the questions."""
+    return ", ".join(f"t={t}: {s:+.0f} ({s / n:+.3f}/question)" for t, s in scores.items()) if n else "no questions"
+
+
 # ---------------------------------------------------------------------------------- plots
 
 

@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 # The rules themselves (abstention.py, which needs torch) are imported when a rule is made, so
 # that the command line builds the abstention flags from this module without torch.
 DEFAULT_HOLDOUT = 0.1  # held-out share of the training file when a run records none
-DEFAULT_KEEP_RIGHT = 0.9  # the rule keeps this share of the right answers of held-out people
+# The rule keeps this share of the right answers of held-out people: a withheld right answer
+# costs a user as much as a wrong one given, and most wrong answers are far less confident.
+DEFAULT_KEEP_RIGHT = 0.97
 
 # Each mode and what it does (the help of --abstain, which offers them all but below: that one
 # is chosen by giving its threshold, --abstain-below P).
@@ -36,16 +38,21 @@ MODE_HELP = {
             "fitted on training-file people held out from finetuning for the target keep_right (--keep-right; "
             "never on dev or test labels)",
     "names": "only the name check (for a run with no held-out people, whose confidence fit is optimistic)",
+    "run": "the run's default: auto when it records people held out from finetuning (finetune "
+           "--holdout-fraction), else names; the rule stored with the run (abstention.json, written by finetune "
+           "--holdout-fraction and calibrate) is read when it was fitted for these weights and settings",
 }
+DEFAULT_MODE = "run"  # what ask, evaluate, calibrate, audit, serve and LoadedModel.ask abstain by
 MODES = tuple(MODE_HELP)
 
 
 @dataclass(frozen=True)
 class AbstainPolicy(Settings):
-    """When an answer is withheld. ``AbstainPolicy(mode="below", below=0.8)`` is
-    ``--abstain-below 0.8``; ``AbstainPolicy(mode="auto")`` is ``--abstain auto``."""
+    """When an answer is withheld. ``AbstainPolicy()`` is the default of every command and of
+    ``LoadedModel.ask`` (mode run); ``AbstainPolicy(mode="below", below=0.8)`` is
+    ``--abstain-below 0.8``; ``AbstainPolicy(mode="off")`` answers everything."""
 
-    mode: str = _f("off", "; ".join(f"{mode}: {text}" for mode, text in MODE_HELP.items()),
+    mode: str = _f(DEFAULT_MODE, "; ".join(f"{mode}: {text}" for mode, text in MODE_HELP.items()),
                    choices=MODES, flag="--abstain")
     below: float | None = _f(None, "withhold every answer whose confidence is below P, a number in [0, 1] "
                              "(default: off; mode below)", bound=bounds.UNIT, flag="--abstain-below", metavar="P")
@@ -65,18 +72,43 @@ class AbstainPolicy(Settings):
     def fraction(self, meta: dict[str, Any]) -> float:
         """The held-out share: ``holdout_fraction``, else what the run's metadata records
         holding out (finetune --holdout-fraction), else DEFAULT_HOLDOUT."""
-        recorded = float((meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
-        return self.holdout_fraction or recorded or DEFAULT_HOLDOUT
+        return self.holdout_fraction or _recorded(meta) or DEFAULT_HOLDOUT
 
-    def rule(self, model, vocab, meta: dict[str, Any] | None = None) -> Rule | None:
-        """The rule for ``model`` (None: answer everything); auto and names fit it on the last
-        ``fraction(meta)`` of ``holdout_file``."""
-        if self.mode not in ("auto", "names"):
-            return self.choose({})
+    def resolved(self, meta: dict[str, Any] | None) -> tuple[AbstainPolicy, str]:
+        """This policy with mode run settled for a run whose metadata is ``meta`` (auto when it
+        records people held out from finetuning, else names), and why, in words ("" when the
+        mode was chosen)."""
+        if self.mode != "run":
+            return self, ""
+        recorded = _recorded(meta or {})
+        if recorded > 0:
+            return self.replace(mode="auto"), f"it records holding out the last {recorded:g} of its training file"
+        return self.replace(mode="names"), ("it records no people held out from finetuning, so a confidence "
+                                            "threshold could only be fitted on people it trained on (optimistic)")
+
+    def fit_fields(self, meta: dict[str, Any] | None) -> dict[str, Any]:
+        """The settings a fitted rule depends on, as a stored fit records them."""
+        return {"holdout_file": self.holdout_file, "holdout_fraction": self.fraction(meta or {}),
+                "keep_right": self.keep_right}
+
+    def rule(self, model, vocab, meta: dict[str, Any] | None = None, stored: dict[str, Any] | None = None
+             ) -> Rule | None:
+        """The rule for ``model`` (None: answer everything); auto and names read the rules of
+        ``stored`` (the run's abstention.json, trust/stored.py) when they were fitted for these
+        weights and settings, else fit them on the last ``fraction(meta)`` of ``holdout_file``."""
+        policy = self.resolved(meta)[0]
+        if policy.mode not in ("auto", "names"):
+            return policy.choose({})
+        return policy.choose(policy.fitted(model, vocab, meta, stored))
+
+    def fitted(self, model, vocab, meta: dict[str, Any] | None, stored: dict[str, Any] | None) -> dict[str, Rule]:
+        from .stored import matches, stored_rules, weights_digest
+
+        if stored and matches(stored, weights_digest(model), self.fit_fields(meta)):
+            return stored_rules(stored)
         from .abstention import fit_rules
 
-        return self.choose(fit_rules(model, vocab, resolve(self.holdout_file), self.fraction(meta or {}),
-                                     self.keep_right))
+        return fit_rules(model, vocab, resolve(self.holdout_file), self.fraction(meta or {}), self.keep_right)
 
     def choose(self, fitted: dict[str, Rule]) -> Rule | None:
         """The policy's rule given the rules ``fit_rules`` fitted (unused for off and below):
@@ -88,3 +120,8 @@ class AbstainPolicy(Settings):
 
             return Rule(self.below, None, "--abstain-below")
         return fitted["name" if self.mode == "names" else "both"]
+
+
+def _recorded(meta: dict[str, Any]) -> float:
+    """The share of its training file a run records holding out from finetuning (0: none)."""
+    return float((meta.get("train_config") or {}).get("holdout_fraction") or 0.0)

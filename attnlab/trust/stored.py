@@ -1,0 +1,101 @@
+"""The abstention rule and confidence correction stored with a run: ``abstention.json`` beside
+the checkpoint, written by ``attnlab calibrate`` (and ``finetune`` when it holds people out), so
+that ``ask`` reads a fitted rule in a millisecond instead of answering the held-out people again.
+
+The file names the weights it was fitted for (``weights_digest``: sha256 of the model's tensors)
+and the policy fields the fit depends on (the held-out file, its share, the share of right
+answers kept); a file for other weights or another policy is not used, and the rule is fitted
+afresh. Nothing in it comes from dev or test labels: the rules and the temperature are fitted on
+training-file people held out from finetuning (abstention.py ``fit_rules``, calibration.py
+``fit_temperature``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..core.paths import write_atomically
+
+STORED_NAME = "abstention.json"
+FORMAT = 1
+# The policy fields a fit depends on; a stored fit answers a policy only when these agree.
+FIT_FIELDS = ("holdout_file", "holdout_fraction", "keep_right")
+
+
+def weights_digest(model) -> str:
+    """sha256 over the model's tensors in name order: the identity of the weights a rule was
+    fitted for (an edited or further trained model has other weights)."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def stored_path(run: str | os.PathLike) -> Path:
+    """Where a run's stored rule lives: beside its checkpoint (``run`` is a run directory or a
+    checkpoint file)."""
+    run = Path(run)
+    return (run if run.is_dir() else run.parent) / STORED_NAME
+
+
+def read_stored(run: str | os.PathLike | None) -> dict[str, Any] | None:
+    """The run's stored fit, or None when there is none or it cannot be read (a damaged file
+    is ignored: the rule is fitted again, which is slow but right)."""
+    if run is None:
+        return None
+    try:
+        data = json.loads(stored_path(run).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+
+
+def matches(stored: dict[str, Any] | None, digest: str, fit: dict[str, Any]) -> bool:
+    """Whether ``stored`` was fitted for these weights and these policy fields."""
+    if not stored or stored.get("weights") != digest:
+        return False
+    return all(stored.get("policy", {}).get(k) == fit.get(k) for k in FIT_FIELDS)
+
+
+def stored_json(digest: str, fit: dict[str, Any], rules: dict[str, Any], temperature: float | None,
+                held_out: dict[str, int]) -> str:
+    """The file's text: the weights, the policy fields, each fitted rule, the temperature."""
+    rules_out = {kind: {"confidence": r.confidence, "familiarity": r.familiarity, "how": r.how}
+                 for kind, r in rules.items()}
+    body = {"format": FORMAT, "weights": digest, "policy": {k: fit[k] for k in FIT_FIELDS},
+            "rules": rules_out, "temperature": temperature, "held_out": held_out}
+    return json.dumps(body, indent=2) + "\n"
+
+
+def write_stored(path: str | os.PathLike, text: str) -> Path:
+    """Atomically (a derived file: replacing an older fit is what storing means)."""
+    return write_atomically(path, text)
+
+
+def stored_rules(stored: dict[str, Any]) -> dict[str, Any]:
+    """The stored rules as ``Rule`` objects, by kind (both, name, confidence)."""
+    from .abstention import Rule
+
+    return {kind: Rule(r.get("confidence"), r.get("familiarity"), f"stored: {r.get('how', '')}")
+            for kind, r in stored.get("rules", {}).items()}
+
+
+def fit_for_storing(model, vocab, meta: dict[str, Any], policy, *, batch_size: int = 256) -> str:
+    """Fit every rule of ``policy`` (an AbstainPolicy; its mode does not matter) and, when the
+    run records people held out from finetuning, the temperature of its confidence, all on those
+    people, answered once; the text of abstention.json."""
+    from ..core.datafiles import resolve
+    from .abstention import held_out_signals, rules_from
+    from .calibration import fit_temperature
+
+    fit = policy.fit_fields(meta)
+    held = held_out_signals(model, vocab, resolve(fit["holdout_file"]), fit["holdout_fraction"], batch_size=batch_size)
+    recorded = float((meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
+    temperature = fit_temperature(held.confidence, held.right) if recorded > 0 else None
+    return stored_json(weights_digest(model), fit, rules_from(held, policy.keep_right), temperature,
+                       {"people": len(held.right), "right": sum(held.right)})
