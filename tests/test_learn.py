@@ -9,7 +9,7 @@ import pytest
 
 from attnlab import cli
 from attnlab.data import factset
-from attnlab.experiments.learn import LEAST_PASSES, budget_check, layers_for, recipe_for
+from attnlab.experiments.learn import LEAST_PASSES, READ_OUT_SWAPS, budget_check, layers_for, recipe_for
 
 from .test_factsets import write_set
 
@@ -97,6 +97,9 @@ def test_the_recipe_is_derived_from_the_data(tmp_path):
     assert recipe.model.recall_chars == factset.sizes(facts).recall_chars
     assert recipe.format_subjects == 3  # every training subject: fewer than the recipe's cap
     assert recipe.pretrain.minutes < 15 and recipe.pretrain.mix_people == 3
+    # finetuning reads swapped copies and is fitted to what pretraining leaves of the budget
+    assert recipe.finetune.read_out_swaps == READ_OUT_SWAPS > 0
+    assert 0 < recipe.finetune.minutes <= 15 - recipe.pretrain_minutes + 1e-9
     assert layers_for(10_000) == 4 and layers_for(20_000) == 3 and layers_for(100_000) == 2
 
 
