@@ -42,14 +42,10 @@ from torch import Tensor
 from ..model.codebook import attach, captured, codebook_of
 from ..model.hooks import hook_point
 from .edit import EditInput, _right_padded, _target, answer_of, edit_input, place_span
-from .trace import TraceError
+from .errors import EditError, EditFailed  # noqa: F401 (EditFailed: also imported from here)
 from ..data.vocab import MASK_CHAR, PAD_ID, Vocab
 
 from .settings import DEFAULT_METHOD, METHODS  # noqa: E402,F401 (defined with the settings, without torch)
-
-
-class EditFailed(TraceError):
-    """An edit that did not reach its target: nothing is written."""
 
 
 def gated_layer(model) -> int:
@@ -252,7 +248,8 @@ def _entries(book, states: Tensor, sites, values: Tensor, negatives: Negatives, 
 
 
 def gated_edit(model, vocab: Vocab, name: str, place: str, negatives: Negatives, *, owner: int,
-               line: str | None = None, radius_fraction: float = 0.5, rounds: int = 4, **optimiser):
+               line: str | None = None, radius_fraction: float = 0.5, rounds: int = 4,
+               relation: str | None = None, **optimiser):
     """A copy of ``model`` with codebook entries (edit number ``owner``) at ``negatives.layer``
     so that ``name`` was born in ``place``; the original is untouched. ``line``, the person's
     corpus line, adds a second text to write: the line up to where it states the place
@@ -260,10 +257,10 @@ def gated_edit(model, vocab: Vocab, name: str, place: str, negatives: Negatives,
     is completed, not only where the model's own recall passes. Each round checks both texts on
     the gated model itself (entries added, gates deciding) and gives every position still
     written wrong an entry, all values optimised anew. Raises EditFailed when the edited model
-    does not answer ``place``."""
-    target = edit_input(model, vocab, name, place)
+    does not answer ``place``. ``relation``: which answer of a model of several relations."""
+    target = edit_input(model, vocab, name, place, relation)
     if len(vocab.encode(target.text)) > model.config.block_size + 1:
-        raise TraceError(f"the edit input ({len(target.text)} characters) exceeds the model's block")
+        raise EditError(f"the edit input ({len(target.text)} characters) exceeds the model's block")
     edited = copy.deepcopy(model)
     book = attach(edited, negatives.layer)
     prompt = line_prompt(line, target, model.config.block_size)
@@ -292,7 +289,7 @@ def gated_edit(model, vocab: Vocab, name: str, place: str, negatives: Negatives,
     if entries is None:
         raise EditFailed(f"{name!r}: the model already writes the edit input; nothing to change")
     book.add(entries.keys, entries.values, entries.radii, owner)
-    got = answer_of(edited, vocab, name)
+    got = answer_of(edited, vocab, name, relation)
     if got != place:
         raise EditFailed(f"the gated edit of {name!r} did not take: the edited model answers {got!r}, "
                          f"not {place!r}; nothing written")
@@ -312,5 +309,5 @@ def _fired_values(book, keys: Tensor) -> Tensor:
 
 def check_place(vocab: Vocab, place: str) -> None:
     if not place.strip() or MASK_CHAR in place:
-        raise TraceError(f"--place must be a non-empty place name without {MASK_CHAR}, got {place!r}")
+        raise EditError(f"--place must be a non-empty place name without {MASK_CHAR}, got {place!r}")
     vocab.encode(place, source="--place")
