@@ -261,13 +261,22 @@ def edit_input(model: GPT, vocab: Vocab, name: str, place: str, relation: str | 
         at, end = span
         text = (text[:at] + place + text[end:])[:model.config.recall_chars]
         spots.append(at)
-    cue = Schema.from_list(model.config.relations).cue(_relation(model, relation))
-    cued = "" if cue is None else cue + MASK_CHAR
+    cued = _cue_text(model, _relation(model, relation))
     spots.append(len(text) + 1 + len(cued))
     given = (len(text),) if read.given else ()  # a closing mark the answerer set closes the edited text
     given += tuple(range(len(text) + 1, len(text) + 1 + len(cued)))  # the cue and its mark: the answerer's
     return EditInput(text + MASK_CHAR + cued + place + MASK_CHAR, read.prompt_len, read.name_start + len(name) - 1,
                      got.answer, name, given, tuple(spots), len(place))
+
+
+def _cue_text(model: GPT, relation) -> str:
+    """``cue⁇`` where the model reads the relation's answer after its recall (a recall-format
+    model of several relations); else nothing (a direct model reads the question itself)."""
+    from ..data.formats import text_format
+    from ..data.relations import Schema
+
+    cue = Schema.from_list(model.config.relations).cue(relation)
+    return "" if cue is None or not text_format(model.config.qa_format).recalls else cue + MASK_CHAR
 
 
 # ---- the edit --------------------------------------------------------------------------------
@@ -616,7 +625,8 @@ def trajectory(model: GPT, vocab: Vocab, example, answer) -> tuple[list[int], li
     asked = Schema.from_list(model.config.relations).parse(example.question, bare_subject=False)
     read = answer_format(model.config.qa_format).reading(example.question, asked.subject if asked else None,
                                                          answer, model.config.recall_chars)
-    head, chosen = read.text + MASK_CHAR, list(read.written)
+    # The relation's cue (a recall model of several relations) is given, as the answerer gives it.
+    head, chosen = read.text + MASK_CHAR + (_cue_text(model, asked.relation) if asked else ""), list(read.written)
     tail = answer.answer + (MASK_CHAR if answer.complete else "")
     chosen += range(len(head), len(head) + len(tail))
     return vocab.encode(head + tail), chosen

@@ -87,16 +87,40 @@ class Negatives:
         text_of = torch.cat([torch.full((len(s),), i, dtype=torch.long) for i, s in enumerate(per_text)])
         return cls(layer, torch.cat(per_text).to(model.tok_emb.weight.device), text_of, texts)
 
-    def nearest(self, keys: Tensor, name: str) -> Tensor:
+    def nearest(self, keys: Tensor, name: str, extra: Tensor | None = None) -> Tensor:
         """For each key (m, C), the distance to the nearest state of a text not about ``name``
-        (in single precision: it only sets a radius, nothing is decided at its edge here)."""
+        or of ``extra`` (states of the edit's own subject that it must not reach: its other
+        relations' answers), in single precision: it only sets a radius, nothing is decided at
+        its edge here."""
         own = torch.tensor([t.startswith(f"{name}.") for t in self.texts], dtype=torch.bool)[self.text_of]
         k = keys.float().to(self.states.device)
         if self._norms is None:
             self._norms = self.states.pow(2).sum(-1)
         d = self._norms[:, None] - 2 * self.states @ k.T + k.pow(2).sum(-1)[None]
         d[own.to(d.device)] = float("inf")
-        return d.min(0).values.clamp_min(0).sqrt()
+        best = d.min(0).values
+        if extra is not None and len(extra):
+            e = extra.float().to(k.device)
+            best = torch.minimum(best, (e.pow(2).sum(-1)[:, None] - 2 * e @ k.T + k.pow(2).sum(-1)[None]).min(0).values)
+        return best.clamp_min(0).sqrt()
+
+
+def other_relation_states(model, vocab: Vocab, target: EditInput, relation: str | None, layer: int) -> Tensor | None:
+    """The stream (before the codebook at ``layer``) where the edited subject's other relations
+    are answered, in a recall model of several relations: the edit's recalled line (as the
+    edited model recalls it), then each other relation's cue and the answer the model gives it,
+    from the line's closing mark on. An entry that reached them would move those answers too, so
+    they bound the radii as other subjects' texts do. None for a model of one relation."""
+    from ..data.formats import text_format
+    from ..data.relations import Schema
+
+    schema = Schema.from_list(model.config.relations)
+    if relation is None or not schema.cued or not text_format(model.config.qa_format).recalls:
+        return None
+    recalled = target.text[:target.text.index(MASK_CHAR)]
+    texts = [recalled + MASK_CHAR + r.name + MASK_CHAR + answer_of(model, vocab, target.name, r.name) + MASK_CHAR
+             for r in schema.relations if r.name != relation]
+    return torch.cat([s[len(recalled):] for s in stream_states(model, vocab, texts, layer)])
 
 
 @dataclass
@@ -241,9 +265,9 @@ class _Entries:
 
 
 def _entries(book, states: Tensor, sites, values: Tensor, negatives: Negatives, name: str,
-             radius_fraction: float) -> _Entries:
+             radius_fraction: float, extra: Tensor | None = None) -> _Entries:
     keys = torch.stack([states[b, t] for b, t in sites])
-    nearest = negatives.nearest(keys, name)
+    nearest = negatives.nearest(keys, name, extra)
     return _Entries(sites, keys, values + _fired_values(book, keys), radius_fraction * nearest, nearest)
 
 
@@ -261,6 +285,7 @@ def gated_edit(model, vocab: Vocab, name: str, place: str, negatives: Negatives,
     target = edit_input(model, vocab, name, place, relation)
     if len(vocab.encode(target.text)) > model.config.block_size + 1:
         raise EditError(f"the edit input ({len(target.text)} characters) exceeds the model's block")
+    extra = other_relation_states(model, vocab, target, relation, negatives.layer)
     edited = copy.deepcopy(model)
     book = attach(edited, negatives.layer)
     prompt = line_prompt(line, target, model.config.block_size)
@@ -283,7 +308,7 @@ def gated_edit(model, vocab: Vocab, name: str, place: str, negatives: Negatives,
             break
         sites = sorted(sites + wrong)
         values, n, first, after = optimise_values(edited, x, y, sites, **optimiser)
-        entries = _entries(book, states, sites, values, negatives, name, radius_fraction)
+        entries = _entries(book, states, sites, values, negatives, name, radius_fraction, extra)
         steps += n
         before = first if before != before else before
     if entries is None:
