@@ -19,7 +19,7 @@ the new answer, or the model already wrote it). The radii's statistics (the stre
 other subjects' training texts) are gathered once: they are read before the codebook, so the
 edits do not change them.
 
-Output: runs/editing/sequential-SET.json (the curve, rewritten at every curve point so that an
+Output: runs/editing/in-a-row-SET-RELATION.json (the curve, rewritten at every curve point so that an
 interrupted run keeps what it measured), a section of docs/benchmarks.md, and with ``--plot``
 docs/editing-thousand.png from every such file. Seconds are wall time on whatever machine ran
 it (a shared one in this repository's figures): for orientation, not speed claims.
@@ -194,7 +194,8 @@ def run(args) -> dict:
         except EditError as e:
             refused.append({"edit": owner, "subject": subject, "place": place, "why": str(e)})
         seconds.append(time.perf_counter() - start)
-        if owner % args.curve_every == 0 or owner == len(p.edits):
+        out_of_time = bool(args.max_minutes) and time.perf_counter() - started > 60 * args.max_minutes
+        if owner % args.curve_every == 0 or owner == len(p.edits) or out_of_time:  # the last point measured
             out["curve"].append(measure(current, vocab, p, owner, before_others, before_rel, seconds, len(refused),
                                         owner - len(refused)))
             seconds = []
@@ -216,7 +217,7 @@ def one_edit(model, vocab, subject: str, relation: str, place: str, negatives, o
 
 
 def curve_path(name: str, relation: str) -> Path:
-    return CURVES / f"sequential-{name}-{relation}.json"
+    return CURVES / f"in-a-row-{name}-{relation}.json"  # not sequential-*.json: editing.py --plot reads those
 
 
 def summary(out: dict) -> str:
@@ -250,9 +251,9 @@ def summary(out: dict) -> str:
 def plot(png: Path = PNG) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.8))
-    for path in sorted(CURVES.glob("sequential-*-*.json")):
+    for path in sorted(CURVES.glob("in-a-row-*.json")):
         data = json.loads(path.read_text())
-        if "set" not in data or not data["curve"]:  # benchmarks/editing.py's curves have no set
+        if not data.get("curve"):
             continue
         c, label = data["curve"], f"{data['set']} ({data['relation']})"
         x = [p["edits"] for p in c]
@@ -289,7 +290,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--curve-every", type=int, default=100, help="measure after every this many edits")
     ap.add_argument("--radius-lines", type=int, default=2000, help="texts whose states set the radii (0 = all)")
     ap.add_argument("--max-minutes", type=float, default=0, help="start no edit after this many minutes (0 = no limit)")
-    ap.add_argument("--plot", action="store_true", help="only draw runs/editing/sequential-SET-RELATION.json")
+    ap.add_argument("--plot", action="store_true", help="only draw runs/editing/in-a-row-SET-RELATION.json")
     ap.add_argument("--report", default=None, metavar="JSON",
                     help="only write the docs section from a curve file this script wrote (e.g. after a run elsewhere)")
     ap.add_argument("--no-write", action="store_true", help="print only")
