@@ -78,15 +78,16 @@ def by_subject(examples, schema) -> dict[str, dict[str, QAExample]]:
     return out
 
 
-def plan(facts, relation: str, n: int, dev_subjects: int, seed: int, spellable) -> tuple[Plan, list[str], random.Random]:
-    """``dev_subjects`` dev subjects and ``n - dev_subjects`` training ones (seeded), each with a
-    new answer among the relation's training answers."""
+def plan(facts, relation: str, n: int, dev_subjects: int, seed: int, spellable,
+         known: set[str] | None = None) -> tuple[Plan, list[str], random.Random]:
+    """``dev_subjects`` dev subjects and ``n - dev_subjects`` training ones (seeded; only those
+    in ``known`` when given), each with a new answer among the relation's training answers."""
     schema = facts.schema
     dev, train = by_subject(read_qa(facts.dev, labelled=True), schema), by_subject(read_qa(facts.train, labelled=True), schema)
     answers = sorted({q[relation].answer for q in train.values() if relation in q and spellable(q[relation].answer)})
     rng = random.Random(seed)
-    dev_pool = sorted(s for s, q in dev.items() if relation in q)
-    train_pool = sorted(s for s, q in train.items() if relation in q)
+    dev_pool = sorted(s for s, q in dev.items() if relation in q and (known is None or s in known))
+    train_pool = sorted(s for s, q in train.items() if relation in q and (known is None or s in known))
     k = min(dev_subjects, len(dev_pool), n)
     if n - k > len(train_pool):
         raise SystemExit(f"--n {n}: only {len(train_pool)} training subjects and {k} dev ones can be edited")
@@ -111,6 +112,14 @@ def new_answers(p: Plan, answers: list[str], before: list, rng: random.Random) -
     for k, ((subject, relation, gold, is_dev), now) in enumerate(zip(p.edits, before)):
         place = rng.choice([a for a in answers if a not in (gold, now.answer)])
         p.edits[k] = (subject, relation, place, is_dev)
+
+
+def known_subjects(model, vocab, facts, relation: str) -> set[str]:
+    """The subjects whose answer of ``relation`` the model gives right (the fact it holds)."""
+    asked = [e for path in (facts.dev, facts.train) for e in read_qa(path, labelled=True)
+             if facts.schema.require(e).relation.name == relation]
+    return {facts.schema.require(e).subject for e, a in zip(asked, answer_questions(model, vocab, asked))
+            if a.answer == e.answer}
 
 
 def radius_texts(model, facts, docs: list[str], limit: int, seed: int) -> list[str]:
@@ -159,10 +168,12 @@ def measure(current, vocab, p: Plan, done: int, before_others, before_rel, secon
     made = [i for i, k in enumerate(p.other_of) if k < done]
     rel_changed = changed_answers(current, vocab, [p.other_relations[i] for i in made],
                                   [before_rel[i] for i in made]) if made else []
+    right = {k for k, i in enumerate(made) if before_rel[i].answer == p.other_relations[i].answer}
     size, load_seconds = checkpoint_cost(current, vocab)
     return dict(edits=done, holding=holding, applied=applied, refused=refused,
                 others=len(p.others), others_changed=len(changed), other_relation=len(made),
-                other_relation_changed=len(rel_changed), seconds_per_edit=sum(seconds) / max(1, len(seconds)),
+                other_relation_changed=len(rel_changed), other_relation_right=len(right),
+                other_relation_right_changed=len(right & set(rel_changed)), seconds_per_edit=sum(seconds) / max(1, len(seconds)),
                 checkpoint_bytes=size, load_seconds=load_seconds, entries=len(current.edit_codebook or []))
 
 
@@ -173,7 +184,8 @@ def run(args) -> dict:
     docs = read_text(facts.corpus).split("\n")
     index = CorpusIndex(docs)
     spellable = lambda a: all(c in vocab.stoi for c in a)  # noqa: E731
-    p, answers, rng = plan(facts, relation, args.n, args.dev_subjects, args.seed, spellable)
+    known = known_subjects(model, vocab, facts, relation) if args.known_only else None
+    p, answers, rng = plan(facts, relation, args.n, args.dev_subjects, args.seed, spellable, known)
     before = answer_questions(model, vocab, p.questions)
     new_answers(p, answers, before, rng)
     before_others = answer_questions(model, vocab, p.others)
@@ -181,6 +193,7 @@ def run(args) -> dict:
     layer = gated_layer(model)
     negatives = Negatives.of(model, vocab, radius_texts(model, facts, docs, args.radius_lines, args.seed), layer)
     out = {"run": str(args.run), "facts": str(args.facts), "set": facts.name, "relation": relation,
+           "known_only": args.known_only,
            "relations": list(facts.schema.names), "n": args.n, "seed": args.seed, "layer": layer,
            "dev_edits": sum(e[3] for e in p.edits), "curve": [], "refused": [], "reasons": {}}
     current, seconds, refused = model, [], []
@@ -233,6 +246,8 @@ def summary(out: dict) -> str:
     if last["other_relation"]:
         rows.append(["the edited subjects' other relations, changed",
                      count_with_interval(last["other_relation_changed"], last["other_relation"]), "0"])
+        rows.append(["... of those the model answered right before",
+                     count_with_interval(last.get("other_relation_right_changed", 0), last.get("other_relation_right", 0)), "0"])
     head = table(["measure", "value", "target (issue 49)"], rows)
     curve = table(["edits", "holding", "others changed", "other relation changed", "s per edit", "codebook entries",
                    "checkpoint MB", "load s"],
@@ -242,7 +257,7 @@ def summary(out: dict) -> str:
                     f"{c['load_seconds']:.2f}"] for c in out["curve"]])
     where = (f"- {out['run']}, fact set {out['set']} ({', '.join(out['relations'])}), relation `{out['relation']}` edited; "
              f"{out['dev_edits']} dev and {out['n'] - out['dev_edits']} training subjects (seed {out['seed']}), new answers "
-             f"drawn from the relation's training answers; gated edits at layer {out['layer']}, one after another; "
+             f"drawn from the relation's training answers{'; only subjects the model answered right (--known-only)' if out.get('known_only') else ''}; gated edits at layer {out['layer']}, one after another; "
              "every answer generated (never teacher forced); seconds: wall time on a shared machine, not a speed claim")
     refused = "\n".join(f"  - edit {r['edit']} ({r['subject']} -> {r['place']}): {r['why']}" for r in out["refused"][:10])
     return "\n\n".join([head, curve, where] + ([f"- the first refused edits:\n{refused}"] if refused else []))
@@ -287,6 +302,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="of them, edits of dev subjects (the rest: training subjects); the dev subjects never "
                          "edited are the ones watched")
     ap.add_argument("--seed", type=int, default=0, help="which subjects and answers")
+    ap.add_argument("--known-only", action="store_true",
+                    help="edit only subjects whose answer the model gives right (a weak model's wrong answers "
+                         "are often read from another sentence, which the edit input then rewrites)")
     ap.add_argument("--curve-every", type=int, default=100, help="measure after every this many edits")
     ap.add_argument("--radius-lines", type=int, default=2000, help="texts whose states set the radii (0 = all)")
     ap.add_argument("--max-minutes", type=float, default=0, help="start no edit after this many minutes (0 = no limit)")

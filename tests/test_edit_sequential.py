@@ -40,6 +40,8 @@ def test_the_plan_edits_one_relation_and_watches_the_others(sequential, tmp_path
     unedited = ({"Eth", "Fal"} - set(subjects)).pop()
     assert sorted(q.question for q in p.others) == sorted([f"Which sea is {unedited} in?",
                                                             f"What is the capital of {unedited}?"])
+    only, _, _ = sequential.plan(facts, "capital", 2, 1, seed=0, spellable=lambda a: True, known={"Ara", "Bel", "Eth"})
+    assert {s for s, *_ in only.edits} <= {"Ara", "Bel", "Eth"}  # --known-only: subjects the model answers right
     sequential.new_answers(p, answers, [type("A", (), {"answer": "x"})()] * 3, random.Random(0))
     gold = {q.question: q.answer for q in p.questions}
     assert all(place in answers and place != gold[q.question] for (_, _, place, _), q in zip(p.edits, p.questions))
