@@ -193,7 +193,7 @@ def run(args) -> dict:
     layer = gated_layer(model)
     negatives = Negatives.of(model, vocab, radius_texts(model, facts, docs, args.radius_lines, args.seed), layer)
     out = {"run": str(args.run), "facts": str(args.facts), "set": facts.name, "relation": relation,
-           "known_only": args.known_only,
+           "known_only": args.known_only, "command": sys.argv[:],
            "relations": list(facts.schema.names), "n": args.n, "seed": args.seed, "layer": layer,
            "dev_edits": sum(e[3] for e in p.edits), "curve": [], "refused": [], "reasons": {}}
     current, seconds, refused = model, [], []
@@ -320,6 +320,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.plot:
         return plot()
     out = json.loads(Path(args.report).read_text()) if args.report else run(args)
+    if args.report and out.get("command"):  # the section names the run that measured it, not --report
+        sys.argv = out["command"]
     if out["curve"]:
         report(f"edit-sequential-{out['set']}", summary(out), write=not args.no_write,
                title=f"Sequential gated edits of {out['set']} (benchmarks/edit_sequential.py)")
