@@ -244,7 +244,7 @@ class LoadedModel:
     @property
     def edits(self) -> list[dict[str, Any]]:
         """The edits this model holds, oldest first (``attnlab edits``)."""
-        return list(getattr(self.gpt, "edits", []))
+        return list(self.gpt.edits)
 
     def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
         """Write the model as a checkpoint every command and ``attnlab.load`` read: ``path`` is a

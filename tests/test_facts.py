@@ -13,6 +13,7 @@ import torch
 
 from attnlab import cli
 from attnlab.facts import edit as editing, trace as tracing
+from attnlab.facts.errors import EditError
 from attnlab.model.checkpoint import load_model, save_checkpoint
 from attnlab.config.settings import ModelConfig
 from attnlab.answering.knowledge import answer_by_recall, recall_string
@@ -232,7 +233,7 @@ def test_edit_input_loci():
     assert target.key_groups("both") == [[24], [30]]  # the line's read-out and the answer's (the mark)
     unspelt = editing.EditInput("Ab Cd. Ab Cd was born.⁇Lima⁇", 6, 4, "Oslo", "Ab Cd", place_at=(23,), place_len=4)
     assert unspelt.key_groups("both") == unspelt.key_groups("answer") == [[22]]  # one read-out, one key
-    with pytest.raises(tracing.TraceError, match="--at must be one of name, answer"):
+    with pytest.raises(EditError, match="--at must be one of name, answer"):
         target.key_positions("end")
 
 

@@ -146,36 +146,36 @@ def trace_files(args: argparse.Namespace) -> list[str]:
 # ---- edit ------------------------------------------------------------------------------------
 def _new_run_dir(args, source: Path) -> Path:
     """--out-dir, checked: a new run directory, not the original one (nothing is written yet)."""
-    from ..facts.trace import TraceError
+    from ..facts.errors import EditError
     from ..model.checkpoint import CHECKPOINT_NAME
 
     if not args.out_dir:  # not argparse's required=True, which would refuse the old name --out
-        raise TraceError("--out-dir is required: the new run directory for the edited model")
+        raise EditError("--out-dir is required: the new run directory for the edited model")
     out = Path(args.out_dir)
     if out.resolve() in (source.parent.resolve(), source.resolve()):
-        raise TraceError(f"--out-dir {out} is the original run: the edit goes to a new run directory")
+        raise EditError(f"--out-dir {out} is the original run: the edit goes to a new run directory")
     if (out / CHECKPOINT_NAME).exists():
-        raise TraceError(f"--out-dir {out} already holds a checkpoint; choose a new run directory")
+        raise EditError(f"--out-dir {out} already holds a checkpoint; choose a new run directory")
     return paths.output_dir(out, "--out-dir")  # created when the first file is written
 
 
 def cmd_edit(args: argparse.Namespace) -> int:
     from ..data.datasets import read_corpus, read_questions
     from ..facts.correction import training_places
-    from ..facts.trace import TraceError
+    from ..facts.errors import EditError
     from ..model.checkpoint import resolve
     from ..training.rundir import claim
 
     source = resolve(args.checkpoint)
     if args.undo is not None:
         if args.person is not None or args.place is not None:
-            raise TraceError("--undo N removes an edit; it takes no --person or --place")
+            raise EditError("--undo N removes an edit; it takes no --person or --place")
         return _undo(args, source, _new_run_dir(args, source))
     for flag, value in (("--person", args.person), ("--place", args.place)):
         if value is None:
-            raise TraceError(f"{flag} is required (or --undo N to remove an edit)")
+            raise EditError(f"{flag} is required (or --undo N to remove an edit)")
         if not value.strip():
-            raise TraceError(f"{flag} is empty")
+            raise EditError(f"{flag} is empty")
     _check_relation(args, source)
     out = _new_run_dir(args, source)
     docs = read_corpus(paths.input_file(args.corpus, "--corpus")).split("\n")
@@ -192,7 +192,7 @@ def _edit_into(args: argparse.Namespace, source: Path, out: Path, docs: list[str
     """The edit of ``cmd_edit``, its checks done and ``out`` held; an edit that does not take
     fails before anything is written (``claim`` then removes the directory it made)."""
     from ..facts.correction import edit_fact, save_edited_run
-    from ..facts.gated_edit import EditFailed
+    from ..facts.errors import EditFailed
     from ..model.checkpoint import load_model
 
     model, vocab, ckpt = load_model(source, device=args.device)
@@ -218,7 +218,7 @@ def _undo(args, source: Path, out: Path) -> int:
     ckpt = load_checkpoint(source, training_state=False)
     model, meta, record = undo_edit(ckpt, args.undo)
     written = save_edited_run(out, model, ckpt.vocab, meta, None)
-    left = list(getattr(model, 'edits', []))
+    left = list(model.edits)
     print(f"removed edit {args.undo} ({record['person']!r}: {record.get('old_answer')!r} -> {record['place']!r}); "
           f"{len(left)} edit(s) left; model: {out} (the original {source} is unchanged)")
     publish(args, {"undone": record, "edits": left, "source": str(source), "run_dir": str(out),
@@ -231,10 +231,12 @@ def _check_relation(args: argparse.Namespace, source) -> None:
     if args.relation is None:
         return
     from ..data.relations import Schema
+    from ..facts.errors import EditError
+    from ..model.checkpoint import load_checkpoint
 
     schema = Schema.from_list(load_checkpoint(source, training_state=False).model_config.relations)
     if args.relation not in schema.names:
-        raise TraceError(f"--relation {args.relation!r}: the model's relations are {', '.join(schema.names)}")
+        raise EditError(f"--relation {args.relation!r}: the model's relations are {', '.join(schema.names)}")
 
 
 def cmd_edits(args: argparse.Namespace) -> int:

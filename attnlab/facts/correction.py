@@ -28,9 +28,9 @@ from ..model.gpt import GPT
 from .edit import (answer_layer, question_about, changed_answers, check_layer, completes_with, default_layer, edit_model, key_second_moment,
                    place_slot, stat_texts)
 from .finetune_edit import finetune_edit
-from .gated_edit import EditFailed, Negatives, check_place, gated_edit, gated_layer
+from .errors import EditError, EditFailed
+from .gated_edit import Negatives, check_place, gated_edit, gated_layer
 from .settings import EditSettings
-from .trace import TraceError
 
 Log = Callable[[str], None]
 
@@ -59,7 +59,7 @@ def edit_fact(model: GPT, vocab: Vocab, person: str, place: str, docs: list[str]
     edit's report: the method's numbers, efficacy, generalisation (``docs``: the corpus lines,
     for the key statistics and the person's own line) and, with ``eval_file``, specificity (how
     many other answers of that file changed), with the settings used. The new model's ``edits``
-    lists every edit it holds. Bad requests raise TraceError; a missed target EditFailed."""
+    lists every edit it holds. Bad requests raise EditError; a missed target EditFailed (an EditError too)."""
     question_about(model, person)  # a model this edit can serve
     line = check_edit_request(model, vocab, person, place, docs, settings.layer, corpus_name)
     method = {"grace": _grace, "rome": _rome, "finetune": _finetune}[settings.method]
@@ -68,7 +68,7 @@ def edit_fact(model: GPT, vocab: Vocab, person: str, place: str, docs: list[str]
                           method=settings.method, eval_file=eval_file, log=log))
     report["settings"] = settings.to_dict()
     record = {k: report[k] for k in ("id", "person", "old_answer", "place", "method", "layer", "parameters_added")}
-    edited.edits = list(getattr(model, "edits", [])) + [record]
+    edited.edits = list(model.edits) + [record]
     return edited, report
 
 
@@ -82,18 +82,18 @@ def check_edit_request(model: GPT, vocab: Vocab, person: str, place: str, docs: 
     vocab.encode(person, source="--person")
     line = CorpusIndex(docs).line_of(person)
     if line is None:
-        raise TraceError(f"--person {person!r}: no line of {corpus_name} is about this person, so the "
+        raise EditError(f"--person {person!r}: no line of {corpus_name} is about this person, so the "
                          f"model never saw them; an edit corrects what the model learnt of someone it saw")
-    for r in getattr(model, "edits", []):
+    for r in model.edits:
         if r.get("person") == person:
-            raise TraceError(f"--person {person!r} was already edited (edit {r['id']}: {r.get('old_answer')!r} -> "
+            raise EditError(f"--person {person!r} was already edited (edit {r['id']}: {r.get('old_answer')!r} -> "
                              f"{r.get('place')!r}); undo it first (attnlab edit RUN --undo {r['id']} --out-dir NEW)")
     return line
 
 
 def next_id(model: GPT) -> int:
     """The number the next edit of ``model`` gets."""
-    return 1 + max((r["id"] for r in getattr(model, "edits", [])), default=0)
+    return 1 + max((r["id"] for r in model.edits), default=0)
 
 
 def _grace(model, vocab, person, place, docs, places, s: EditSettings, log: Log, line: str):
@@ -205,7 +205,7 @@ def save_edited_run(out: Path, model: GPT, vocab: Vocab, meta: dict[str, Any], r
     edit, edit.json (its report); the files written. The JSON files are new files (never
     replaced)."""
     written = [save_checkpoint(out / CHECKPOINT_NAME, model, vocab, meta=meta),
-               write_output(out / "edits.json", json.dumps(getattr(model, "edits", []), indent=1) + "\n", False)]
+               write_output(out / "edits.json", json.dumps(model.edits, indent=1) + "\n", False)]
     if report is not None:
         written.append(write_output(out / "edit.json", json.dumps(report, indent=1) + "\n", False))
     return written
@@ -213,13 +213,13 @@ def save_edited_run(out: Path, model: GPT, vocab: Vocab, meta: dict[str, Any], r
 
 def undo_edit(ckpt: Checkpoint, number: int) -> tuple[GPT, dict[str, Any], dict[str, Any]]:
     """The model of ``ckpt`` with every edit but edit ``number``, its metadata (recording the
-    undo) and the removed edit's record. Only gated edits can be undone (TraceError)."""
+    undo) and the removed edit's record. Only gated edits can be undone (EditError)."""
     record = next((r for r in ckpt.edits if r["id"] == number), None)
     if record is None:
         have = ", ".join(str(r["id"]) for r in ckpt.edits) or "none"
-        raise TraceError(f"--undo {number}: {ckpt.path} has no edit {number} (its edits: {have})")
+        raise EditError(f"--undo {number}: {ckpt.path} has no edit {number} (its edits: {have})")
     if record.get("method") != "grace":
-        raise TraceError(f"--undo {number}: edit {number} ({record.get('method')}) changed the model's weights "
+        raise EditError(f"--undo {number}: edit {number} ({record.get('method')}) changed the model's weights "
                          f"and cannot be undone; only gated edits (--method grace) can")
     keep = ckpt.edit_state["owner"] != number
     state = {k: v[keep] for k, v in ckpt.edit_state.items()}

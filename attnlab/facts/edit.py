@@ -45,7 +45,7 @@ from torch import Tensor
 
 from ..model.gpt import GPT
 from ..model.hooks import capturing, hook_point
-from .trace import TraceError
+from .errors import EditError
 from ..data.vocab import MASK_CHAR, PAD_ID, Vocab
 
 
@@ -61,7 +61,7 @@ from .settings import LOCI  # noqa: E402 (defined with the settings, without tor
 
 def check_layer(model: GPT, layer: int) -> int:
     if not 0 <= layer < model.config.n_layer:
-        raise TraceError(f"--layer {layer} is out of range: the model has layers 0..{model.config.n_layer - 1}")
+        raise EditError(f"--layer {layer} is out of range: the model has layers 0..{model.config.n_layer - 1}")
     return layer
 
 
@@ -98,7 +98,7 @@ def key_second_moment(model: GPT, vocab: Vocab, texts: list[str], layer: int, *,
     block = model.config.block_size
     rows = [vocab.encode(t[:block]) for t in texts if t]
     if not rows:
-        raise TraceError("no texts to estimate the key statistics from")
+        raise EditError("no texts to estimate the key statistics from")
     device = model.tok_emb.weight.device
     width = model.blocks[layer].mlp_proj.in_features
     total = torch.zeros(width, width, dtype=torch.float64, device=device)
@@ -173,7 +173,7 @@ class EditInput:
         own value: one group, or for ``both`` the line's read-out and the answer's when they
         differ."""
         if at not in LOCI:
-            raise TraceError(f"--at must be one of {', '.join(LOCI)}, got {at!r}")
+            raise EditError(f"--at must be one of {', '.join(LOCI)}, got {at!r}")
         if at == "name":
             return [self.name_positions]
         if at == "both" and self.mark_position != self.answer_position:
@@ -220,25 +220,38 @@ def place_span(line: str, answer: str, name: str, start: int) -> tuple[int, int]
     return None
 
 
-def question_about(model: GPT, name: str) -> str:
-    """The question an edit answers: the model's one relation asked of ``name`` (``Where was
-    NAME born?`` for the course's set)."""
+def question_about(model: GPT, name: str, relation: str | None = None) -> str:
+    """The question an edit answers: ``relation`` (by name) asked of ``name``; the model's one
+    relation when None (``Where was NAME born?`` for the course's set), which a model of several
+    relations refuses (an EditError: the edit must say which answer it changes)."""
+    return _relation(model, relation).ask(name)
+
+
+def _relation(model: GPT, relation: str | None):
     from ..data.relations import Schema
 
     schema = Schema.from_list(model.config.relations)
+    if relation is not None:
+        try:
+            return schema.relation(relation)
+        except ValueError as e:
+            raise EditError(str(e)) from None
     if schema.cued:
-        raise TraceError(f"editing a model of several relations ({', '.join(schema.names)}) is not supported: "
-                         "an edit changes the one answer of a one-relation model")
-    return schema.relations[0].ask(name)
+        raise EditError(f"this model answers several relations ({', '.join(schema.names)}): name the one "
+                        "the edit changes")
+    return schema.relations[0]
 
 
-def edit_input(model: GPT, vocab: Vocab, name: str, place: str) -> EditInput:
-    """The sequence that says ``name`` was born in ``place``, in the model's answer format: what
-    the model reads before its answer, with the old place it wrote there (a recalled line)
-    replaced, then the new place."""
+def edit_input(model: GPT, vocab: Vocab, name: str, place: str, relation: str | None = None) -> EditInput:
+    """The sequence that says ``name`` was born in ``place`` (or, with ``relation``, that this
+    relation of ``name`` is ``place``), in the model's answer format: what the model reads before
+    its answer, with the old answer it wrote there (a recalled line) replaced, then the relation's
+    cue ``cue⁇`` when the model reads several relations (given, as the answerer gives it), then
+    the new answer."""
     from ..answering.formats import answer_format
+    from ..data.relations import Schema
 
-    question = question_about(model, name)
+    question = question_about(model, name, relation)
     fmt = answer_format(model.config.qa_format)
     got = fmt.answer_one(model, vocab, question, name)
     read = fmt.reading(question, name, got, model.config.recall_chars)
@@ -248,10 +261,22 @@ def edit_input(model: GPT, vocab: Vocab, name: str, place: str) -> EditInput:
         at, end = span
         text = (text[:at] + place + text[end:])[:model.config.recall_chars]
         spots.append(at)
-    spots.append(len(text) + 1)
+    cued = _cue_text(model, _relation(model, relation))
+    spots.append(len(text) + 1 + len(cued))
     given = (len(text),) if read.given else ()  # a closing mark the answerer set closes the edited text
-    return EditInput(text + MASK_CHAR + place + MASK_CHAR, read.prompt_len, read.name_start + len(name) - 1,
+    given += tuple(range(len(text) + 1, len(text) + 1 + len(cued)))  # the cue and its mark: the answerer's
+    return EditInput(text + MASK_CHAR + cued + place + MASK_CHAR, read.prompt_len, read.name_start + len(name) - 1,
                      got.answer, name, given, tuple(spots), len(place))
+
+
+def _cue_text(model: GPT, relation) -> str:
+    """``cue⁇`` where the model reads the relation's answer after its recall (a recall-format
+    model of several relations); else nothing (a direct model reads the question itself)."""
+    from ..data.formats import text_format
+    from ..data.relations import Schema
+
+    cue = Schema.from_list(model.config.relations).cue(relation)
+    return "" if cue is None or not text_format(model.config.qa_format).recalls else cue + MASK_CHAR
 
 
 # ---- the edit --------------------------------------------------------------------------------
@@ -450,16 +475,18 @@ def rank_update(weight: Tensor, keys: Tensor, deltas: Tensor, second_moment: Ten
 
 
 @torch.no_grad()
-def answer_of(model: GPT, vocab: Vocab, name: str) -> str:
-    """The model's greedy answer to "Where was NAME born?" (in its answer format)."""
+def answer_of(model: GPT, vocab: Vocab, name: str, relation: str | None = None) -> str:
+    """The model's greedy answer to "Where was NAME born?" (``relation``: that relation's
+    question about NAME), generated in its answer format."""
     from ..data.datasets import QAExample
     from ..answering.evaluate import answer_questions
 
-    return answer_questions(model, vocab, [QAExample(question_about(model, name), None, "<edit>", 1)])[0].answer
+    question = question_about(model, name, relation)
+    return answer_questions(model, vocab, [QAExample(question, None, "<edit>", 1)])[0].answer
 
 
 def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, second_moment: Tensor, *,
-               at: str = "answer", ridge: float = 1e-3, rest_weight: float = 0.1,
+               at: str = "answer", ridge: float = 1e-3, rest_weight: float = 0.1, relation: str | None = None,
                **optimiser) -> tuple[GPT, Edit, EditInput]:
     """A copy of ``model`` in which ``name`` was born in ``place`` (the original is untouched),
     with the key read at the locus ``at`` (LOCI). For ``answer``, when the one-key edit does not
@@ -467,19 +494,20 @@ def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, seco
     ``both`` is made instead (from the original model): the failures of the one-key edit are
     mostly a line that already spells the new place followed by the old answer after ``⁇``,
     which the second key fixes, while ``both`` for every edit disturbs more other answers, so it
-    is the fallback, not the rule (docs/notebook.md, editing probes)."""
+    is the fallback, not the rule (docs/notebook.md, editing probes). ``relation``: which answer
+    of a model of several relations."""
     check_layer(model, layer)
     if at not in LOCI:
-        raise TraceError(f"--at must be one of {', '.join(LOCI)}, got {at!r}")
+        raise EditError(f"--at must be one of {', '.join(LOCI)}, got {at!r}")
     vocab.encode(place, source="--place")
     vocab.encode(name, source="--person")
     if not place or MASK_CHAR in place:
-        raise TraceError(f"--place must be a non-empty place name without {MASK_CHAR}, got {place!r}")
+        raise EditError(f"--place must be a non-empty place name without {MASK_CHAR}, got {place!r}")
     model.eval()
-    target = edit_input(model, vocab, name, place)
+    target = edit_input(model, vocab, name, place, relation)
     ids = vocab.encode(target.text)
     if len(ids) > model.config.block_size + 1:
-        raise TraceError(f"the edit input ({len(ids)} characters) exceeds the model's block")
+        raise EditError(f"the edit input ({len(ids)} characters) exceeds the model's block")
     x, y = _target(ids, target.prompt_len, model.tok_emb.weight.device, target.given)
     # The new place (and the answer's closing mark) is what must change; the rest of the
     # recalled line only has to stay as the model wrote it, so it weighs less.
@@ -505,7 +533,7 @@ def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, seco
             return edited
 
         def answers_place(delta: Tensor) -> bool:
-            return answer_of(merge(delta), vocab, name) == place
+            return answer_of(merge(delta), vocab, name, relation) == place
 
         delta, before, after, steps = optimise_value(model, x, y, weights, layer, positions, directions,
                                                      answers_place, **optimiser)
@@ -513,7 +541,7 @@ def edit_model(model: GPT, vocab: Vocab, name: str, place: str, layer: int, seco
 
     edited, edit = edit_with(target.key_groups(at))
     both = target.key_groups("both")
-    if at == "answer" and len(both) > 1 and answer_of(edited, vocab, name) != place:
+    if at == "answer" and len(both) > 1 and answer_of(edited, vocab, name, relation) != place:
         edited, edit = edit_with(both)
     return edited, edit, target
 
@@ -540,7 +568,7 @@ def mlp_effect_by_layer(model: GPT, vocab: Vocab, question: str, *, name: str | 
 
     point = answer_point(model, vocab, question, name)
     if not point.answer:
-        raise TraceError(f"the model gives no answer to {question!r}: no trace to choose a layer by")
+        raise EditError(f"the model gives no answer to {question!r}: no trace to choose a layer by")
     ctx, ans = vocab.encode(point.context), vocab.encode(point.answer)
     ids = torch.tensor([ctx + ans], device=model.tok_emb.weight.device)
     _, clean = record_states(model, ids)
@@ -597,7 +625,8 @@ def trajectory(model: GPT, vocab: Vocab, example, answer) -> tuple[list[int], li
     asked = Schema.from_list(model.config.relations).parse(example.question, bare_subject=False)
     read = answer_format(model.config.qa_format).reading(example.question, asked.subject if asked else None,
                                                          answer, model.config.recall_chars)
-    head, chosen = read.text + MASK_CHAR, list(read.written)
+    # The relation's cue (a recall model of several relations) is given, as the answerer gives it.
+    head, chosen = read.text + MASK_CHAR + (_cue_text(model, asked.relation) if asked else ""), list(read.written)
     tail = answer.answer + (MASK_CHAR if answer.complete else "")
     chosen += range(len(head), len(head) + len(tail))
     return vocab.encode(head + tail), chosen

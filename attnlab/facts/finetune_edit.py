@@ -23,7 +23,7 @@ import torch
 from ..data.vocab import Vocab
 from ..model.gpt import GPT, lm_loss
 from .edit import EditInput, _target, answer_of, edit_input
-from .gated_edit import EditFailed
+from .errors import EditFailed
 
 
 @dataclass(frozen=True)
@@ -35,12 +35,12 @@ class Finetuned:
 
 
 def finetune_edit(model: GPT, vocab: Vocab, name: str, place: str, layer: int | None, *, lr: float = 1e-3,
-                  steps: int = 100, check_every: int = 2) -> tuple[GPT, Finetuned]:
+                  steps: int = 100, check_every: int = 2, relation: str | None = None) -> tuple[GPT, Finetuned]:
     """A copy of ``model`` (unchanged) whose ``layer``'s MLP output matrix (every weight, for
     None) is finetuned on the edit input until it answers ``place``; raises EditFailed when
-    ``steps`` run out first."""
+    ``steps`` run out first. ``relation``: which answer of a model of several relations."""
     model.eval()
-    target = edit_input(model, vocab, name, place)
+    target = edit_input(model, vocab, name, place, relation)
     x, y = _target(vocab.encode(target.text), target.prompt_len, model.tok_emb.weight.device, target.given)
     edited = copy.deepcopy(model)  # in eval mode: no dropout, the steps are deterministic
     # Adam over the model's own weights (a gated edit's codebook holds buffers, never trained).
@@ -53,9 +53,9 @@ def finetune_edit(model: GPT, vocab: Vocab, name: str, place: str, layer: int | 
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if step % check_every == 0 and answer_of(edited, vocab, name) == place:
+        if step % check_every == 0 and answer_of(edited, vocab, name, relation) == place:
             edited.zero_grad(set_to_none=True)
             return edited, Finetuned(target, step, losses[0], losses[-1])
     raise EditFailed(f"the finetune edit of {name!r} did not take: after {steps} steps the model answers "
-                     f"{answer_of(edited, vocab, name)!r}, not {place!r}; nothing written")
+                     f"{answer_of(edited, vocab, name, relation)!r}, not {place!r}; nothing written")
 

@@ -42,14 +42,10 @@ from torch import Tensor
 from ..model.codebook import attach, captured, codebook_of
 from ..model.hooks import hook_point
 from .edit import EditInput, _right_padded, _target, answer_of, edit_input, place_span
-from .trace import TraceError
+from .errors import EditError, EditFailed  # noqa: F401 (EditFailed: also imported from here)
 from ..data.vocab import MASK_CHAR, PAD_ID, Vocab
 
 from .settings import DEFAULT_METHOD, METHODS  # noqa: E402,F401 (defined with the settings, without torch)
-
-
-class EditFailed(TraceError):
-    """An edit that did not reach its target: nothing is written."""
 
 
 def gated_layer(model) -> int:
@@ -91,16 +87,40 @@ class Negatives:
         text_of = torch.cat([torch.full((len(s),), i, dtype=torch.long) for i, s in enumerate(per_text)])
         return cls(layer, torch.cat(per_text).to(model.tok_emb.weight.device), text_of, texts)
 
-    def nearest(self, keys: Tensor, name: str) -> Tensor:
+    def nearest(self, keys: Tensor, name: str, extra: Tensor | None = None) -> Tensor:
         """For each key (m, C), the distance to the nearest state of a text not about ``name``
-        (in single precision: it only sets a radius, nothing is decided at its edge here)."""
+        or of ``extra`` (states of the edit's own subject that it must not reach: its other
+        relations' answers), in single precision: it only sets a radius, nothing is decided at
+        its edge here."""
         own = torch.tensor([t.startswith(f"{name}.") for t in self.texts], dtype=torch.bool)[self.text_of]
         k = keys.float().to(self.states.device)
         if self._norms is None:
             self._norms = self.states.pow(2).sum(-1)
         d = self._norms[:, None] - 2 * self.states @ k.T + k.pow(2).sum(-1)[None]
         d[own.to(d.device)] = float("inf")
-        return d.min(0).values.clamp_min(0).sqrt()
+        best = d.min(0).values
+        if extra is not None and len(extra):
+            e = extra.float().to(k.device)
+            best = torch.minimum(best, (e.pow(2).sum(-1)[:, None] - 2 * e @ k.T + k.pow(2).sum(-1)[None]).min(0).values)
+        return best.clamp_min(0).sqrt()
+
+
+def other_relation_states(model, vocab: Vocab, target: EditInput, relation: str | None, layer: int) -> Tensor | None:
+    """The stream (before the codebook at ``layer``) where the edited subject's other relations
+    are answered, in a recall model of several relations: the edit's recalled line (as the
+    edited model recalls it), then each other relation's cue and the answer the model gives it,
+    from the line's closing mark on. An entry that reached them would move those answers too, so
+    they bound the radii as other subjects' texts do. None for a model of one relation."""
+    from ..data.formats import text_format
+    from ..data.relations import Schema
+
+    schema = Schema.from_list(model.config.relations)
+    if relation is None or not schema.cued or not text_format(model.config.qa_format).recalls:
+        return None
+    recalled = target.text[:target.text.index(MASK_CHAR)]
+    texts = [recalled + MASK_CHAR + r.name + MASK_CHAR + answer_of(model, vocab, target.name, r.name) + MASK_CHAR
+             for r in schema.relations if r.name != relation]
+    return torch.cat([s[len(recalled):] for s in stream_states(model, vocab, texts, layer)])
 
 
 @dataclass
@@ -245,14 +265,15 @@ class _Entries:
 
 
 def _entries(book, states: Tensor, sites, values: Tensor, negatives: Negatives, name: str,
-             radius_fraction: float) -> _Entries:
+             radius_fraction: float, extra: Tensor | None = None) -> _Entries:
     keys = torch.stack([states[b, t] for b, t in sites])
-    nearest = negatives.nearest(keys, name)
+    nearest = negatives.nearest(keys, name, extra)
     return _Entries(sites, keys, values + _fired_values(book, keys), radius_fraction * nearest, nearest)
 
 
 def gated_edit(model, vocab: Vocab, name: str, place: str, negatives: Negatives, *, owner: int,
-               line: str | None = None, radius_fraction: float = 0.5, rounds: int = 4, **optimiser):
+               line: str | None = None, radius_fraction: float = 0.5, rounds: int = 4,
+               relation: str | None = None, **optimiser):
     """A copy of ``model`` with codebook entries (edit number ``owner``) at ``negatives.layer``
     so that ``name`` was born in ``place``; the original is untouched. ``line``, the person's
     corpus line, adds a second text to write: the line up to where it states the place
@@ -260,10 +281,11 @@ def gated_edit(model, vocab: Vocab, name: str, place: str, negatives: Negatives,
     is completed, not only where the model's own recall passes. Each round checks both texts on
     the gated model itself (entries added, gates deciding) and gives every position still
     written wrong an entry, all values optimised anew. Raises EditFailed when the edited model
-    does not answer ``place``."""
-    target = edit_input(model, vocab, name, place)
+    does not answer ``place``. ``relation``: which answer of a model of several relations."""
+    target = edit_input(model, vocab, name, place, relation)
     if len(vocab.encode(target.text)) > model.config.block_size + 1:
-        raise TraceError(f"the edit input ({len(target.text)} characters) exceeds the model's block")
+        raise EditError(f"the edit input ({len(target.text)} characters) exceeds the model's block")
+    extra = other_relation_states(model, vocab, target, relation, negatives.layer)
     edited = copy.deepcopy(model)
     book = attach(edited, negatives.layer)
     prompt = line_prompt(line, target, model.config.block_size)
@@ -286,13 +308,13 @@ def gated_edit(model, vocab: Vocab, name: str, place: str, negatives: Negatives,
             break
         sites = sorted(sites + wrong)
         values, n, first, after = optimise_values(edited, x, y, sites, **optimiser)
-        entries = _entries(book, states, sites, values, negatives, name, radius_fraction)
+        entries = _entries(book, states, sites, values, negatives, name, radius_fraction, extra)
         steps += n
         before = first if before != before else before
     if entries is None:
         raise EditFailed(f"{name!r}: the model already writes the edit input; nothing to change")
     book.add(entries.keys, entries.values, entries.radii, owner)
-    got = answer_of(edited, vocab, name)
+    got = answer_of(edited, vocab, name, relation)
     if got != place:
         raise EditFailed(f"the gated edit of {name!r} did not take: the edited model answers {got!r}, "
                          f"not {place!r}; nothing written")
@@ -312,5 +334,5 @@ def _fired_values(book, keys: Tensor) -> Tensor:
 
 def check_place(vocab: Vocab, place: str) -> None:
     if not place.strip() or MASK_CHAR in place:
-        raise TraceError(f"--place must be a non-empty place name without {MASK_CHAR}, got {place!r}")
+        raise EditError(f"--place must be a non-empty place name without {MASK_CHAR}, got {place!r}")
     vocab.encode(place, source="--place")

@@ -21,6 +21,8 @@ import contextlib
 import torch
 from torch import Tensor, nn
 
+from .hooks import hook_point
+
 # The tensors of a codebook in a checkpoint, under "edit.": name -> dtype.
 TENSORS = {"keys": torch.float32, "values": torch.float32, "radii": torch.float32, "owner": torch.int64}
 
@@ -72,18 +74,19 @@ class EditCodebook(nn.Module):
         fires = nearest <= self.radii[index].double().pow(2)
         return index.reshape(h.shape[:-1]), fires.reshape(h.shape[:-1])
 
-    def hook(self, _block, _inputs, out):
-        h, weights = out
+    def apply(self, h: Tensor) -> Tensor:
+        """The stream after the codebook: h, with the value of the nearest entry added where
+        that entry fires (the patch of the hook point ``blocks.L.resid_post``)."""
         if self.capture is not None:
             self.capture.append(h.detach())
         if not self.enabled or not len(self):
-            return out
+            return h
         index, fires = self.gate(h)
-        return torch.where(fires[..., None], h + self.values[index].to(h.dtype), h), weights
+        return torch.where(fires[..., None], h + self.values[index].to(h.dtype), h)
 
 
 def codebook_of(model) -> EditCodebook | None:
-    return getattr(model, "edit_codebook", None)
+    return model.edit_codebook
 
 
 def attach(model, layer: int) -> EditCodebook:
@@ -98,7 +101,7 @@ def attach(model, layer: int) -> EditCodebook:
         raise ValueError(f"codebook layer {layer} is out of range: the model has layers 0..{model.config.n_layer - 1}")
     book = EditCodebook(layer, model.config.n_embd).to(model.tok_emb.weight.device)
     model.edit_codebook = book  # a submodule: moved by .to(), copied by deepcopy, not in state_dict
-    model.blocks[layer].register_forward_hook(book.hook)
+    hook_point(model, f"blocks.{layer}.resid_post").patch(book.apply)
     return book
 
 
@@ -119,7 +122,7 @@ def captured(model):
 def saved_edits(model) -> tuple[dict | None, dict[str, Tensor]]:
     """What a checkpoint of ``model`` stores about its edits: the "edits" metadata (None for a
     model never edited: written as format 1) and the codebook's tensors."""
-    records = list(getattr(model, "edits", None) or [])
+    records = list(model.edits)
     book = codebook_of(model)
     if not records and book is None:
         return None, {}

@@ -75,6 +75,11 @@ class GPT(FastPath, nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd)
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        # The edits the model holds, oldest first (one record each: attnlab/facts/correction.py),
+        # and the gated edits' codebook (attnlab/model/codebook.py), which the first gated edit
+        # attaches at a hook point; neither is in the state dict (a checkpoint stores them apart).
+        self.edits: list[dict] = []
+        self.edit_codebook: nn.Module | None = None
         if self.head.weight.is_meta:  # a layout (checkpoint checks, from_state): no values to draw
             return
         self.apply(self._init_weights)

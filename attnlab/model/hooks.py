@@ -66,16 +66,34 @@ class HookPoint:
         return self.module.register_forward_hook(hook)
 
     def patch(self, fn: Callable[[Tensor], Tensor]) -> RemovableHandle:
-        """Replace the activation by ``fn(activation)`` on every forward pass."""
+        """Replace the activation by ``fn(activation)`` on every forward pass. The hook is an
+        object holding ``fn``, not a closure, so that a deep copy of the model copies what ``fn``
+        is bound to with it (an edit's codebook: attnlab/model/codebook.py)."""
         if self.what == "weights":
             raise ValueError(f"{self.name}: attention patterns are read, not patched")
         if self.what == "input":
-            return self.module.register_forward_pre_hook(lambda _m, inputs: (fn(inputs[0]), *inputs[1:]))
+            return self.module.register_forward_pre_hook(_InputPatch(fn))
+        return self.module.register_forward_hook(_OutputPatch(fn))
 
-        def hook(_m, _inputs, out):
-            return (fn(out[0]), *out[1:]) if isinstance(out, tuple) else fn(out)
 
-        return self.module.register_forward_hook(hook)
+@dataclass
+class _OutputPatch:
+    """A forward hook: the module's output (the first element of a tuple) replaced by fn's."""
+
+    fn: Callable[[Tensor], Tensor]
+
+    def __call__(self, _m, _inputs, out):
+        return (self.fn(out[0]), *out[1:]) if isinstance(out, tuple) else self.fn(out)
+
+
+@dataclass
+class _InputPatch:
+    """A forward pre-hook: the module's first input replaced by fn's."""
+
+    fn: Callable[[Tensor], Tensor]
+
+    def __call__(self, _m, inputs):
+        return (self.fn(inputs[0]), *inputs[1:])
 
 
 def hook_names(model: GPT) -> list[str]:

@@ -461,7 +461,7 @@ class Lab:
 
     def _edited(self, run: Run, person: str, place: str, method: str | None):
         from ..facts.correction import edit_fact
-        from ..facts.gated_edit import EditFailed
+        from ..facts.errors import EditError, EditFailed
         from ..facts.settings import EditSettings
         from ..facts.trace import TraceError
 
@@ -473,9 +473,9 @@ class Lab:
             facts = self.facts_of(run)
             edited, report = edit_fact(run.model.gpt, run.model.vocab, person, place, facts.corpus,
                                        settings=settings, places=facts.places or None)
-        except EditFailed as e:  # a TraceError too: caught first
+        except EditFailed as e:  # an EditError too: caught first
             raise LabError(str(e), 422) from None
-        except TraceError as e:
+        except (EditError, TraceError) as e:
             raise LabError(str(e)) from None
         others, changed = self._changed_dev_answers(run, edited, person)
         return edited, {**report, "source": run.name, "new_answer": report["answer_after"],

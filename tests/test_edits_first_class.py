@@ -1,0 +1,100 @@
+"""Edits as part of the model (issue 45, item 2): the model declares its edits and its codebook,
+the codebook is applied through the hook point ``blocks.L.resid_post``, editing has an error of
+its own, and one relation of a model of several relations can be edited (issue 49)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from attnlab.config.settings import ModelConfig
+from attnlab.data.vocab import MASK_CHAR, Vocab
+from attnlab.facts import correction, edit as editing, gated_edit as gated_editing
+from attnlab.facts.errors import EditError, EditFailed
+from attnlab.facts.trace import TraceError
+from attnlab.model.codebook import attach, codebook_of
+from attnlab.model.gpt import GPT
+from attnlab.model.hooks import capturing
+
+TEXT = "Ab Cd. Ab Cd was born in Lima. The capital is Oslo.?Where was born capital birthplace"
+
+
+def _model(relations=(), seed=0) -> tuple[GPT, Vocab]:
+    torch.manual_seed(seed)
+    vocab = Vocab.from_text(TEXT)
+    config = ModelConfig(vocab_size=len(vocab), block_size=64, n_layer=2, n_head=2, n_embd=16, dropout=0.0,
+                         qa_format="recall", recall_chars=24, answer_chars=6, relations=relations)
+    return GPT(config).eval(), vocab
+
+
+def test_a_model_declares_its_edits_and_codebook():
+    model, _ = _model()
+    assert model.edits == [] and model.edit_codebook is None and codebook_of(model) is None
+    assert "edits" in vars(model)  # an attribute of the model, not a getattr default
+    book = attach(model, 1)
+    assert codebook_of(model) is book and dict(model.named_children())["edit_codebook"] is book
+    assert not any(k.startswith("edit_codebook") for k in model.state_dict())  # never in the weights
+
+
+def test_the_codebook_patches_the_hook_point_and_a_deep_copy_carries_its_own():
+    model, vocab = _model()
+    book = attach(model, 1)
+    x = torch.tensor([vocab.encode("Ab Cd. Ab")])
+    with torch.no_grad():
+        clean = model.run(x)[0]
+        with capturing(model, ["blocks.1.resid_post"]) as cache:
+            model.run(x)
+        stream = cache["blocks.1.resid_post"]
+    copied = copy.deepcopy(model)
+    # One entry firing at every position of this text (its radius reaches them all), in the copy only.
+    key = stream[0, 0]
+    radius = float((stream[0] - key).norm(dim=-1).max()) + 1.0
+    codebook_of(copied).add(key[None], torch.ones(1, key.shape[0]), torch.tensor([radius]), owner=1)
+    with torch.no_grad():
+        assert torch.equal(model.run(x)[0], clean)  # the original's codebook is still empty
+        with capturing(copied, ["blocks.1.resid_post"]) as after:
+            changed = copied.run(x)[0]
+    assert not torch.equal(changed, clean)
+    # The hook point reads the stream after the codebook: the value added everywhere.
+    assert torch.allclose(after["blocks.1.resid_post"], stream + 1.0)
+    assert len(book) == 0 and len(codebook_of(copied)) == 1
+
+
+def test_edit_requests_raise_edit_errors_not_trace_errors():
+    model, vocab = _model()
+    docs = ["Ab Cd. Ab Cd was born in Lima."]
+    with pytest.raises(EditError, match="no line of the corpus is about this person") as refused:
+        correction.check_edit_request(model, vocab, "Cd Ab", "Lima", docs, None)
+    assert not isinstance(refused.value, TraceError)
+    model.edits = [{"id": 1, "person": "Ab Cd", "old_answer": "Lima", "place": "Oslo"}]
+    with pytest.raises(EditError, match="already edited"):
+        correction.check_edit_request(model, vocab, "Ab Cd", "Oslo", docs, None)
+    assert issubclass(EditFailed, EditError) and issubclass(EditError, ValueError)
+
+
+def test_one_relation_of_a_model_of_several_is_edited_with_its_cue_given():
+    model, vocab = _model(relations=(("birthplace", "Where was {subject} born?"),
+                                     ("capital", "What is the capital of {subject}?")))
+    with pytest.raises(EditError, match="several relations .*name the one"):
+        editing.question_about(model, "Ab Cd")
+    with pytest.raises(EditError, match="no relation 'sea'"):
+        editing.question_about(model, "Ab Cd", "sea")
+    assert editing.question_about(model, "Ab Cd", "capital") == "What is the capital of Ab Cd?"
+    target = editing.edit_input(model, vocab, "Ab Cd", "Oslo", "capital")
+    tail = f"{MASK_CHAR}capital{MASK_CHAR}Oslo{MASK_CHAR}"
+    assert target.text.endswith(tail)
+    cue_at = len(target.text) - len(tail) + 1
+    assert set(range(cue_at, cue_at + len("capital") + 1)) <= set(target.given)  # the cue and its mark: given
+    assert target.place_at[-1] == cue_at + len("capital") + 1  # the answer after the cue
+    # The radii also keep away from the subject's other answers: the stream from the recalled
+    # line's mark on, with the other relation's cue (birthplace) and the answer the model gives it.
+    extra = gated_editing.other_relation_states(model, vocab, target, "capital", 1)
+    recalled = target.text[:target.text.index(MASK_CHAR)]
+    answer = editing.answer_of(model, vocab, "Ab Cd", "birthplace")
+    assert extra.shape == (len(f"{MASK_CHAR}birthplace{MASK_CHAR}{answer}{MASK_CHAR}"), 16)
+    assert recalled and gated_editing.other_relation_states(model, vocab, target, None, 1) is None
+    one, vocab1 = _model()
+    plain = editing.edit_input(one, vocab1, "Ab Cd", "Oslo")
+    assert plain.text.endswith(f"{MASK_CHAR}Oslo{MASK_CHAR}") and "capital" not in plain.text[-12:]
