@@ -71,7 +71,7 @@ def test_edit_refuses_it_as_any_model_of_several_relations_and_writes_nothing(le
     facts, run = learned
     _, subject = first_dev(facts)
     code = cli.main(["edit", str(run), "--person", subject, "--place", "Boston", "--out-dir", str(tmp_path / "e")])
-    assert code == 2 and "model of several relations" in capsys.readouterr().err
+    assert code == 2 and "answers several relations" in capsys.readouterr().err
     assert not (tmp_path / "e").exists()
 
 

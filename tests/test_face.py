@@ -45,7 +45,7 @@ def test_abstain_describes_the_modes_it_offers(capsys):
     start = text.index("--abstain {", text.index("abstention (")) 
     flag = text[start:text.index("--abstain-below P", start + 1)]
     offered = flag[len("--abstain {"):flag.index("}")].split(",")
-    assert offered == ["off", "auto", "names"]
+    assert offered == ["off", "auto", "names", "run"]
     assert "below:" not in flag and all(f"{mode}:" in flag for mode in offered)
 
 

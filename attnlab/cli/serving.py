@@ -155,8 +155,8 @@ def register(command) -> None:
                    help="lines for an edit's key statistics, as in `attnlab edit` (0 = all)")
     p.add_argument("--no-train", action="store_true",
                    help="no training jobs from the page (for a shared class server)")
-    p.add_argument("--learn-facts", action="append", metavar="DIR",
+    p.add_argument("--learn-facts", action="append", metavar="DIR", default=[],
                    help="a fact-set folder the page may train on, besides data/ and examples/facts/islands "
-                        "(repeatable; the page chooses among these, never a path)")
+                        "(default: none; repeatable; the page chooses among these, never a path)")
     flags.device(p)
     trust.add_abstain_flags(p)
