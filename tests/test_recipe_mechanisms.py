@@ -11,7 +11,7 @@ import torch
 
 from attnlab.model.checkpoint import load_checkpoint
 from attnlab.config.settings import ModelConfig, TrainConfig
-from attnlab.answering.knowledge import SpanConstraint, answer_by_recall
+from attnlab.answering.knowledge import SpanConstraint, WholeWords, answer_by_recall, read_best_spans
 from attnlab.model.gpt import GPT
 from attnlab.training.pipeline import pretrain
 from attnlab.training.trainer import CombinedOptimizer, lr_at, make_optimizer, muon_weights
@@ -92,7 +92,7 @@ def test_copy_read_out_answers_a_span_of_what_was_recalled(tiny_config):
     torch.manual_seed(0)
     model = GPT(dataclasses.replace(tiny_config, vocab_size=len(vocab), block_size=64, n_embd=32, qa_format="recall", recall_chars=60))
     memorise(model, vocab, texts, steps=150)
-    for read_out in ("copy", "free"):
+    for read_out in ("span", "copy", "free"):
         got = answer_by_recall(model, vocab, ["Ann Lee", "Bo Kim"], 60, read_out=read_out)
         assert [a.answer for a in got] == ["Paris", "Oslo"], read_out
     # an untrained model's copied answers are always whole words of its own recall
@@ -102,6 +102,55 @@ def test_copy_read_out_answers_a_span_of_what_was_recalled(tiny_config):
         recalled = a.recalled[len("Cy Dunn."):]  # the prompt is never copied from
         if a.complete and a.answer and recalled:
             assert a.answer in a.recalled
+
+
+def _span_score(model, context, span):
+    """log P(span then the closing mark | context), by one plain forward pass."""
+    from attnlab.data.vocab import MASK_ID
+
+    seq = context + span + [MASK_ID]
+    with torch.no_grad():
+        logp = model(torch.tensor([seq]))[0][0].float().log_softmax(-1)
+    return sum(float(logp[i - 1, seq[i]]) for i in range(len(context), len(seq)))
+
+
+def test_span_read_out_answers_the_likeliest_whole_word_span(tiny_config):
+    """Against brute force on an untrained model: every whole-word span of the source scored
+    alone, context + span + closing mark; the read-out's choice is the best of them and its
+    log-probabilities are that span's."""
+    text = "Ann Lee. Ann Lee was born in New Paris, a town on the Loire river .⁇birthplace⁇"
+    vocab = Vocab.from_text(text.replace("⁇", ""))
+    words = WholeWords(vocab)
+    for seed in range(4):
+        torch.manual_seed(seed)
+        model = GPT(dataclasses.replace(tiny_config, vocab_size=len(vocab), block_size=128, n_embd=32,
+                                        qa_format="recall", recall_chars=80)).eval()
+        context = vocab.encode(text)
+        source = vocab.encode(text[len("Ann Lee."):text.index("⁇")])
+        read = read_best_spans(model, vocab, [context], [source], 24, openings=len(vocab))
+        spans = [source[s:e] for s in words.starts(source) for e in range(s + 1, min(s + 24, len(source)) + 1)
+                 if words.ends(source, e)]
+        scores = {vocab.decode(span): _span_score(model, context, span) for span in spans}
+        chosen = vocab.decode(read.tokens[0][:-1])
+        assert read.tokens[0][-1] == vocab.stoi["⁇"] and chosen in scores
+        assert scores[chosen] == pytest.approx(max(scores.values()), abs=1e-4)
+        assert sum(read.logprobs[0]) == pytest.approx(scores[chosen], abs=1e-4)
+
+
+def test_span_read_out_scores_only_the_likeliest_openings(tiny_config):
+    """With one opening, the answer starts with the character the model finds likeliest among
+    the words' first characters."""
+    text = "Bo Kim. Bo Kim was born in Oslo or Rome .⁇birthplace⁇"
+    vocab = Vocab.from_text(text.replace("⁇", ""))
+    torch.manual_seed(0)
+    model = GPT(dataclasses.replace(tiny_config, vocab_size=len(vocab), block_size=96, n_embd=32,
+                                    qa_format="recall", recall_chars=60)).eval()
+    context, source = vocab.encode(text), vocab.encode(text[len("Bo Kim."):text.index("⁇")])
+    with torch.no_grad():
+        first = model(torch.tensor([context]))[0][0, -1].float()
+    opening = max({source[s] for s in WholeWords(vocab).starts(source)}, key=lambda t: float(first[t]))
+    read = read_best_spans(model, vocab, [context], [source], 16, openings=1)
+    assert read.tokens[0][0] == opening
 
 
 def test_mix_people_keeps_the_first_n_trainees_held_out_and_unlisted_people(tiny_data):

@@ -29,9 +29,9 @@ import torch
 from ..data.corpus import CorpusIndex, person_of, place_in_line, recall_prompt, recall_string, require_person  # noqa: F401
 from ..data.datasets import QAExample
 from ..data.relations import Schema
-from ..model.generate import generate
-from ..model.gpt import GPT
-from ..data.vocab import MASK_ID, Vocab
+from ..model.generate import Generation, generate
+from ..model.gpt import GPT, evaluating
+from ..data.vocab import MASK_ID, PAD_ID, Vocab
 
 from ..data.formats import QA_FORMATS  # noqa: E402,F401 (defined once, with the formats)
 
@@ -44,21 +44,30 @@ class RecallAnswer:
     recalled: str  # what the model wrote about the person before answering
 
 
-READ_OUTS = ("copy", "free")
+READ_OUTS = ("span", "copy", "free")
+# First characters whose spans the "span" read-out scores: the likeliest few at the answer's
+# first position. Scoring every span of a recalled document costs a forward pass over each; the
+# spans opening with unlikely characters almost never win, and leaving them out keeps an answer
+# a few times the cost of a greedy read rather than dozens.
+SPAN_OPENINGS = 4
 MAX_ANSWER_CHARS = 32  # the longest place read out, by every answerer (evaluate.MAX_NEW_CHARS too)
 
 
 @torch.no_grad()
 def answer_by_recall(model: GPT, vocab: Vocab, names: list[str], recall_chars: int, *,
                      batch_size: int = 256, max_answer_chars: int | None = None,
-                     read_out: str = "copy", cues: list[str | None] | None = None) -> list[RecallAnswer]:
+                     read_out: str = "span", cues: list[str | None] | None = None) -> list[RecallAnswer]:
     """Recall each subject's line from ``NAME.`` (greedy), then read the answer (greedy).
 
-    ``read_out="copy"`` lets the answer be only a span of the recalled text (after the prompt):
-    at each character the model's most likely choice among those that continue some span, or
-    the closing mark. A small character model chooses the right span far more often than it
-    spells it out: free reading garbles copies ("Paris" -> "Pars"; docs/guides/knowledge.md).
-    ``"free"`` is the unconstrained greedy read-out. A row that recalled nothing reads freely.
+    ``read_out="span"`` (the default) answers the run of whole words of the recalled text (after
+    the prompt) that the model finds most likely as the answer, closing mark included, among
+    the spans that open with one of the model's ``SPAN_OPENINGS`` likeliest first characters.
+    ``"copy"`` builds a span greedily instead: at each character the model's most likely choice
+    among those that continue some span, or the closing mark; a good first character can then
+    lead into the wrong span ("T" for "Tarr" read on into "The"), which scoring whole spans
+    avoids. A small character model chooses the right span far more often than it spells it
+    out: free reading garbles copies ("Paris" -> "Pars"; docs/guides/knowledge.md). ``"free"``
+    is the unconstrained greedy read-out. A row that recalled nothing reads freely.
     ``cues`` (one per name, a fact set of several relations) name the relation to read; a
     subject asked about several relations is recalled once.
 
@@ -101,10 +110,12 @@ def _read_places(model, vocab, texts, prompt_lens, recall_logps, max_answer_char
     any, then the answer."""
     cues = cues or [None] * len(texts)
     seconds = [text + [MASK_ID] + (vocab.encode(cue) + [MASK_ID] if cue else []) for text, cue in zip(texts, cues)]
-    spans = None
-    if read_out == "copy":
-        spans = SpanConstraint([text[n:] for text, n in zip(texts, prompt_lens)], vocab)
-    second = generate(model, seconds, max_answer_chars + 1, stop_token=MASK_ID, allowed_next=spans)
+    sources = [text[n:] for text, n in zip(texts, prompt_lens)]
+    if read_out == "span":
+        second = read_best_spans(model, vocab, seconds, sources, max_answer_chars)
+    else:
+        spans = SpanConstraint(sources, vocab) if read_out == "copy" else None
+        second = generate(model, seconds, max_answer_chars + 1, stop_token=MASK_ID, allowed_next=spans)
     answers = []
     for text, prompt_len, logps_recall, toks, logps in zip(texts, prompt_lens, recall_logps,
                                                            second.tokens, second.logprobs):
@@ -121,7 +132,7 @@ def _read_places(model, vocab, texts, prompt_lens, recall_logps, max_answer_char
 
 @torch.no_grad()
 def read_out_given_lines(model: GPT, vocab: Vocab, index: CorpusIndex, examples: list[QAExample], *,
-                         batch_size: int = 256, read_out: str = "copy") -> list[RecallAnswer]:
+                         batch_size: int = 256, read_out: str = "span") -> list[RecallAnswer]:
     """Open-book read-out: each person's own corpus line (cut at ``recall_chars``) stands in
     for the recall, and the model reads the place from it. Separates reading from
     remembering: on people the model never pretrained on it measures the read-out skill alone
@@ -144,6 +155,139 @@ def read_out_given_lines(model: GPT, vocab: Vocab, index: CorpusIndex, examples:
         out += _read_places(model, vocab, texts[part], prompt_lens[part], [[] for _ in texts[part]],
                             model.config.answer_chars, read_out, cues[part])
     return out
+
+
+@torch.no_grad()
+def read_best_spans(model: GPT, vocab: Vocab, contexts: list[list[int]], sources: list[list[int]],
+                    max_answer_chars: int, *, openings: int = SPAN_OPENINGS, rows_per_pass: int = 8) -> Generation:
+    """The ``"span"`` read-out: for each context (the recalled text, ``⁇`` and the relation's
+    cue), the whole-word span of its ``source`` (what was recalled after the prompt) that the
+    model finds most likely as the answer: the span's characters and the closing mark, scored
+    together. Returned as ``generate`` returns a read (the span and ``⁇``, with the model's
+    log-probability of each); a row whose source has no word is read freely."""
+    chooser = WholeWords(vocab)
+    first = _last_log_probs(model, contexts)
+    tokens: list[list[int] | None] = [None] * len(contexts)
+    logprobs: list[list[float] | None] = [None] * len(contexts)
+    rows = []
+    for r, (context, source) in enumerate(zip(contexts, sources)):
+        room = model.config.block_size - len(context)
+        candidates = chooser.candidates(source, min(max_answer_chars, room), first[r], openings)
+        if candidates:
+            rows.append((r, candidates))
+    for start in range(0, len(rows), rows_per_pass):
+        part = rows[start:start + rows_per_pass]
+        for (r, _), (span, logps) in zip(part, _score_spans(model, chooser, [contexts[r] for r, _ in part],
+                                                             [c for _, c in part])):
+            tokens[r], logprobs[r] = span + [MASK_ID], logps
+    free = [r for r, t in enumerate(tokens) if t is None]
+    if free:
+        read = generate(model, [contexts[r] for r in free], max_answer_chars + 1, stop_token=MASK_ID)
+        for r, t, lp in zip(free, read.tokens, read.logprobs):
+            tokens[r], logprobs[r] = t, lp
+    return Generation(tokens, logprobs)
+
+
+def _last_log_probs(model: GPT, contexts: list[list[int]], batch_size: int = 64) -> torch.Tensor:
+    """(B, V) log-probabilities of the character after each context."""
+    out = []
+    for start in range(0, len(contexts), batch_size):
+        part = contexts[start:start + batch_size]
+        longest = max(len(c) for c in part)
+        idx = torch.full((len(part), longest), PAD_ID, dtype=torch.long)
+        for b, c in enumerate(part):
+            idx[b, :len(c)] = torch.tensor(c)
+        with evaluating(model):
+            logits, _ = model(idx.to(next(model.parameters()).device))
+        ends = torch.tensor([len(c) - 1 for c in part])
+        out.append(logits[torch.arange(len(part)), ends.to(logits.device)].float().log_softmax(-1).cpu())
+    return torch.cat(out)
+
+
+class WholeWords:
+    """Which runs of a source's characters are whole words: a span opens where a word starts
+    and closes where a word ends."""
+
+    def __init__(self, vocab: Vocab):
+        self.in_word = [ch.isalnum() for ch in vocab.itos]
+
+    def starts(self, source: list[int]) -> list[int]:
+        return [s for s, t in enumerate(source) if self.in_word[t] and (s == 0 or not self.in_word[source[s - 1]])]
+
+    def ends(self, source: list[int], end: int) -> bool:
+        """A word ends just before ``end`` (exclusive)."""
+        return self.in_word[source[end - 1]] and (end == len(source) or not self.in_word[source[end]])
+
+    def candidates(self, source: list[int], longest: int, first: torch.Tensor, openings: int) -> list[list[int]]:
+        """The runs of ``source`` from each word start opening with one of the ``openings``
+        likeliest characters (``first``: log-probabilities of the answer's first character), each
+        up to ``longest`` characters and not past the last word: every span from a start is a
+        prefix of its run, so one run scores them all."""
+        last = max((i for i, t in enumerate(source) if self.in_word[t]), default=-1)
+        starts = self.starts(source)
+        if not starts or longest < 1:
+            return []
+        opening = sorted({source[s] for s in starts}, key=lambda t: -float(first[t]))[:openings]
+        runs = [(s, source[s:min(s + longest, last + 1)]) for s in starts if source[s] in opening]
+        return [run[:self._last_end(source, s, len(run))] for s, run in runs]
+
+    def _last_end(self, source: list[int], start: int, length: int) -> int:
+        """The longest prefix of the run from ``start`` that ends at a word's end."""
+        for n in range(length, 0, -1):
+            if self.ends(source, start + n):
+                return n
+        return 0
+
+
+def _score_spans(model: GPT, chooser: WholeWords, contexts: list[list[int]],
+                 runs: list[list[list[int]]]) -> list[tuple[list[int], list[float]]]:
+    """Each row's best span: one forward pass over the context followed by all its runs, each
+    run seeing the context and itself only (numbered on from the context, as if it alone
+    followed it), scored at every whole-word prefix with the closing mark."""
+    rows = [_tree_row(c, r) for c, r in zip(contexts, runs)]
+    width = max(len(t) for t, _, _ in rows)
+    B = len(rows)
+    idx = torch.full((B, width), PAD_ID, dtype=torch.long)
+    pos = torch.zeros(B, width, dtype=torch.long)
+    allowed = torch.eye(width, dtype=torch.bool).repeat(B, 1, 1)  # padding sees itself
+    for b, (toks, positions, mask) in enumerate(rows):
+        n = len(toks)
+        idx[b, :n], pos[b, :n], allowed[b, :n, :n] = torch.tensor(toks), torch.tensor(positions), mask
+    device = next(model.parameters()).device
+    with evaluating(model):
+        logits, _ = model.run(idx.to(device), positions=pos.to(device), allowed=allowed[:, None].to(device))
+    logp = logits.float().log_softmax(-1).cpu()
+    return [_best_of_row(logp[b], len(c), r, chooser) for b, (c, r) in enumerate(zip(contexts, runs))]
+
+
+def _tree_row(context: list[int], runs: list[list[int]]) -> tuple[list[int], list[int], torch.Tensor]:
+    """Tokens, positions and the (T, T) attention mask of a context followed by its runs."""
+    C = len(context)
+    group = [-1] * C + [k for k, run in enumerate(runs) for _ in run]
+    toks = context + [t for run in runs for t in run]
+    positions = list(range(C)) + [C + j for run in runs for j in range(len(run))]
+    g = torch.tensor(group)
+    at = torch.arange(len(toks))
+    causal = at[None, :] <= at[:, None]
+    return toks, positions, causal & ((g[None, :] < 0) | (g[None, :] == g[:, None]))
+
+
+def _best_of_row(logp: torch.Tensor, C: int, runs: list[list[int]], chooser: WholeWords) -> tuple[list[int], list[float]]:
+    """The likeliest whole-word prefix of any run (its characters' log-probabilities, then the
+    closing mark's), from a row's (T, V) log-probabilities."""
+    best: tuple[float, list[int], list[float]] = (-math.inf, [], [])
+    at = C
+    for run in runs:
+        prev = [C - 1] + list(range(at, at + len(run) - 1))
+        chars = logp[prev, run].tolist()
+        closes = logp[at:at + len(run), MASK_ID].tolist()
+        total = 0.0
+        for n in range(1, len(run) + 1):
+            total += chars[n - 1]
+            if chooser.ends(run, n) and total + closes[n - 1] > best[0]:
+                best = (total + closes[n - 1], run[:n], chars[:n] + [closes[n - 1]])
+        at += len(run)
+    return best[1], best[2]
 
 
 class SpanConstraint:
