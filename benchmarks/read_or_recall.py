@@ -1,11 +1,13 @@
 """Why a learned model's dev answers are wrong: the answer missing from what it recalled (a
 storage or recall failure) or present but not copied (a reading failure), per relation.
 
-    .venv/bin/python benchmarks/read_or_recall.py RUN [--facts DIR] [--eval-file FILE]
+    .venv/bin/python benchmarks/read_or_recall.py RUN [--facts DIR] [--eval-file FILE] [--read-outs span,copy]
 
 RUN is a run of `attnlab learn` (its fact set is recorded) or any recall-format run with
---facts. Prints, per relation: right; wrong with the answer in the recalled text (the copy
-chose another span); wrong with the answer not recalled. Counts out of N.
+--facts. Prints, per read-out (attnlab/answering/knowledge.py: ``span``, the default, the
+likeliest whole-word span; ``copy``, a span built greedily; ``free``) and relation: right; wrong
+with the answer in the recalled text (the read-out chose another span); wrong with the answer
+not recalled. Counts out of N; the recall is the same for every read-out (greedy).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from _common import REPO  # noqa: F401  (puts the checkout's attnlab first on sys.path)
 
-from attnlab.answering.evaluate import answer_questions
+from attnlab.answering.knowledge import READ_OUTS, answer_by_recall
 from attnlab.data import factset
 from attnlab.data.corpus import contains_words
 from attnlab.data.datasets import read_qa
@@ -39,22 +41,39 @@ def tally(answers, examples, schema) -> dict[str, Counter]:
     return kinds
 
 
+def read_out_answers(model, vocab, examples, schema, read_out: str):
+    """The model's recall answers to ``examples`` with the read-out ``read_out``."""
+    asked = [schema.require(e) for e in examples]
+    return answer_by_recall(model, vocab, [a.subject for a in asked], model.config.recall_chars,
+                            cues=[schema.cue(a.relation) for a in asked], read_out=read_out)
+
+
+def read_outs(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in READ_OUTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected read-outs from {', '.join(READ_OUTS)}, got {text!r}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run", type=Path)
     p.add_argument("--facts", type=Path, help="the fact set (default: the one the run recorded)")
     p.add_argument("--eval-file", type=Path, help="labelled questions (default: the set's dev file)")
+    p.add_argument("--read-outs", type=read_outs, default=["span"], help="comma-separated: span, copy, free")
     args = p.parse_args(argv)
     facts = factset.load(args.facts) if args.facts else factset.recorded(args.run)
     if facts is None:
         raise SystemExit(f"{args.run}: no fact set recorded; give --facts DIR")
     model, vocab, _ = load_model(args.run)
     examples = read_qa(args.eval_file or facts.dev, labelled=True)
-    kinds = tally(answer_questions(model, vocab, examples), examples, facts.schema)
-    print("| relation | N | right | misread (answer recalled, another span copied) | not recalled |")
-    print("| --- | --- | --- | --- | --- |")
-    for relation, c in kinds.items():
-        print(f"| {relation} | {sum(c.values())} | {c['right']} | {c['misread']} | {c['not recalled']} |")
+    print("| read-out | relation | N | right | misread (answer recalled, another span read) | not recalled |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for read_out in args.read_outs:
+        kinds = tally(read_out_answers(model, vocab, examples, facts.schema, read_out), examples, facts.schema)
+        for relation, c in kinds.items():
+            print(f"| {read_out} | {relation} | {sum(c.values())} | {c['right']} | {c['misread']} | {c['not recalled']} |")
     return 0
 
 

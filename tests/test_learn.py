@@ -137,3 +137,23 @@ def test_the_python_api_loads_the_runs_fact_set(learned, tmp_path):
     with pytest.raises(DataError, match="learned another fact set"):
         attnlab.load(out, facts=other)
     assert attnlab.load(out, facts=facts).fact_set.root == facts
+
+
+def test_read_or_recall_counts_each_read_out_on_the_same_recalls(learned, capsys):
+    """benchmarks/read_or_recall.py: a row per read-out and relation, whose kinds add up to the
+    relation's questions; an unknown read-out is refused."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import read_or_recall
+
+    facts, out = learned
+    assert read_or_recall.main([str(out), "--read-outs", "span,copy"]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
+    assert sorted((r[0].strip("| "), r[1]) for r in rows) == [
+        ("copy", "country"), ("copy", "river"), ("span", "country"), ("span", "river")]
+    for r in rows:
+        assert int(r[2]) == sum(int(c.strip(" |")) for c in r[3:])
+    with pytest.raises(SystemExit):
+        read_or_recall.main([str(out), "--read-outs", "greedy"])
