@@ -68,6 +68,7 @@ class Plan:
     others: list[QAExample]  # dev questions about subjects never edited
     other_relations: list[QAExample] = field(default_factory=list)  # the edited subjects' other questions
     other_of: list[int] = field(default_factory=list)  # for each of them, the index of its subject's edit
+    other_names: list[str] = field(default_factory=list)  # for each of them, its relation
 
 
 def by_subject(examples, schema) -> dict[str, dict[str, QAExample]]:
@@ -93,18 +94,19 @@ def plan(facts, relation: str, n: int, dev_subjects: int, seed: int, spellable,
         raise SystemExit(f"--n {n}: only {len(train_pool)} training subjects and {k} dev ones can be edited")
     chosen = [(s, True) for s in rng.sample(dev_pool, k)] + [(s, False) for s in rng.sample(train_pool, n - k)]
     rng.shuffle(chosen)
-    edits, questions, other_relations, other_of = [], [], [], []
+    edits, questions, other_relations, other_of, other_names = [], [], [], [], []
     for k, (subject, is_dev) in enumerate(chosen):
         asked = (dev if is_dev else train)[subject]
         gold = asked[relation].answer
         edits.append((subject, relation, gold, is_dev))  # the new answer is drawn below, against the model's
         questions.append(asked[relation])
-        other = [e for r, e in sorted(asked.items()) if r != relation]
-        other_relations += other
+        other = [(r, e) for r, e in sorted(asked.items()) if r != relation]
+        other_relations += [e for _, e in other]
+        other_names += [r for r, _ in other]
         other_of += [k] * len(other)
     edited = {s for s, _ in chosen}
     others = [e for s, q in sorted(dev.items()) if s not in edited for _, e in sorted(q.items())]
-    return Plan(edits, questions, others, other_relations, other_of), answers, rng
+    return Plan(edits, questions, others, other_relations, other_of, other_names), answers, rng
 
 
 def new_answers(p: Plan, answers: list[str], before: list, rng: random.Random) -> None:
@@ -160,7 +162,11 @@ def reason(message: str) -> str:
 
 
 def measure(current, vocab, p: Plan, done: int, before_others, before_rel, seconds: list[float], refused: int,
-            applied: int) -> dict:
+            applied: int, kept: dict[int, list[str]] | None = None) -> dict:
+    """One curve point after ``done`` edits. ``kept``: for each applied edit (by index), the
+    relations whose answers it could keep (gated_edit's kept_relations: an answer that spelt
+    the edited relation's old answer, or that the longer new answer pushed out of the recall's
+    budget, is no longer in the edited recall and cannot be read from it)."""
     now = answer_questions(current, vocab, p.questions[:done])
     # A refused edit leaves its question answered as before (never its new answer): it does not hold.
     holding = sum(a.answer == place for a, (_, _, place, _) in zip(now, p.edits[:done]))
@@ -169,11 +175,14 @@ def measure(current, vocab, p: Plan, done: int, before_others, before_rel, secon
     rel_changed = changed_answers(current, vocab, [p.other_relations[i] for i in made],
                                   [before_rel[i] for i in made]) if made else []
     right = {k for k, i in enumerate(made) if before_rel[i].answer == p.other_relations[i].answer}
+    kept = kept or {}
+    keepable = {k for k, i in enumerate(made) if p.other_of[i] not in kept or p.other_names[i] in kept[p.other_of[i]]}
     size, load_seconds = checkpoint_cost(current, vocab)
     return dict(edits=done, holding=holding, applied=applied, refused=refused,
                 others=len(p.others), others_changed=len(changed), other_relation=len(made),
                 other_relation_changed=len(rel_changed), other_relation_right=len(right),
-                other_relation_right_changed=len(right & set(rel_changed)), seconds_per_edit=sum(seconds) / max(1, len(seconds)),
+                other_relation_right_changed=len(right & set(rel_changed)), other_relation_keepable=len(keepable),
+                other_relation_keepable_changed=len(keepable & set(rel_changed)), seconds_per_edit=sum(seconds) / max(1, len(seconds)),
                 checkpoint_bytes=size, load_seconds=load_seconds, entries=len(current.edit_codebook or []))
 
 
@@ -196,21 +205,22 @@ def run(args) -> dict:
            "known_only": args.known_only, "command": sys.argv[:],
            "relations": list(facts.schema.names), "n": args.n, "seed": args.seed, "layer": layer,
            "dev_edits": sum(e[3] for e in p.edits), "curve": [], "refused": [], "reasons": {}}
-    current, seconds, refused = model, [], []
+    current, seconds, refused, kept = model, [], [], {}
     started = time.perf_counter()
     for owner, (subject, rel, place, _) in enumerate(p.edits, 1):
         if args.max_minutes and time.perf_counter() - started > 60 * args.max_minutes:
             break
         start = time.perf_counter()
         try:
-            current = one_edit(current, vocab, subject, rel, place, negatives, owner, index.line_of(subject), before[owner - 1])
+            current, kept[owner - 1] = one_edit(current, vocab, subject, rel, place, negatives, owner,
+                                                index.line_of(subject), before[owner - 1])
         except EditError as e:
             refused.append({"edit": owner, "subject": subject, "place": place, "why": str(e)})
         seconds.append(time.perf_counter() - start)
         out_of_time = bool(args.max_minutes) and time.perf_counter() - started > 60 * args.max_minutes
         if owner % args.curve_every == 0 or owner == len(p.edits) or out_of_time:  # the last point measured
             out["curve"].append(measure(current, vocab, p, owner, before_others, before_rel, seconds, len(refused),
-                                        owner - len(refused)))
+                                        owner - len(refused), kept))
             seconds = []
             out["refused"], out["reasons"] = refused, dict(Counter(reason(r["why"]) for r in refused))
             if not args.no_write:
@@ -220,13 +230,14 @@ def run(args) -> dict:
 
 
 def one_edit(model, vocab, subject: str, relation: str, place: str, negatives, owner: int, line, old):
-    """The model with one more gated edit (recorded as `attnlab edit` records it)."""
+    """The model with one more gated edit (recorded as `attnlab edit` records it), and the
+    subject's other relations whose answers the edit keeps."""
     edited, g = gated_edit(model, vocab, subject, place, negatives, owner=owner, line=line,
                            relation=relation if len(model.config.relations) > 1 else None)
     edited.edits = list(model.edits) + [{"id": owner, "person": subject, "relation": relation,
                                          "old_answer": old.answer, "place": place, "method": "grace",
                                          "layer": g.layer, "parameters_added": g.parameters_added}]
-    return edited
+    return edited, g.kept_relations
 
 
 def curve_path(name: str, relation: str) -> Path:
@@ -248,6 +259,9 @@ def summary(out: dict) -> str:
                      count_with_interval(last["other_relation_changed"], last["other_relation"]), "0"])
         rows.append(["... of those the model answered right before",
                      count_with_interval(last.get("other_relation_right_changed", 0), last.get("other_relation_right", 0)), "0"])
+        if "other_relation_keepable" in last:
+            rows.append(["... of those the edit could keep (the answer still in the edited recall)",
+                         count_with_interval(last["other_relation_keepable_changed"], last["other_relation_keepable"]), "0"])
     head = table(["measure", "value", "target (issue 49)"], rows)
     curve = table(["edits", "holding", "others changed", "other relation changed", "s per edit", "codebook entries",
                    "checkpoint MB", "load s"],
@@ -323,8 +337,10 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.report and out.get("command"):  # the section names the run that measured it, not --report
         sys.argv = out["command"]
     if out["curve"]:
-        report(f"edit-sequential-{out['set']}", summary(out), write=not args.no_write,
-               title=f"Sequential gated edits of {out['set']} (benchmarks/edit_sequential.py)")
+        several = len(out.get("relations", [])) > 1  # a section for each relation edited
+        report(f"edit-sequential-{out['set']}" + (f"-{out['relation']}" if several else ""), summary(out),
+               write=not args.no_write, title=f"Sequential gated edits of {out['set']}"
+               + (f", {out['relation']} edited" if several else "") + " (benchmarks/edit_sequential.py)")
     return out
 
 

@@ -36,7 +36,7 @@ def test_the_plan_edits_one_relation_and_watches_the_others(sequential, tmp_path
     assert [q.question for q in p.questions] == [f"What is the capital of {s}?" for s in subjects]
     # the other relation of each edited subject, in edit order, and the dev subject never edited
     assert [q.question for q in p.other_relations] == [f"Which sea is {s} in?" for s in subjects]
-    assert p.other_of == [0, 1, 2]
+    assert p.other_of == [0, 1, 2] and p.other_names == ["sea"] * 3
     unedited = ({"Eth", "Fal"} - set(subjects)).pop()
     assert sorted(q.question for q in p.others) == sorted([f"Which sea is {unedited} in?",
                                                             f"What is the capital of {unedited}?"])

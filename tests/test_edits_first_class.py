@@ -88,13 +88,57 @@ def test_one_relation_of_a_model_of_several_is_edited_with_its_cue_given():
     cue_at = len(target.text) - len(tail) + 1
     assert set(range(cue_at, cue_at + len("capital") + 1)) <= set(target.given)  # the cue and its mark: given
     assert target.place_at[-1] == cue_at + len("capital") + 1  # the answer after the cue
-    # The radii also keep away from the subject's other answers: the stream from the recalled
-    # line's mark on, with the other relation's cue (birthplace) and the answer the model gives it.
-    extra = gated_editing.other_relation_states(model, vocab, target, "capital", 1)
+    # The edit also writes the subject's other answers after the edited recall: the recalled
+    # line, the other relation's cue (birthplace) and the answer the model gives it.
+    [other] = gated_editing.other_relation_texts(model, vocab, target, "capital")
     recalled = target.text[:target.text.index(MASK_CHAR)]
     answer = editing.answer_of(model, vocab, "Ab Cd", "birthplace")
-    assert extra.shape == (len(f"{MASK_CHAR}birthplace{MASK_CHAR}{answer}{MASK_CHAR}"), 16)
-    assert recalled and gated_editing.other_relation_states(model, vocab, target, None, 1) is None
+    assert other == f"{recalled}{MASK_CHAR}birthplace{MASK_CHAR}{answer}{MASK_CHAR}"
+    assert recalled and gated_editing.other_relation_texts(model, vocab, target, None) == []
     one, vocab1 = _model()
     plain = editing.edit_input(one, vocab1, "Ab Cd", "Oslo")
     assert plain.text.endswith(f"{MASK_CHAR}Oslo{MASK_CHAR}") and "capital" not in plain.text[-12:]
+
+
+# A recall model of two relations that has memorised each island's line and both answers after it.
+ISLES = ["Ara", "Bel", "Cor", "Dun", "Eth", "Fal", "Gan", "Hol"]
+SEAS = ["North Sea", "South Sea", "Red Sea", "Dead Sea"]
+CAPITALS = ["Lima", "Oslo", "Rome", "Kyiv", "Bern", "Riga", "Baku", "Nuuk"]
+ISLE_RELATIONS = (("sea", "Which sea is {subject} in?"), ("capital", "What is the capital of {subject}?"))
+
+
+@pytest.fixture(scope="module")
+def isles():
+    from attnlab.data.corpus import recall_string
+    from tests.tiny_runs import memorise
+
+    lines = {i: f"{i}. It lies in the {SEAS[k % 4]}. Its capital is {CAPITALS[k]}." for k, i in enumerate(ISLES)}
+    answers = {i: {"sea": SEAS[k % 4], "capital": CAPITALS[k]} for k, i in enumerate(ISLES)}
+    vocab = Vocab.from_text("\n".join(lines.values()) + "?" + "".join(q for _, q in ISLE_RELATIONS) + "seacapital")
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=len(vocab), block_size=96, n_layer=2, n_head=2, n_embd=48, dropout=0.0,
+                         qa_format="recall", recall_chars=64, answer_chars=10, relations=ISLE_RELATIONS)
+    model = GPT(config)
+    texts = [recall_string(lines[i], 64, answers[i][r], r) for i in ISLES for r in ("sea", "capital")]
+    memorise(model, vocab, texts, steps=1000)
+    return model, vocab, texts
+
+
+def test_an_edit_of_one_relation_leaves_the_subjects_other_relation_as_it_was(isles):
+    """The recalled line is read by both relations, so the sea edit rewrites what the capital is
+    read from; the edit writes the capital's answer after the edited line too (it moved for 6 of
+    16 such edits of this model before it did)."""
+    from attnlab.answering.evaluate import answer_questions
+    from attnlab.data.datasets import QAExample
+
+    model, vocab, texts = isles
+    ask = lambda m, isle, r: answer_questions(m, vocab, [QAExample(dict(ISLE_RELATIONS)[r].format(subject=isle),  # noqa: E731
+                                                                   None, "<test>", 1)])[0].answer
+    negatives = gated_editing.Negatives.of(model, vocab, texts, 1)
+    for k, isle in enumerate(ISLES[:4]):
+        for relation, other, new in (("sea", "capital", SEAS[(k + 1) % 4]), ("capital", "sea", CAPITALS[(k + 3) % 8])):
+            before = ask(model, isle, other)
+            edited, g = gated_editing.gated_edit(model, vocab, isle, new, negatives, owner=1, relation=relation)
+            assert ask(edited, isle, relation) == new and ask(model, isle, relation) != new
+            assert ask(edited, isle, other) == before, (isle, relation, new)
+            assert g.kept_relations == [other] and new in g.target.text

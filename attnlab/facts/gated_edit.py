@@ -105,22 +105,31 @@ class Negatives:
         return best.clamp_min(0).sqrt()
 
 
-def other_relation_states(model, vocab: Vocab, target: EditInput, relation: str | None, layer: int) -> Tensor | None:
-    """The stream (before the codebook at ``layer``) where the edited subject's other relations
-    are answered, in a recall model of several relations: the edit's recalled line (as the
-    edited model recalls it), then each other relation's cue and the answer the model gives it,
-    from the line's closing mark on. An entry that reached them would move those answers too, so
-    they bound the radii as other subjects' texts do. None for a model of one relation."""
+def other_relation_texts(model, vocab: Vocab, target: EditInput, relation: str | None) -> list[str]:
+    """The texts where the edited subject's other relations are answered, in a recall model of
+    several relations: the edit's recalled line (as the edited model will recall it), then each
+    other relation's cue and the answer the model gives it now. Empty for a model of one
+    relation. The recalled line is shared by every relation, so an edit that rewrites the line
+    for one relation changes what the others read their answers from: these are texts the edit
+    must write too (gated_edit), so that those answers stay as they were."""
     from ..data.formats import text_format
     from ..data.relations import Schema
 
     schema = Schema.from_list(model.config.relations)
     if relation is None or not schema.cued or not text_format(model.config.qa_format).recalls:
-        return None
+        return []
     recalled = target.text[:target.text.index(MASK_CHAR)]
-    texts = [recalled + MASK_CHAR + r.name + MASK_CHAR + answer_of(model, vocab, target.name, r.name) + MASK_CHAR
-             for r in schema.relations if r.name != relation]
-    return torch.cat([s[len(recalled):] for s in stream_states(model, vocab, texts, layer)])
+    return [recalled + MASK_CHAR + r.name + MASK_CHAR + answer_of(model, vocab, target.name, r.name) + MASK_CHAR
+            for r in schema.relations if r.name != relation]
+
+
+def kept(text: str, target: EditInput) -> bool:
+    """Whether the edit can keep the answer ``text`` (an other_relation_texts text) as it was:
+    the answer is read as a span of the recalled line, so one the edit took out of the line (an
+    answer that spelt the edited relation's old answer) cannot be read any more."""
+    answer = text.split(MASK_CHAR)[-2]
+    recalled = target.text[:target.text.index(MASK_CHAR)]
+    return bool(answer) and answer in recalled[target.prompt_len:]
 
 
 @dataclass
@@ -137,6 +146,11 @@ class GatedEdit:
     loss_before: float
     loss_after: float
     target: EditInput
+    # In a recall model of several relations: (relation, position) of the entries that keep the
+    # subject's other answers, and the relations whose answer the edit keeps (the others'
+    # answers spelt the edited relation's old answer, which the edited recall no longer holds).
+    kept_positions: list[tuple[str, int]] = field(default_factory=list)
+    kept_relations: list[str] = field(default_factory=list)
 
     @property
     def parameters_added(self) -> int:
@@ -170,19 +184,52 @@ def line_prompt(line: str | None, target: EditInput, block_size: int) -> str | N
     return line[:at]
 
 
-def _rows(vocab: Vocab, target: EditInput, prompt: str | None, place: str, device) -> tuple[Tensor, Tensor]:
-    """The texts the edit makes the model write, teacher forced as one right-padded batch: row 0
-    the edit input (its prompt and forced marks given), row 1 (when ``prompt``) the corpus
-    line's prompt followed by the new place (only the place predicted)."""
+@dataclass
+class _Rows:
+    """The texts an edit makes the model write, teacher forced as one right-padded batch: row 0
+    the edit input (its prompt and given marks not predicted); the corpus line's prompt followed
+    by the new place (row ``line``, only the place predicted); and in a recall model of several
+    relations, each other relation's text (rows ``others``: the edited recall, the cue, the
+    answer given before the edit), whose answer is predicted where the edit can keep it."""
+
+    x: Tensor
+    y: Tensor
+    line: int | None
+    others: list[int]
+    lengths: list[int]  # each row's length in x
+    tail: int  # where the relations' read-outs start: the recalled line's closing mark
+
+
+def _rows(vocab: Vocab, target: EditInput, prompt: str | None, place: str, device,
+          others: list[tuple[str, bool]] = ()) -> _Rows:
+    """The batch of texts to write (see _Rows): ``others`` (text, whether kept), an unkept
+    text's row predicts nothing (its states only bound the radii)."""
     rows = [_target(vocab.encode(target.text), target.prompt_len, device, target.given)]
     if prompt is not None:
         rows.append(_target(vocab.encode(prompt + place), len(prompt), device))
+    first = len(rows)
+    for text, keep in others:
+        answer = text.split(MASK_CHAR)[-2]
+        rows.append(_target(vocab.encode(text), len(text) - (len(answer) + 1 if keep else 0), device))
     width = max(x.shape[1] for x, _ in rows)
     x = torch.full((len(rows), width), PAD_ID, dtype=torch.long, device=device)
     y = torch.full((len(rows), width), PAD_ID, dtype=torch.long, device=device)
     for b, (xb, yb) in enumerate(rows):
         x[b, :xb.shape[1]], y[b, :yb.shape[1]] = xb[0], yb[0]
-    return x, y
+    tail = target.text.index(MASK_CHAR) if MASK_CHAR in target.text else len(target.text)
+    return _Rows(x, y, 1 if prompt is not None else None, list(range(first, len(rows))),
+                 [xb.shape[1] for xb, _ in rows], tail)
+
+
+def _extra(rows: _Rows, states: Tensor, row: int) -> Tensor | None:
+    """The states an entry of ``row`` must not reach (besides other subjects'): the other
+    relations' read-outs for an entry of the edited relation (rows 0 and ``line``), and for an
+    entry that keeps another relation's answer, the read-outs of the edited relation and of
+    the rest. None for a model of one relation."""
+    if not rows.others:
+        return None
+    reading = [b for b in [0] + rows.others if b != row] if row in rows.others else rows.others
+    return torch.cat([states[b, rows.tail:rows.lengths[b]] for b in reading])
 
 
 def _margins(logits: Tensor, y: Tensor) -> Tensor:
@@ -265,9 +312,15 @@ class _Entries:
 
 
 def _entries(book, states: Tensor, sites, values: Tensor, negatives: Negatives, name: str,
-             radius_fraction: float, extra: Tensor | None = None) -> _Entries:
+             radius_fraction: float, rows: _Rows) -> _Entries:
     keys = torch.stack([states[b, t] for b, t in sites])
-    nearest = negatives.nearest(keys, name, extra)
+    groups: dict[bool | int, list[int]] = {}  # the edited relation's sites (False), or each other row's
+    for i, (b, _) in enumerate(sites):
+        groups.setdefault(b if b in rows.others else False, []).append(i)
+    nearest = torch.empty(len(sites), device=keys.device)
+    for group, at in groups.items():
+        extra = _extra(rows, states, 0 if group is False else group)
+        nearest[at] = negatives.nearest(keys[at], name, extra).to(keys.device)
     return _Entries(sites, keys, values + _fired_values(book, keys), radius_fraction * nearest, nearest)
 
 
@@ -278,39 +331,25 @@ def gated_edit(model, vocab: Vocab, name: str, place: str, negatives: Negatives,
     so that ``name`` was born in ``place``; the original is untouched. ``line``, the person's
     corpus line, adds a second text to write: the line up to where it states the place
     (line_prompt), then the new place, so that the place also comes out where the corpus line
-    is completed, not only where the model's own recall passes. Each round checks both texts on
-    the gated model itself (entries added, gates deciding) and gives every position still
-    written wrong an entry, all values optimised anew. Raises EditFailed when the edited model
-    does not answer ``place``. ``relation``: which answer of a model of several relations."""
+    is completed, not only where the model's own recall passes. ``relation``: which answer of a
+    model of several relations; in a recall model the edited recall is read by every relation,
+    so each other relation's answer (as the model gives it before the edit) after the edited
+    recall and its cue is a text to write too (other_relation_texts), and that answer stays as
+    it was. Each round checks the texts on the gated model itself (entries added, gates
+    deciding) and gives every position still written wrong an entry, all values optimised
+    anew. Raises EditFailed when the edited model does not answer ``place``."""
     target = edit_input(model, vocab, name, place, relation)
     if len(vocab.encode(target.text)) > model.config.block_size + 1:
         raise EditError(f"the edit input ({len(target.text)} characters) exceeds the model's block")
-    extra = other_relation_states(model, vocab, target, relation, negatives.layer)
+    others = [(t, kept(t, target)) for t in other_relation_texts(model, vocab, target, relation)]
     edited = copy.deepcopy(model)
     book = attach(edited, negatives.layer)
     prompt = line_prompt(line, target, model.config.block_size)
-    x, y = _rows(vocab, target, prompt, place, edited.tok_emb.weight.device)
+    rows = _rows(vocab, target, prompt, place, edited.tok_emb.weight.device, others)
     with torch.no_grad(), captured(edited) as store:
-        edited.run(x)
-    states = store[0]
-    sites: list[tuple[int, int]] = []
-    steps, before, after, entries = 0, float("nan"), float("nan"), None
-    for _ in range(rounds):
-        if entries is not None:
-            book.add(entries.keys, entries.values, entries.radii, owner)
-        wrong = [s for s in _wrong_sites(edited, x, y) if s not in sites]
-        book.remove(owner)
-        if not sites and any(row == 0 for row, _ in wrong):
-            # The edit input first: where the corpus line agrees with it (the same prefix, the
-            # same states), its entries serve both, and the next round finds where they do not.
-            wrong = [s for s in wrong if s[0] == 0]
-        if not wrong:
-            break
-        sites = sorted(sites + wrong)
-        values, n, first, after = optimise_values(edited, x, y, sites, **optimiser)
-        entries = _entries(book, states, sites, values, negatives, name, radius_fraction, extra)
-        steps += n
-        before = first if before != before else before
+        edited.run(rows.x)
+    sites, steps, entries = _write(edited, book, rows, store[0], negatives, name, radius_fraction, rounds, owner,
+                                   optimiser)
     if entries is None:
         raise EditFailed(f"{name!r}: the model already writes the edit input; nothing to change")
     book.add(entries.keys, entries.values, entries.radii, owner)
@@ -318,9 +357,44 @@ def gated_edit(model, vocab: Vocab, name: str, place: str, negatives: Negatives,
     if got != place:
         raise EditFailed(f"the gated edit of {name!r} did not take: the edited model answers {got!r}, "
                          f"not {place!r}; nothing written")
-    return edited, GatedEdit(negatives.layer, [t for row, t in sites if row == 0], [t for row, t in sites if row == 1],
-                             prompt, entries.keys, entries.values, entries.radii, entries.nearest, steps,
-                             before, after, target)
+    kept_at = [(others[b - rows.others[0]][0].split(MASK_CHAR)[1], t) for b, t in sites if b in rows.others]
+    return edited, GatedEdit(negatives.layer, [t for row, t in sites if row == 0],
+                             [t for row, t in sites if row == rows.line], prompt, entries.keys, entries.values,
+                             entries.radii, entries.nearest, steps.count, steps.before, steps.after, target,
+                             kept_at, [t.split(MASK_CHAR)[1] for t, keep in others if keep])
+
+
+@dataclass
+class _Steps:
+    count: int = 0
+    before: float = float("nan")  # the hinge before the first round's optimisation
+    after: float = float("nan")  # ... after the last
+
+
+def _write(edited, book, rows: _Rows, states: Tensor, negatives: Negatives, name: str, radius_fraction: float,
+           rounds: int, owner: int, optimiser: dict) -> tuple[list[tuple[int, int]], _Steps, _Entries | None]:
+    """The rounds of gated_edit: the sites that got entries, the optimiser's steps and the
+    entries (not in ``book``: None when no position was written wrong)."""
+    sites: list[tuple[int, int]] = []
+    steps, entries = _Steps(), None
+    for _ in range(rounds):
+        if entries is not None:
+            book.add(entries.keys, entries.values, entries.radii, owner)
+        wrong = [s for s in _wrong_sites(edited, rows.x, rows.y) if s not in sites]
+        book.remove(owner)
+        if not sites and any(row == 0 for row, _ in wrong):
+            # The edit input first (and the other relations' answers read after it): where the
+            # corpus line agrees with it (the same prefix, the same states), its entries serve
+            # both, and the next round finds where they do not.
+            wrong = [s for s in wrong if s[0] != rows.line]
+        if not wrong:
+            break
+        sites = sorted(sites + wrong)
+        values, n, first, steps.after = optimise_values(edited, rows.x, rows.y, sites, **optimiser)
+        entries = _entries(book, states, sites, values, negatives, name, radius_fraction, rows)
+        steps.count += n
+        steps.before = first if steps.before != steps.before else steps.before
+    return sites, steps, entries
 
 
 def _fired_values(book, keys: Tensor) -> Tensor:
