@@ -157,3 +157,43 @@ def test_read_or_recall_counts_each_read_out_on_the_same_recalls(learned, capsys
         assert int(r[2]) == sum(int(c.strip(" |")) for c in r[3:])
     with pytest.raises(SystemExit):
         read_or_recall.main([str(out), "--read-outs", "greedy"])
+
+
+def test_learn_fits_its_abstention_rule_on_training_subjects_it_held_out(tmp_path):
+    """A set with enough training subjects: the last tenth of them (every question about each)
+    is held out of finetuning, the rule and temperature are fitted on them and stored with the
+    run, and results.json reports the ECE raw and after the temperature."""
+    from attnlab.data.splits import held_out_people
+    from attnlab.experiments.learn import calibration_fraction
+
+    names = [f"Town{chr(65 + i // 26)}{chr(97 + i % 26)}" for i in range(30)]
+    rows = [(t, ("Velm", "Tarn", "Sorn")[i % 3], ("Orna", "Kessa", "Drin")[i % 3]) for i, t in enumerate(names)]
+    qa = lambda part: "".join(f"Which river flows through {t}?\t{r}\nWhich country is {t} in?\t{c}\n" for t, c, r in part)
+    corpus = "\n".join(f"{t}. It trades with Zarn. {t} lies in {c}. The {r} flows through it." for t, c, r in rows)
+    facts = write_set(tmp_path / "towns30", corpus=corpus + "\n", train=qa(rows[:24]), dev=qa(rows[24:]))
+    out = tmp_path / "run"
+    assert cli.main(["learn", str(facts), "--minutes", "0.1", "--out-dir", str(out)]) == 0
+    fraction = calibration_fraction(24)
+    schema = factset.load(facts).schema
+    subject = lambda e: schema.require(e).subject
+    held = held_out_people(facts / "train.tsv", fraction, subject)
+    assert {subject(e) for e in held} == {"TownAv", "TownAw", "TownAx"} and len(held) == 6
+    stored = json.loads((out / "abstention.json").read_text())
+    assert stored["held_out"]["people"] == 6  # three subjects, both of their questions
+    assert stored["policy"]["holdout_fraction"] == pytest.approx(fraction)
+    config = json.loads((out / "config.json").read_text())
+    assert config["train"]["holdout_fraction"] == pytest.approx(fraction)
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["calibration"]) == {"bins", "ece", "temperature", "ece_after_temperature"}
+
+
+def test_a_subject_is_never_both_held_out_and_trained_on():
+    from attnlab.data.datasets import QAExample
+    from attnlab.data.splits import finetuning_people
+
+    examples = [QAExample(f"Q{i} {s}", "a", "f", i + 1) for i, s in enumerate("abcabdcde")]
+    subject = lambda e: e.question.split()[1]
+    kept = finetuning_people(examples, 0.4, subject)  # subjects a b c d e: the last two held out
+    assert {subject(e) for e in kept} == {"a", "b", "c"}
+    assert len(kept) == 6
+    assert finetuning_people(examples, 0.4) == examples[:5]  # by lines without a subject reader

@@ -12,22 +12,37 @@ from typing import Callable
 from .datasets import QAExample, read_qa
 
 
-def held_out_people(train_file: str | Path, fraction: float) -> list[QAExample]:
+def held_out_people(train_file: str | Path, fraction: float,
+                    subject_of: Callable[[QAExample], str] | None = None) -> list[QAExample]:
     """The last ``fraction`` of a labelled training file: the people a run may hold out from
-    finetuning (``finetune --holdout-fraction``) so that fitted quantities see unseen labels."""
+    finetuning (``finetune --holdout-fraction``) so that fitted quantities see unseen labels.
+    With ``subject_of`` (a fact set of several relations) the last ``fraction`` of its subjects,
+    in order of first appearance, with every question about them."""
     if not 0 < fraction < 1:
         raise ValueError(f"--holdout-fraction must lie in (0, 1), got {fraction}")
-    examples = read_qa(train_file, labelled=True)
-    return examples[len(examples) - math.ceil(fraction * len(examples)):]
+    return _split(read_qa(train_file, labelled=True), fraction, subject_of)[1]
 
 
-def finetuning_people(examples: list[QAExample], fraction: float) -> list[QAExample]:
+def finetuning_people(examples: list[QAExample], fraction: float,
+                      subject_of: Callable[[QAExample], str] | None = None) -> list[QAExample]:
     """The training examples left for finetuning when the last ``fraction`` is held out."""
     if fraction == 0:
         return examples
     if not 0 < fraction < 1:
         raise ValueError(f"holdout_fraction must lie in [0, 1), got {fraction}")
-    return examples[: len(examples) - math.ceil(fraction * len(examples))]
+    return _split(examples, fraction, subject_of)[0]
+
+
+def _split(examples: list[QAExample], fraction: float, subject_of: Callable[[QAExample], str] | None
+           ) -> tuple[list[QAExample], list[QAExample]]:
+    """(kept, held out): the held-out tail is cut by lines, or by subjects with ``subject_of``, so
+    that no subject is both trained on and held out."""
+    if subject_of is None:
+        cut = len(examples) - math.ceil(fraction * len(examples))
+        return examples[:cut], examples[cut:]
+    subjects = list(dict.fromkeys(subject_of(e) for e in examples))
+    held = set(subjects[len(subjects) - math.ceil(fraction * len(subjects)):])
+    return [e for e in examples if subject_of(e) not in held], [e for e in examples if subject_of(e) in held]
 
 
 def mixed_and_other_people(examples: list[QAExample], fraction: float, mix_people: int,
@@ -39,7 +54,7 @@ def mixed_and_other_people(examples: list[QAExample], fraction: float, mix_peopl
     out). The held-out tail (``fraction``) is in neither. With ``subject_of`` (a fact set of
     several relations) people are subjects: the first ``mix_people`` subjects to appear, with
     every question about them."""
-    people = finetuning_people(examples, fraction)
+    people = finetuning_people(examples, fraction, subject_of)
     if subject_of is None:
         n = mix_people or len(people)
         return people[:n], people[n:]

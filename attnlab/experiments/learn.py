@@ -60,6 +60,12 @@ FORMAT_SUBJECTS = 500
 # is a light load, the same set in 5 minutes (or a set of twice as long documents in 15) a
 # middle one.
 LAYERS_BY_LOAD = (15_000, 40_000)
+# Training subjects held out of finetuning, their documents pretrained on as dev's are: after
+# finetuning, the run's abstention rule and confidence temperature are fitted on their questions
+# and stored with it (abstention.json), so that ask, evaluate, calibrate and serve have a rule fitted
+# on labels the model never trained on. Enough questions to fit a temperature, few enough that a
+# pass grows little; at most a tenth of a small set's subjects.
+CALIBRATION_SUBJECTS = 100
 # Pretraining passes below which the recipe's answers stayed at the most-frequent baseline on
 # the sets it was tried on (the notebook): a budget that fits fewer is told so before the first step.
 LEAST_PASSES = 20
@@ -95,19 +101,27 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     base = get_preset(BASE_PRESET)
     train = read_qa(facts.train, labelled=True)
     subjects = list(dict.fromkeys(facts.schema.require(e).subject for e in train))
-    n_format = min(len(subjects), max(round(FORMAT_SUBJECTS * min(1.0, minutes / 15)), 50))
+    holdout = calibration_fraction(len(subjects))
+    kept = subjects[:len(subjects) - math.ceil(holdout * len(subjects))]  # as data/splits.py cuts them
+    n_format = min(len(kept), max(round(FORMAT_SUBJECTS * min(1.0, minutes / 15)), 50))
     docs = documents(read_text(facts.corpus))
-    layers = layers_for(pass_characters(docs, subjects[n_format:], sizes.recall_chars) / minutes)
+    layers = layers_for(pass_characters(docs, kept[n_format:], sizes.recall_chars) / minutes)
     model = ModelConfig(**{**base.model, "n_layer": layers, "recall_chars": sizes.recall_chars,
                            "answer_chars": sizes.answer_chars, "block_size": sizes.block_size,
                            "relations": facts.schema.to_list()})
     pre_minutes = round(max(0.05, minutes - after_pretraining(minutes)), 2)
     pre = dataclasses.replace(base.pretrain, seed=seed, minutes=pre_minutes, epochs=400, mix_people=n_format,
-                              mix_ratio=min(100.0, n_format / len(docs)), mix_overlap="drop")
-    fine = dataclasses.replace(base.finetune, seed=seed, mix_people=n_format, preset="",
+                              mix_ratio=min(100.0, n_format / len(docs)), mix_overlap="drop", holdout_fraction=holdout)
+    fine = dataclasses.replace(base.finetune, seed=seed, mix_people=n_format, preset="", holdout_fraction=holdout,
                                read_out_people=READ_OUTS_PER_FORMAT_SUBJECT * n_format,
                                read_out_swaps=READ_OUT_SWAPS, minutes=after_pretraining(minutes))
     return Recipe(model, pre, fine, n_format, pre_minutes)
+
+
+def calibration_fraction(subjects: int) -> float:
+    """The share of training subjects held out for fitting the abstention rule
+    (CALIBRATION_SUBJECTS, at most a tenth); 0 for a set too small to spare any."""
+    return 0.0 if subjects < 20 else min(0.1, CALIBRATION_SUBJECTS / subjects)
 
 
 def after_pretraining(minutes: float) -> float:
@@ -155,6 +169,8 @@ def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, 
         finetune(scratch, run_dir=out, model_config=recipe.model, corpus=facts.corpus, train_file=facts.train,
                  log=log, device=device, overwrite=overwrite or resume, vocab_text=facts.vocabulary_text())
     write_atomically(out / FACTSET_RECORD, json.dumps(facts.record(), indent=2) + "\n")
+    if pretrained and recipe.finetune.holdout_fraction:
+        store_abstention(out, facts, device=device, log=log)
     results = score_fact_set(out, facts, device=device)
     results.update(minutes=minutes, seed=seed, pretrained=pretrained, **fitted,
                    wall_minutes=round((time.perf_counter() - began) / 60, 2), machine=machine(),
@@ -203,6 +219,22 @@ def _pretrain_and_finetune(facts: factsets.FactSet, recipe: Recipe, out: Path, *
              device=device, overwrite=overwrite or resume)
 
 
+def store_abstention(run: Path, facts: factsets.FactSet, *, device: str = "auto",
+                     log: Callable[[str], None] = logs.note) -> Path:
+    """The default abstention rules and the confidence temperature, fitted on the training
+    subjects the run held out of finetuning, stored with it (abstention.json)."""
+    from ..trust.policy import AbstainPolicy
+    from ..trust.stored import fit_for_storing, stored_path, write_stored
+
+    model, vocab, checkpoint = load_model(run, device=str(resolve_device(device)))
+    text = fit_for_storing(model, vocab, checkpoint.meta, AbstainPolicy(holdout_file=str(facts.train)))
+    path = write_stored(stored_path(run), text)
+    held = json.loads(text)["held_out"]
+    log(f"abstention rule and confidence temperature fitted on {held['people']} held-out training questions "
+        f"({held['right']} answered right), stored in {path}")
+    return path
+
+
 def score_fact_set(run: str | Path, facts: factsets.FactSet, *, device: str = "auto",
                    eval_file: str | Path | None = None) -> dict[str, Any]:
     """Dev (or ``eval_file``) answers of the model in ``run``, scored per relation and overall,
@@ -222,8 +254,25 @@ def score_fact_set(run: str | Path, facts: factsets.FactSet, *, device: str = "a
         rows[name] = {**score_json(score), "baseline": {"answer": common.get(name), **score_json(base)}}
     overall = Score(sum(r["correct"] for r in rows.values()), sum(r["total"] for r in rows.values()))
     base_all = Score(sum(r["baseline"]["correct"] for r in rows.values()), overall.total)
+    right = [p == e.answer for p, e in zip(predictions, examples)]
     return {"fact_set": facts.record(), "eval_file": str(path), "relations": rows,
-            "overall": {**score_json(overall), "baseline": score_json(base_all)}}
+            "overall": {**score_json(overall), "baseline": score_json(base_all)},
+            "calibration": calibration_json([a.confidence for a in answers], right, Path(run))}
+
+
+def calibration_json(confidence: list[float], right: list[bool], run: Path) -> dict[str, Any]:
+    """How far confidence is from accuracy (ECE over N_BINS equal-width bins), raw and, when the
+    run stores a temperature fitted on its held-out subjects, after it."""
+    from ..trust.calibration import N_BINS, calibrated, expected_calibration_error
+    from ..trust.stored import STORED_NAME
+
+    out: dict[str, Any] = {"bins": N_BINS, "ece": round(expected_calibration_error(confidence, right), 4)}
+    stored = run / STORED_NAME
+    temperature = json.loads(stored.read_text()).get("temperature") if stored.is_file() else None
+    if temperature:
+        scaled = [calibrated(c, temperature) for c in confidence]
+        out.update(temperature=round(temperature, 4), ece_after_temperature=round(expected_calibration_error(scaled, right), 4))
+    return out
 
 
 def score_json(score: Score) -> dict[str, Any]:
@@ -242,6 +291,11 @@ def results_table(results: dict[str, Any]) -> str:
         answer = f" ({base['answer']})" if base.get("answer") else ""
         lines.append(f"| {name} | {r['total']} | {r['correct']} = {r['percent']:.1f}% ({r['ci95'][0]:.1f}-"
                      f"{r['ci95'][1]:.1f}) | {base['percent']:.1f}%{answer} |")
+    calibration = results.get("calibration")
+    if calibration:
+        after = (f", {calibration['ece_after_temperature']:.3f} after temperature {calibration['temperature']:.2f} "
+                 "(fitted on held-out training subjects)" if "ece_after_temperature" in calibration else "")
+        lines.append(f"\nconfidence against accuracy: ECE {calibration['ece']:.3f} ({calibration['bins']} bins){after}")
     return "\n".join(lines)
 
 

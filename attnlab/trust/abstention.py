@@ -104,8 +104,11 @@ class HeldOut:
 
 def held_out_signals(model: GPT, vocab: Vocab, train_file: str | Path, holdout_fraction: float,
                      *, batch_size: int = 256) -> HeldOut:
-    """Answer the held-out people (the last ``holdout_fraction`` of ``train_file``) once."""
-    people = held_out_people(train_file, holdout_fraction)
+    """Answer the held-out people (the last ``holdout_fraction`` of ``train_file``, of its subjects
+    for a model of several relations) once."""
+    schema = Schema.from_list(model.config.relations)
+    people = held_out_people(train_file, holdout_fraction,
+                             (lambda e: schema.require(e).subject) if schema.cued else None)
     answers = answer_questions(model, vocab, people, batch_size=batch_size)
     return HeldOut(f"the last {holdout_fraction:g} of {train_file}", [a.answer == e.answer for a, e in zip(answers, people)],
                    [a.confidence for a in answers], name_familiarity(model, vocab, people_of(people, model), batch_size))
