@@ -128,11 +128,13 @@ class AnswerCache:
             self._kept.move_to_end((number, key))
             return answer, given
 
-    def put(self, number: int, run: Run, key: Hashable | None, answer: Answer, given: bool) -> None:
+    def put(self, number: int, model: Any, rule: Rule | None, key: Hashable | None, answer: Answer,
+            given: bool) -> None:
+        """Keep ``answer`` (and whether ``rule`` gives it) as run ``number``'s, computed by ``model``."""
         if key is None or not self.size:
             return
         with self._lock:
-            self._kept[(number, key)] = (run.model, run.rule, answer, given)
+            self._kept[(number, key)] = (model, rule, answer, given)
             self._kept.move_to_end((number, key))
             while len(self._kept) > self.size:
                 self._kept.popitem(last=False)
@@ -393,6 +395,7 @@ class Lab:
         """One model call for the group's questions, each asked once however many asked it
         (what the model reads, ``answer_key``); the answers are kept in the answer cache."""
         run = self.runs[number]
+        model, rule = run.model, run.rule  # what the answers are computed with, kept with them
         keys = [answer_key(run, a.question) or (_NOT_KEPT, j) for j, a in enumerate(group)]
         slot: dict[Hashable, int] = {}
         unique: list[str] = []
@@ -400,13 +403,13 @@ class Lab:
             if k not in slot:
                 slot[k] = len(unique)
                 unique.append(a.question)
-        answers = run.model.ask(unique, source="question", abstain=None)  # _given decides
-        given = self._given(run, answers)
+        answers = model.ask(unique, source="question", abstain=None)  # _given decides
+        given = self._given(model, rule, answers)
         for a, k in zip(group, keys):
             a.answer, a.given = _asked_as(answers[slot[k]], a.question), given[slot[k]]
         for k, i in slot.items():
             if k[0] != _NOT_KEPT:
-                self.answers.put(number, run, k, answers[i], given[i])
+                self.answers.put(number, model, rule, k, answers[i], given[i])
 
     def _shown(self, asked: _Asked) -> dict[str, Any]:
         run, answer, facts = self.runs[asked.run], asked.answer, self.facts_of(self.runs[asked.run])
@@ -423,12 +426,14 @@ class Lab:
                              "line_number": first,
                              "line": facts.corpus[first - 1] if first else None}}
 
-    def _given(self, run: Run, answers: list[Answer]) -> list[bool]:
-        if run.rule is None:
+    @staticmethod
+    def _given(model: LoadedModel, rule: Rule | None, answers: list[Answer]) -> list[bool]:
+        """Whether ``rule`` gives each of ``model``'s answers (None: every one)."""
+        if rule is None:
             return [True] * len(answers)
         asked = [QAExample(a.question, None, "question", 1) for a in answers]
-        names = people_of(asked, run.model.gpt) if run.rule.needs_familiarity else [""] * len(answers)
-        return decide(run.model.gpt, run.model.vocab, run.rule, names, [a.confidence for a in answers])
+        names = people_of(asked, model.gpt) if rule.needs_familiarity else [""] * len(answers)
+        return decide(model.gpt, model.vocab, rule, names, [a.confidence for a in answers])
 
     # ---- why: attention and causal trace -----------------------------------------------------
     def attention(self, text: str, number: int) -> dict[str, Any]:
@@ -502,7 +507,7 @@ class Lab:
     def _score_dev(self, run: Run) -> tuple[list[Answer], dict[str, Any]]:
         examples = self.facts_of(run).dev
         answers = answer_questions(run.model.gpt, run.model.vocab, examples)
-        given = self._given(run, answers)
+        given = self._given(run.model, run.rule, answers)
         right = [a.answer == e.answer for a, e in zip(answers, examples)]
         confidence = [a.confidence for a in answers]
         result = Score(sum(right), len(right))
