@@ -7,11 +7,13 @@ abstention rule fitted at start-up), except ``--rate-limit 0``: every client her
 127.0.0.1, and the default limit (120 requests a minute per address) would otherwise refuse most
 of them, which is what it is for. Each client keeps one connection open and posts
 ``/api/ask`` with the next dev question as soon as its previous answer arrives. Reported:
-requests per second, p50/p99 latency of an ask, and errors (any status but 200, or a failed
-connection). The server runs one model computation at a time (attnlab/serve/lab.py's lock) and
-answers the questions that waited meanwhile in one batch.
+requests per second, p50/p99 latency of an ask, errors (any status but 200, or a failed
+connection) and the share of answers the server gave from its answer cache (asked before, not
+computed again). The server runs one model computation at a time (attnlab/serve/lab.py's lock)
+and answers the questions that waited meanwhile in one batch. ``--no-cache`` starts it with
+``--answer-cache 0``: every answer computed, the figure of compute alone.
 
-Run: .venv/bin/python benchmarks/serve_load.py [--clients 30] [--seconds 60] [--run models/cpu] [--phases asks,trace,job]
+Run: .venv/bin/python benchmarks/serve_load.py [--clients 30] [--seconds 60] [--run models/cpu] [--phases asks,trace,job] [--no-cache]
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ from _common import DATA, REPO, cpu_name, report, table  # noqa: E402
 from attnlab.data.datasets import read_qa  # noqa: E402
 
 
-def start_server(run: str, threads: int) -> tuple[subprocess.Popen, str, int]:
+def start_server(run: str, threads: int, cache: bool = True) -> tuple[subprocess.Popen, str, int]:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "attnlab", "serve", run, "--port", "0", "--rate-limit", "0",
-                             "--out-dir", str(REPO / "runs" / "serve-load")],
+                             "--out-dir", str(REPO / "runs" / "serve-load"), *([] if cache else ["--answer-cache", "0"])],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     if "http://" not in line:
@@ -48,7 +50,7 @@ def start_server(run: str, threads: int) -> tuple[subprocess.Popen, str, int]:
 
 
 def client(host: str, port: int, questions: list[str], start: int, until: float,
-           latencies: list[float], errors: list[str]) -> None:
+           latencies: list[float], errors: list[str], cached: list[bool]) -> None:
     conn = http.client.HTTPConnection(host, port, timeout=120)
     i = start
     while time.monotonic() < until:
@@ -62,6 +64,7 @@ def client(host: str, port: int, questions: list[str], start: int, until: float,
                 errors.append(f"{response.status} {payload[:80]!r}")
             else:
                 latencies.append(time.perf_counter() - began)
+                cached.append(all(a["cached"] for a in json.loads(payload)["answers"]))
         except OSError as e:
             errors.append(f"{type(e).__name__}: {e}")
             conn.close()
@@ -104,9 +107,10 @@ def phase(host: str, port: int, questions: list[str], args, with_trace: bool) ->
     latencies: list[float] = []
     errors: list[str] = []
     traces: list[float] = []
+    cached: list[bool] = []
     began = time.monotonic()
     until = began + args.seconds
-    workers = [threading.Thread(target=client, args=(host, port, questions, k * 25, until, latencies, errors))
+    workers = [threading.Thread(target=client, args=(host, port, questions, k * 25, until, latencies, errors, cached))
                for k in range(args.clients)]
     if with_trace:
         workers.append(threading.Thread(target=tracer, args=(host, port, questions, args.trace_samples, until,
@@ -115,7 +119,8 @@ def phase(host: str, port: int, questions: list[str], args, with_trace: bool) ->
         w.start()
     for w in workers:
         w.join()
-    return {"elapsed": time.monotonic() - began, "latencies": latencies, "errors": errors, "traces": traces}
+    return {"elapsed": time.monotonic() - began, "latencies": latencies, "errors": errors, "traces": traces,
+            "cached": cached}
 
 
 def row(name: str, clients: int, result: dict) -> list:
@@ -123,8 +128,9 @@ def row(name: str, clients: int, result: dict) -> list:
     p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))] if ms else float("nan")
     n, elapsed = len(ms), result["elapsed"]
     traced = f"{len(result['traces'])}" if result["traces"] else "-"
+    hits = f"{100 * sum(result['cached']) / len(result['cached']):.0f}%" if result["cached"] else "-"
     return [name, clients, f"{elapsed:.1f}", n, f"{n / elapsed:.1f}", f"{statistics.median(ms):.0f}" if ms else "-",
-            f"{p99:.0f}", len(result["errors"]), traced]
+            f"{p99:.0f}", len(result["errors"]), hits, traced]
 
 
 def main() -> None:
@@ -137,11 +143,13 @@ def main() -> None:
     parser.add_argument("--job-facts", type=int, default=1,
                         help="the fact set (its number on the page) the training phase learns (1: examples/facts/islands)")
     parser.add_argument("--phases", default="asks,trace,job", help="which phases, comma-separated")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="start the server with --answer-cache 0: every answer computed (compute speed alone)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args()
 
     questions = [e.question for e in read_qa(DATA / "birth_dev.tsv")]
-    proc, host, port = start_server(args.run, args.server_threads)
+    proc, host, port = start_server(args.run, args.server_threads, cache=not args.no_cache)
     rows, notes = [], []
     load_before = os.getloadavg()[0]
     try:
@@ -163,20 +171,29 @@ def main() -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
-    text = table(["phase", "clients", "seconds", "answers", "requests/s", "p50 ms", "p99 ms", "errors", "traces"], rows)
+    text = table(["phase", "clients", "seconds", "answers", "requests/s", "p50 ms", "p99 ms", "errors", "cached",
+                  "traces"], rows)
     text += "\n\n" + "\n".join([
         f"- `attnlab serve {args.run}` on 127.0.0.1 (a separate process, OMP_NUM_THREADS={args.server_threads}, "
-        "--rate-limit 0, the default abstention rule); each client posts /api/ask with the next of the "
+        f"--rate-limit 0, the default abstention rule, {'no answer cache' if args.no_cache else 'its answer cache on'}); "
+        "each client posts /api/ask with the next of the "
         f"{len(questions)} dev questions as soon as its last answer arrives, over one kept-open connection",
         "- asks: one model computation at a time (the lab's lock), questions that arrive meanwhile answered "
         f"together in one batch; traces ({args.trace_samples} noise samples each, back to back) run on a copy of "
         "the model under their own lock, so they share the CPU with asks but never hold them back",
         f"- machine load (1-minute load average) {load_before:.1f} before, {load_after:.1f} at the end, on "
         f"{os.cpu_count()} CPU cores ({cpu_name()}): other processes share them, and the numbers move with that",
+        "- cached: the share of answers given from the server's answer cache (a question its run was asked "
+        "before, in any earlier phase too); the clients start 25 questions apart in the dev set, so after "
+        "about 25 asks each one asks what another asked before. Only a --no-cache run is compute speed alone",
         f"- server stopped by SIGINT (Ctrl-C): exit code {proc.returncode}",
         *notes,
     ])
-    report("serve_load", text, write=not args.no_write, title="Serving load (benchmarks/serve_load.py)")
+    if args.no_cache:  # its own section: a run with the cache does not overwrite compute speed alone
+        report("serve_load_nocache", text, write=not args.no_write,
+               title="Serving load, every answer computed (benchmarks/serve_load.py --no-cache)")
+    else:
+        report("serve_load", text, write=not args.no_write, title="Serving load (benchmarks/serve_load.py)")
 
 
 if __name__ == "__main__":

@@ -137,3 +137,79 @@ def test_sampling_with_the_cache_matches_without() -> None:
     a = generate(model, PROMPTS, 6, generator=torch.Generator().manual_seed(3), **kw)
     b = generate(model, PROMPTS, 6, use_cache=False, generator=torch.Generator().manual_seed(3), **kw)
     assert a.tokens == b.tokens
+
+
+@torch.no_grad()
+def growing_loop(model: GPT, prompts: list[list[int]], max_new: int, stop_token=None, allowed_next=None):
+    """The decoding loop as it was before its buffers were preallocated: every step concatenates
+    the new token, its log-probability, the valid-key row and the key positions onto what came
+    before, and the stacked query/key/value weights are made anew. Kept as the reference the
+    faster loop must equal bit for bit."""
+    from attnlab.data.vocab import PAD_ID
+    from attnlab.model.attention import KVCache, masks
+    from attnlab.model.generate import _left_padded, _pick, _trimmed
+    from attnlab.model.positions import left_padded_positions
+
+    block = model.config.block_size
+    limits = torch.tensor([min(max_new, block - len(p)) for p in prompts])
+    B = len(prompts)
+    idx, valid = _left_padded(prompts, torch.device("cpu"))
+    positions = left_padded_positions(valid)
+    caches = [KVCache() for _ in model.blocks]
+    out, logps = torch.empty(B, 0, dtype=torch.long), torch.empty(B, 0)
+    done = torch.zeros(B, dtype=torch.bool)
+    step_idx, step_pos, key_pos = idx, positions, positions
+    for step in range(int(limits.max())):
+        for b in model.blocks:
+            b.attn.__dict__.pop("_stack", None)
+        allowed = masks.padded(valid, step_idx.shape[1])
+        logits, _ = model.run(step_idx, positions=step_pos, allowed=allowed, caches=caches, key_positions=key_pos)
+        last = logits[:, -1].float()
+        mask = allowed_next(out.tolist()) if allowed_next is not None else None
+        nxt = _pick(last if mask is None else last.masked_fill(~mask, float("-inf")), 0.0, 0, 1.0, None)
+        nxt = torch.where(done, torch.full_like(nxt, PAD_ID), nxt)
+        out = torch.cat([out, nxt[:, None]], 1)
+        logps = torch.cat([logps, last.log_softmax(-1).gather(1, nxt[:, None])], 1)
+        if stop_token is not None:
+            done |= nxt == stop_token
+        done |= limits <= step + 1
+        if bool(done.all()):
+            break
+        new_pos = (key_pos[:, -1:] + 1).clamp(max=block - 1)
+        valid = torch.cat([valid, torch.ones(B, 1, dtype=torch.bool)], 1)
+        key_pos = torch.cat([key_pos, new_pos], 1)
+        step_idx, step_pos = nxt[:, None], new_pos
+    return _trimmed(out, logps, limits, stop_token)
+
+
+def test_decoding_equals_the_growing_loop_bit_for_bit(model: GPT) -> None:
+    """Preallocated buffers and the kept weight stack change no token and no log-probability,
+    with stop tokens, rows of different lengths and a constraint on the next token."""
+    def odd_after_even(chosen: list[list[int]]) -> torch.Tensor:  # depends on what was chosen so far
+        mask = torch.ones(len(chosen), VOCAB, dtype=torch.bool)
+        for row, so_far in enumerate(chosen):
+            if so_far and so_far[-1] % 2 == 0:
+                mask[row, ::2] = False
+        return mask
+
+    stop = course_loop(model, PROMPTS[0], 8)[2]
+    for kw in ({}, {"stop_token": stop}, {"allowed_next": odd_after_even}, {"stop_token": stop, "allowed_next": odd_after_even}):
+        new, old = generate(model, PROMPTS, 9, **kw), growing_loop(model, PROMPTS, 9, **kw)
+        assert (new.tokens, new.logprobs) == (old.tokens, old.logprobs), kw
+
+
+def test_kept_weight_stack_follows_weights_changed_in_place() -> None:
+    """Decoding after a weight is changed in place (an optimiser step, load_state_dict) reads
+    the new weights, exactly as a model built with them does."""
+    model, other = make_model("vanilla", seed=0), make_model("vanilla", seed=3)
+    before = generate(model, PROMPTS, 6)
+    with torch.no_grad():
+        model.blocks[0].attn.key.weight.mul_(-1.0)
+    fresh = make_model("vanilla", seed=0)  # never decoded before the change
+    with torch.no_grad():
+        fresh.blocks[0].attn.key.weight.mul_(-1.0)
+    after = generate(model, PROMPTS, 6)
+    assert after.logprobs != before.logprobs
+    assert after.logprobs == generate(fresh, PROMPTS, 6).logprobs
+    model.load_state_dict(other.state_dict())
+    assert generate(model, PROMPTS, 6).logprobs == generate(other, PROMPTS, 6).logprobs

@@ -15,7 +15,7 @@ from attnlab.answering.knowledge import SpanConstraint, WholeWords, answer_by_re
 from attnlab.model.gpt import GPT
 from attnlab.training.pipeline import pretrain
 from attnlab.training.trainer import CombinedOptimizer, lr_at, make_optimizer, muon_weights
-from attnlab.data.vocab import Vocab
+from attnlab.data.vocab import MASK_ID, Vocab
 from tests.tiny_runs import memorise
 
 
@@ -311,3 +311,39 @@ def test_open_book_read_out_reads_the_place_from_the_gold_line(tiny_config, tiny
     assert all(a.recalled == line for a, line in zip(got, lines))
     with pytest.raises(ValueError, match="t.tsv:1: no corpus line"):
         read_out_given_lines(model, vocab, CorpusIndex(lines[1:]), asked[:1])
+
+
+def _scratch_mask(spans: SpanConstraint, chosen: list[list[int]]) -> torch.Tensor:
+    """The copy read-out's masks computed from scratch, the source scanned again at every call
+    (how SpanConstraint computed them before it kept each row's matches)."""
+    mask = torch.zeros(len(spans.sources), spans.vocab_size, dtype=torch.bool)
+    for row, (source, so_far) in enumerate(zip(spans.sources, chosen)):
+        starts = spans.occurrences(source, so_far)
+        if not starts:
+            mask[row] = True
+            continue
+        n = len(so_far)
+        mask[row, [source[s + n] for s in starts if s + n <= spans.last_word[row]]] = True
+        if n and any(spans.word_ends(source, s + n) for s in starts):
+            mask[row, MASK_ID] = True
+    return mask
+
+
+def test_span_constraint_kept_matches_equal_a_scan_from_scratch():
+    """Step by step as generate calls it (each call one token longer, a row sometimes leaving
+    the source), and in calls out of order, the masks are the scan's."""
+    import random
+
+    vocab = Vocab.from_text("ab c.,x")
+    rng = random.Random(0)
+    for trial in range(60):
+        sources = [vocab.encode("".join(rng.choice("ab c.,") for _ in range(rng.randint(0, 14)))) for _ in range(4)]
+        spans, chosen = SpanConstraint(sources, vocab), [[] for _ in sources]
+        for step in range(8):
+            mask = spans(chosen)
+            assert torch.equal(mask, _scratch_mask(spans, chosen)), (trial, step)
+            for row in range(len(sources)):
+                ok = mask[row].nonzero().flatten().tolist()
+                chosen[row] = chosen[row] + [rng.choice(ok) if ok and rng.random() < 0.8 else rng.randrange(len(vocab))]
+        shuffled = [c[: rng.randint(0, len(c))] for c in chosen]  # not one token longer: scanned anew
+        assert torch.equal(spans(shuffled), _scratch_mask(spans, shuffled))

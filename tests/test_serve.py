@@ -21,7 +21,7 @@ from attnlab.probing.attention_maps import attention_weights  # noqa: E402
 from attnlab.answering.evaluate import Score  # noqa: E402
 from attnlab.trust.evidence import CorpusIndex  # noqa: E402
 from attnlab.serve.app import RateLimit, create_app  # noqa: E402
-from attnlab.serve.lab import MAX_QUESTION_CHARS  # noqa: E402
+from attnlab.serve.lab import MAX_QUESTION_CHARS, AnswerCache  # noqa: E402
 from attnlab.data.vocab import MASK_CHAR  # noqa: E402
 from tests.serve_lab import SHIPPED, make_lab, tiny  # noqa: E402
 
@@ -274,10 +274,10 @@ def test_the_rate_limit_is_per_client_and_per_minute():
 
 def _same_answers(got: dict, expected: dict) -> None:
     """Answers, verdicts and evidence equal; confidences to float noise (a batch runs other
-    matrix shapes than one question alone)."""
+    matrix shapes than one question alone); either may have come from the answer cache."""
     for g, e in zip(got["answers"], expected["answers"], strict=True):
         assert g["confidence"] == pytest.approx(e["confidence"], rel=1e-4, abs=1e-6)
-        assert {**g, "confidence": 0} == {**e, "confidence": 0}
+        assert {**g, "confidence": 0, "cached": None} == {**e, "confidence": 0, "cached": None}
 
 
 def test_concurrent_requests_get_the_answers_they_get_alone(client, lab):
@@ -301,6 +301,7 @@ def test_questions_asked_together_are_answered_in_one_batch(lab, monkeypatch):
         monkeypatch.setattr(run.model, "ask", lambda qs, ask=ask, **kw: calls.append(len(qs)) or ask(qs, **kw))
     questions = [e.question for e in lab.dev_examples[:5]] + ["Where was 日本 born?"]
     alone = {q: lab.ask(q, [0]) for q in questions[:5]}
+    lab.answers = AnswerCache(0)  # every question computed again: this test is about the batch
     calls.clear()
 
     def ask_one(q):
@@ -425,3 +426,86 @@ def test_a_trace_does_not_hold_asks_back(lab, monkeypatch):
     finally:
         release.set()
         worker.join(300)
+
+
+def _shown_fields(answer: dict) -> dict:
+    return {k: v for k, v in answer.items() if k != "cached"}
+
+
+def test_an_answer_asked_again_comes_from_the_cache_unchanged(lab, monkeypatch):
+    """The second ask of a question (in any wording of the same subject and relation) is the
+    first one's answer, confidence, verdict and evidence, marked cached, and costs no model
+    call; the first is computed."""
+    calls = []
+    ask = lab.runs[0].model.ask
+    monkeypatch.setattr(lab.runs[0].model, "ask", lambda qs, **kw: calls.append(list(qs)) or ask(qs, **kw))
+    first = lab.ask(RALF, [0])["answers"][0]
+    again = lab.ask(" Where was  Ralf   Wadephul born? ", [0])["answers"][0]
+    assert calls == [[RALF]]  # one model call: the second came from the cache
+    assert first["cached"] is False and again["cached"] is True
+    assert _shown_fields(again) == {**_shown_fields(first), "question": again["question"]}
+    (computed,) = ask([RALF], source="question", abstain=None)
+    assert (first["answer"], first["confidence"], first["recalled"]) == \
+        (computed.answer, computed.confidence, computed.recalled)
+
+
+def test_the_cache_never_gives_an_answer_of_another_model_or_rule(lab):
+    """An entry holds the model and rule it was computed with: a run whose model or rule is
+    replaced computes again; an edited copy is a run of its own; a lab without a cache always
+    computes."""
+    assert lab.ask(RALF, [0])["answers"][0]["cached"] is False
+    assert lab.ask(RALF, [0])["answers"][0]["cached"] is True
+    lab.runs[0].rule = Rule(0.5, None, "test")
+    fresh = lab.ask(RALF, [0])["answers"][0]
+    assert fresh["cached"] is False and fresh["abstention"] == lab.runs[0].rule.describe()
+    lab.runs[0].model = load(SHIPPED, device="cpu")  # another model object (the same weights)
+    assert lab.ask(RALF, [0])["answers"][0]["cached"] is False
+    assert lab.ask(RALF, [1])["answers"][0]["cached"] is False  # run 1's own entry
+    lab.answers = AnswerCache(0)
+    assert [lab.ask(RALF, [0])["answers"][0]["cached"] for _ in range(2)] == [False, False]
+
+
+def test_the_cache_keeps_at_most_its_size_and_drops_the_least_recently_asked(lab):
+    lab.answers = AnswerCache(2)
+    questions = [e.question for e in lab.dev_examples[:3]]
+    for q in questions:
+        lab.ask(q, [1])
+    assert len(lab.answers) == 2
+    assert lab.ask(questions[0], [1])["answers"][0]["cached"] is False  # the oldest was dropped
+    assert lab.ask(questions[2], [1])["answers"][0]["cached"] is True
+
+
+def test_one_question_asked_twice_in_a_batch_is_computed_once(lab, monkeypatch):
+    calls = []
+    ask = lab.runs[0].model.ask
+    monkeypatch.setattr(lab.runs[0].model, "ask", lambda qs, **kw: calls.append(list(qs)) or ask(qs, **kw))
+    from attnlab.serve.lab import _Asked
+
+    asked = [_Asked(0, RALF), _Asked(0, BRYAN), _Asked(0, "Where was Ralf  Wadephul born?")]
+    lab._answer_waiting(asked)
+    assert calls == [[RALF, BRYAN]]
+    assert asked[2].answer.question == asked[2].question
+    assert (asked[2].answer.answer, asked[2].answer.confidence) == (asked[0].answer.answer, asked[0].answer.confidence)
+
+
+def test_a_trace_runs_on_a_thread_of_lower_priority(lab, monkeypatch):
+    """The scheduler gives the CPU to asks before traces (Linux sets a thread's niceness)."""
+    import os
+    import sys
+    import threading
+
+    from attnlab.facts import trace as tracing
+
+    seen = []
+    real = tracing.trace
+
+    def watched(model, *args, **kwargs):
+        seen.append((threading.current_thread() is not threading.main_thread(),
+                     os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) if sys.platform == "linux" else None))
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(tracing, "trace", watched)
+    got = lab.trace(RALF, 0, 1)
+    assert got["answer"] and seen[0][0]
+    if sys.platform == "linux":
+        assert seen[0][1] > os.getpriority(os.PRIO_PROCESS, threading.get_native_id())

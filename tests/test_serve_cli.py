@@ -56,15 +56,21 @@ def _stop(proc: subprocess.Popen) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
+def _ask(url: str, question: str) -> dict:
+    request = urllib.request.Request(url + "api/ask", data=json.dumps({"question": question}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.load(response)["answers"][0]
+
+
 def test_serve_prints_the_url_answers_and_stops_on_ctrl_c(tmp_path):
     proc, url = _start(tmp_path)
     try:
         assert url.startswith("http://127.0.0.1:")
-        request = urllib.request.Request(url + "api/ask", data=json.dumps({"question": "Ralf Wadephul"}).encode(),
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            answer = json.load(response)["answers"][0]
-        assert answer["name"] == str(SHIPPED) and answer["answer"]
+        answer = _ask(url, "Ralf Wadephul")
+        assert answer["name"] == str(SHIPPED) and answer["answer"] and answer["cached"] is False
+        again = _ask(url, "Where was Ralf Wadephul born?")  # the answer cache is on by default
+        assert again["cached"] is True and (again["answer"], again["confidence"]) == (answer["answer"], answer["confidence"])
     finally:
         code, out, err = _stop(proc)
     assert code == 0, err
@@ -104,10 +110,11 @@ def test_serve_without_its_extra_says_how_to_install_it(monkeypatch, capsys):
     assert "pip install -e '.[serve]'" in capsys.readouterr().err
 
 
-def test_serve_says_what_it_does_while_it_starts_and_no_train_turns_jobs_off(tmp_path):
-    proc, url = _start(tmp_path, "--no-train")
+def test_serve_says_what_it_does_while_it_starts_and_no_train_and_no_cache_are_kept(tmp_path):
+    proc, url = _start(tmp_path, "--no-train", "--answer-cache", "0")
     try:
         _ready(url)
+        asked = [_ask(url, "Ralf Wadephul")["cached"] for _ in range(2)]  # no cache: both computed
         with urllib.request.urlopen(url + "api/jobs", timeout=60) as response:
             jobs = json.load(response)
         request = urllib.request.Request(url + "api/jobs", data=json.dumps({"fact_set": 0, "minutes": 1}).encode(),
@@ -116,6 +123,7 @@ def test_serve_says_what_it_does_while_it_starts_and_no_train_turns_jobs_off(tmp
             urllib.request.urlopen(request, timeout=60)
     finally:
         code, out, err = _stop(proc)
+    assert asked == [False, False]
     assert jobs["enabled"] is False and "birthplace" in [f["name"] for f in jobs["fact_sets"]]
     assert refused.value.code == 403 and "--no-train" in json.load(refused.value)["error"]
     said = [line for line in err.splitlines() if line.startswith("attnlab serve: ")]
@@ -129,3 +137,11 @@ def test_serve_refuses_a_fact_set_folder_it_cannot_read_before_loading_runs(tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert "nope" in err[-1] and "error" in err[-1]
     assert not any(line.startswith("attnlab serve: loading") for line in err)  # refused before the runs load
+
+
+def test_the_answer_cache_default_is_the_labs():
+    from attnlab.cli import serving
+    from attnlab.serve import lab
+
+    assert serving.ANSWER_CACHE == lab.ANSWER_CACHE
+    assert cli.build_parser().parse_args(["serve", str(SHIPPED)]).answer_cache == lab.ANSWER_CACHE

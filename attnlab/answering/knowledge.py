@@ -293,7 +293,11 @@ def _best_of_row(logp: torch.Tensor, C: int, runs: list[list[int]], chooser: Who
 class SpanConstraint:
     """Next-token masks that keep each row's answer a run of whole words of its source text:
     it starts where a word starts and may close with ``⁇`` only where a word ends. Called by
-    ``generate`` with the tokens chosen so far."""
+    ``generate`` with the tokens chosen so far.
+
+    Each row keeps the start positions its answer so far still matches, so a call that extends
+    the previous one by a token (as ``generate`` calls it) filters those instead of scanning the
+    source again; any other call is answered from scratch, with the same result."""
 
     def __init__(self, sources: list[list[int]], vocab: Vocab):
         self.sources = sources
@@ -302,19 +306,41 @@ class SpanConstraint:
         # a span may not run past a source's last word character: from there no word ends,
         # so nothing could close it (it would run on through the source's trailing " .")
         self.last_word = [max((i for i, t in enumerate(src) if self.in_word[t]), default=-1) for src in sources]
+        self._ends = [self._word_ends(src) for src in sources]  # _ends[row][e]: a word ends before e
+        self._seen: list[tuple[list[int], list[int]]] = [([], self.occurrences(src, [])) for src in sources]
 
     def __call__(self, chosen: list[list[int]]) -> torch.Tensor:
         mask = torch.zeros(len(self.sources), self.vocab_size, dtype=torch.bool)
+        rows, tokens = [], []
         for row, (source, so_far) in enumerate(zip(self.sources, chosen)):
-            starts = self.occurrences(source, so_far)
+            starts = self._starts(row, so_far)
             if not starts:  # nothing recalled to copy from: read freely
                 mask[row] = True
                 continue
             n = len(so_far)
-            mask[row, [source[s + n] for s in starts if s + n <= self.last_word[row]]] = True
-            if n and any(self.word_ends(source, s + n) for s in starts):
-                mask[row, MASK_ID] = True
+            allowed = {source[s + n] for s in starts if s + n <= self.last_word[row]}
+            if n and any(self._ends[row][s + n] for s in starts):
+                allowed.add(MASK_ID)
+            rows += [row] * len(allowed)
+            tokens += allowed
+        if rows:
+            mask[rows, tokens] = True
         return mask
+
+    def _starts(self, row: int, so_far: list[int]) -> list[int]:
+        """occurrences(source, so_far), from the row's last answer when so_far extends it by one."""
+        before, starts = self._seen[row]
+        n = len(so_far)
+        if n == len(before) + 1 and so_far[:-1] == before:
+            source, token = self.sources[row], so_far[-1]
+            starts = [s for s in starts if s + n <= len(source) and source[s + n - 1] == token]
+        elif so_far != before:
+            starts = self.occurrences(self.sources[row], so_far)
+        self._seen[row] = (list(so_far), starts)
+        return starts
+
+    def _word_ends(self, source: list[int]) -> list[bool]:
+        return [False] + [self.word_ends(source, end) for end in range(1, len(source) + 1)]
 
     def occurrences(self, source: list[int], so_far: list[int]) -> list[int]:
         """Word-start positions where ``source`` continues with ``so_far``."""

@@ -15,6 +15,7 @@ from . import flags, trust
 
 LOOPBACK = "127.0.0.1"
 PORT = bounds.Bound(int, 0, 65535, name="port")
+ANSWER_CACHE = 4096  # serve/lab.py's ANSWER_CACHE (not imported: it would load torch for --help)
 
 
 def _is_loopback(host: str) -> bool:
@@ -64,7 +65,7 @@ def build_lab(args: argparse.Namespace):
         model = load(path, device=args.device)
         rule = trust.rule_from_args(args, model, path, log)
         runs.append(Run(path, model, rule))
-    return Lab(runs, docs, dev, out, places, stat_lines=args.stat_lines)
+    return Lab(runs, docs, dev, out, places, stat_lines=args.stat_lines, answer_cache=args.answer_cache)
 
 
 def _say(message: str) -> None:
@@ -153,6 +154,9 @@ def register(command) -> None:
     flags.train_file(p, "question<TAB>place file the runs were finetuned on (an edit's key statistics; '' for none)")
     p.add_argument("--stat-lines", type=bounds.non_negative_int, default=2000,
                    help="lines for an edit's key statistics, as in `attnlab edit` (0 = all)")
+    p.add_argument("--answer-cache", type=bounds.non_negative_int, default=ANSWER_CACHE,
+                   help="answers kept to give again at once when a run is asked the same thing "
+                        "(0: every answer computed)")
     p.add_argument("--no-train", action="store_true",
                    help="no training jobs from the page (for a shared class server)")
     p.add_argument("--learn-facts", action="append", metavar="DIR", default=[],

@@ -76,41 +76,56 @@ def generate(
     block = model.config.block_size
     # Each row may grow until it fills the block, whatever the other rows' lengths.
     limits = torch.tensor([min(max_new_tokens, block - len(p)) for p in prompts], device=device)
-    B = len(prompts)
+    B, steps = len(prompts), int(limits.max())
     idx, valid = _left_padded(prompts, device)
-    positions = left_padded_positions(valid)  # (B, P)
+    P = valid.shape[1]
+    out, logps, seen, key_buf = _room(valid, steps)
     caches = [KVCache() for _ in model.blocks] if use_cache else None
-    out = torch.empty(B, 0, dtype=torch.long, device=device)
-    logps = torch.empty(B, 0, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    step_idx, step_pos, key_pos = idx, positions, positions
+    step_idx, step_pos, n = idx, key_buf[:, :P], 0
     with evaluating(model):
-        for step in range(int(limits.max())):
-            allowed = masks.padded(valid, step_idx.shape[1])
+        for step in range(steps):
+            width = P + step
+            key_pos = key_buf[:, :width]
+            allowed = masks.padded(seen[:, :width], step_idx.shape[1])
             logits, _ = model.run(step_idx, positions=step_pos, allowed=allowed, caches=caches,
                                   key_positions=key_pos)
             last = logits[:, -1].float()
-            mask = allowed_next(out.tolist()) if allowed_next is not None else None
+            mask = allowed_next(out[:, :step].tolist()) if allowed_next is not None else None
             nxt = _pick(last if mask is None else last.masked_fill(~mask.to(device), float("-inf")),
                         temperature, top_k, top_p, generator)
             nxt = torch.where(done, torch.full_like(nxt, PAD_ID), nxt)
-            lp = last.log_softmax(-1).gather(1, nxt[:, None])
-            out = torch.cat([out, nxt[:, None]], 1)
-            logps = torch.cat([logps, lp], 1)
+            out[:, step] = nxt
+            logps[:, step] = last.log_softmax(-1).gather(1, nxt[:, None])[:, 0]
+            n = step + 1
             if stop_token is not None:
                 done |= nxt == stop_token
             done |= limits <= step + 1
             if bool(done.all()):
                 break
             new_pos = (key_pos[:, -1:] + 1).clamp(max=block - 1)  # clamped only in finished rows
-            valid = torch.cat([valid, torch.ones(B, 1, dtype=torch.bool, device=device)], 1)
-            key_pos = torch.cat([key_pos, new_pos], 1)
+            key_buf[:, width:width + 1] = new_pos
             if use_cache:
                 step_idx, step_pos = nxt[:, None], new_pos
             else:
                 step_idx = torch.cat([step_idx, nxt[:, None]], 1)
-                step_pos = key_pos
+                step_pos = key_buf[:, :width + 1]
+    out, logps = out[:, :n], logps[:, :n]
     return _trimmed(out, logps, limits, stop_token)
+
+
+def _room(valid: Tensor, steps: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Room for every step at once, so a step writes its column instead of copying what came
+    before: the new tokens (B, steps), their log-probabilities, which of the prompt and new
+    positions are real tokens (B, P + steps: every new one is) and the positions of the prompt
+    and new tokens (B, P + steps, the prompt's filled in)."""
+    (B, P), device = valid.shape, valid.device
+    seen = torch.ones(B, P + steps, dtype=torch.bool, device=device)
+    seen[:, :P] = valid
+    key_buf = torch.empty(B, P + steps, dtype=torch.long, device=device)
+    key_buf[:, :P] = left_padded_positions(valid)
+    return (torch.empty(B, steps, dtype=torch.long, device=device), torch.empty(B, steps, device=device),
+            seen, key_buf)
 
 
 def _check_prompts(prompts: list[list[int]], block: int) -> None:

@@ -12,13 +12,16 @@ fill a cache twice.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import os
 import re
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Hashable
 
 from ..trust.abstention import Rule, decide, people_of
 from ..api import LoadedModel
@@ -31,9 +34,12 @@ from ..data.vocab import MASK_CHAR, PAD_CHAR
 
 MAX_QUESTION_CHARS = 200  # longer than any "Where was NAME born?" of the data files
 MAX_TRACE_SAMPLES = 10  # a trace costs samples x 3 x layers x positions forwards
+TRACE_NICENESS = 10  # how much lower a trace's thread is scheduled than the asks' (where the OS allows)
 TRACE_SAMPLES = 10  # `attnlab trace`'s default (facts/settings.py): fewer make noise look like an effect
 KEPT_EDITS = 4  # edited copies kept in memory (each is a whole model)
 MAX_RUNS = 16  # runs served, the learned and edited ones included
+ANSWER_CACHE = 4096  # answers kept for asking again (all runs together; 0: none kept)
+_NOT_KEPT = "not kept"  # the key of a question answer_key cannot key (asked as it is, never kept)
 _SAVE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -90,6 +96,62 @@ class _Asked:
     given: bool = True
     error: Exception | None = None
     done: bool = False
+    cached: bool = False  # answered from the answer cache, not computed for this request
+
+
+class AnswerCache:
+    """Answers already given, kept to be given again without computing them: a class asks
+    the same questions over and over, and an answer takes a whole recall to compute.
+
+    An entry is keyed by the run's number and what the model reads of the question (``key``),
+    and holds the model and abstention rule it was computed with: it is given only while the
+    run still serves that same model and rule, so a run whose model or rule is replaced never
+    gets an old answer (the lab never changes a served model in place: an edit is a copy,
+    served as a new run). At most ``size`` entries, the least recently asked dropped first."""
+
+    def __init__(self, size: int = ANSWER_CACHE):
+        self.size = size
+        self._kept: OrderedDict[tuple[int, Hashable], tuple[Any, Any, Answer, bool]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, number: int, run: Run, key: Hashable | None) -> tuple[Answer, bool] | None:
+        if key is None or not self.size:
+            return None
+        with self._lock:
+            entry = self._kept.get((number, key))
+            if entry is None:
+                return None
+            model, rule, answer, given = entry
+            if model is not run.model or rule is not run.rule:  # computed for another model or rule
+                del self._kept[(number, key)]
+                return None
+            self._kept.move_to_end((number, key))
+            return answer, given
+
+    def put(self, number: int, model: Any, rule: Rule | None, key: Hashable | None, answer: Answer,
+            given: bool) -> None:
+        """Keep ``answer`` (and whether ``rule`` gives it) as run ``number``'s, computed by ``model``."""
+        if key is None or not self.size:
+            return
+        with self._lock:
+            self._kept[(number, key)] = (model, rule, answer, given)
+            self._kept.move_to_end((number, key))
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
+def answer_key(run: Run, question: str) -> Hashable | None:
+    """What decides ``run``'s answer to ``question``: for a recall model the subject and the
+    relation (it recalls the subject's line and reads the relation's answer from it, never the
+    question's wording), for a direct model the question's text; None for a question no
+    relation of a recall model matches (its error is never kept)."""
+    if run.model.config.qa_format != "recall":
+        return ("question", question)
+    asked = Schema.from_list(run.model.config.relations).parse(question, bare_subject=False)
+    return None if asked is None else ("recall", asked.subject, asked.relation.name)
 
 
 @dataclass
@@ -98,6 +160,11 @@ class EditedCopy:
     model: Any  # the edited GPT (the run's own model is never modified)
     report: dict[str, Any]
     served: int | None = None  # its run number once it is served to be asked
+
+
+def _asked_as(answer: Answer, question: str) -> Answer:
+    """``answer`` as the answer to ``question`` (one answer given to several wordings)."""
+    return answer if answer.question == question else dataclasses.replace(answer, question=question)
 
 
 def checked_text(text: str | None, what: str) -> str:
@@ -178,6 +245,18 @@ def strongest_sentence(t, strongest: dict[str, tuple[int, str, float]]) -> str:
             f"(name corrupted: {t.corrupted:.3f}).")
 
 
+def lower_priority(by: int = TRACE_NICENESS) -> bool:
+    """Lower the calling thread's scheduling priority (Linux sets niceness per thread); True
+    when it took. Any process may lower its own priority, so this fails only where the OS has
+    no such call."""
+    try:
+        me = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + by))
+        return True
+    except (AttributeError, OSError):
+        return False
+
+
 def plain(message: str) -> str:
     """A library error in the page's words: no 'question:1:' file positions, no config names."""
     message = re.sub(r"^(question|input|<[a-z]+>):\d+:\s*", "", " ".join(message.split()))
@@ -187,7 +266,8 @@ def plain(message: str) -> str:
 
 class Lab:
     def __init__(self, runs: list[Run], corpus: list[str], dev: list[QAExample], out_dir: str | Path,
-                 train_places: dict[str, str] | None = None, stat_lines: int = 2000):
+                 train_places: dict[str, str] | None = None, stat_lines: int = 2000,
+                 answer_cache: int = ANSWER_CACHE):
         if not runs:
             raise ValueError("the lab needs at least one run")
         self.runs = runs
@@ -202,8 +282,12 @@ class Lab:
         self.lock = threading.Lock()  # one model computation at a time
         self.trace_lock = threading.Lock()  # one causal trace at a time, on a copy of the model
         self._trace_copies: dict[int, Any] = {}
+        # Traces run on a thread of their own at a lower priority: they share the CPU with asks,
+        # and the scheduler gives it to the asks first.
+        self._tracer = ThreadPoolExecutor(1, thread_name_prefix="attnlab-trace", initializer=lower_priority)
         self._waiting: list[_Asked] = []  # questions not yet answered (ask)
         self._waiting_lock = threading.Lock()
+        self.answers = AnswerCache(answer_cache)  # answers given, to give again (0: none kept)
         self.edits: OrderedDict[int, EditedCopy] = OrderedDict()
         self._edit_ids = itertools.count(1)
 
@@ -243,22 +327,26 @@ class Lab:
     def ask(self, text: str, runs: list[int] | None = None) -> dict[str, Any]:
         """The question answered by each of ``runs`` (default: all), side by side.
 
-        Questions asked at once are answered in one batch: each request puts its questions on
-        the waiting list, and whoever holds the lock answers everything waiting, so 20 users
-        asking together wait for about one batched answer, not for 19 answers one by one."""
+        An answer the run gave before (``AnswerCache``) is given again at once. The others are
+        answered in one batch with every question asked meanwhile: each request puts its
+        questions on the waiting list, and whoever holds the lock answers everything waiting, so
+        20 users asking together wait for about one batched answer, not for 19 answers one by
+        one."""
         numbers = list(range(len(self.runs))) if runs is None else list(dict.fromkeys(runs))  # each once
         if not numbers:
             raise LabError("no run chosen: tick at least one")
         for n in numbers:
             self.run(n)  # an unknown run is refused before anything waits
         asked = [_Asked(n, self.question_for(text, self.runs[n])) for n in numbers]
-        with self._waiting_lock:
-            self._waiting += asked
-        with self.lock:
-            if not all(a.done for a in asked):  # else another request answered them meanwhile
-                with self._waiting_lock:
-                    batch, self._waiting = self._waiting, []
-                self._answer_waiting(batch)
+        pending = [a for a in asked if not self._from_cache(a)]
+        if pending:
+            with self._waiting_lock:
+                self._waiting += pending
+            with self.lock:
+                if not all(a.done for a in pending):  # else another request answered them meanwhile
+                    with self._waiting_lock:
+                        batch, self._waiting = self._waiting, []
+                    self._answer_waiting(batch)
         for a in asked:
             if a.error is not None:
                 raise a.error
@@ -270,6 +358,17 @@ class Lab:
         facts = self.facts_of(run)
         return facts.evidence.as_written(question_of(text, facts.schema))
 
+    def _from_cache(self, a: _Asked) -> bool:
+        """Whether ``a`` was answered from the answer cache (then it is done)."""
+        run = self.runs[a.run]
+        hit = self.answers.get(a.run, run, answer_key(run, a.question))
+        if hit is None:
+            return False
+        answer, a.given = hit
+        a.answer = _asked_as(answer, a.question)
+        a.cached = a.done = True
+        return True
+
     def _answer_waiting(self, batch: list[_Asked]) -> None:
         """Answer every waiting question, one model call per run; a bad question (an unknown
         character) fails alone: its batch is answered again one question at a time."""
@@ -278,11 +377,11 @@ class Lab:
             by_run.setdefault(a.run, []).append(a)
         for number, group in by_run.items():
             try:
-                self._answer_group(self.runs[number], group)
+                self._answer_group(number, group)
             except ValueError:
                 for a in group:
                     try:
-                        self._answer_group(self.runs[number], [a])
+                        self._answer_group(number, [a])
                     except ValueError as e:
                         a.error = e
             except Exception as e:  # a bug: every request of the batch gets it (a 500), none hangs
@@ -292,10 +391,25 @@ class Lab:
                 for a in group:
                     a.done = True
 
-    def _answer_group(self, run: Run, group: list[_Asked]) -> None:
-        answers = run.model.ask([a.question for a in group], source="question", abstain=None)  # _given decides
-        for a, answer, given in zip(group, answers, self._given(run, answers)):
-            a.answer, a.given = answer, given
+    def _answer_group(self, number: int, group: list[_Asked]) -> None:
+        """One model call for the group's questions, each asked once however many asked it
+        (what the model reads, ``answer_key``); the answers are kept in the answer cache."""
+        run = self.runs[number]
+        model, rule = run.model, run.rule  # what the answers are computed with, kept with them
+        keys = [answer_key(run, a.question) or (_NOT_KEPT, j) for j, a in enumerate(group)]
+        slot: dict[Hashable, int] = {}
+        unique: list[str] = []
+        for a, k in zip(group, keys):
+            if k not in slot:
+                slot[k] = len(unique)
+                unique.append(a.question)
+        answers = model.ask(unique, source="question", abstain=None)  # _given decides
+        given = self._given(model, rule, answers)
+        for a, k in zip(group, keys):
+            a.answer, a.given = _asked_as(answers[slot[k]], a.question), given[slot[k]]
+        for k, i in slot.items():
+            if k[0] != _NOT_KEPT:
+                self.answers.put(number, model, rule, k, answers[i], given[i])
 
     def _shown(self, asked: _Asked) -> dict[str, Any]:
         run, answer, facts = self.runs[asked.run], asked.answer, self.facts_of(self.runs[asked.run])
@@ -304,6 +418,7 @@ class Lab:
         return {"run": asked.run, "name": run.name, "question": asked.question, "answer": answer.answer,
                 "confidence": answer.confidence, "relation": answer.relation,
                 "complete": answer.complete, "recalled": answer.recalled, "given": asked.given,
+                "cached": asked.cached,
                 "span": copied_span(answer.recalled, answer.answer),
                 "in_words": in_words(run.rule, answer.confidence, asked.given),
                 "abstention": run.rule.describe() if run.rule else "never abstain",
@@ -311,12 +426,14 @@ class Lab:
                              "line_number": first,
                              "line": facts.corpus[first - 1] if first else None}}
 
-    def _given(self, run: Run, answers: list[Answer]) -> list[bool]:
-        if run.rule is None:
+    @staticmethod
+    def _given(model: LoadedModel, rule: Rule | None, answers: list[Answer]) -> list[bool]:
+        """Whether ``rule`` gives each of ``model``'s answers (None: every one)."""
+        if rule is None:
             return [True] * len(answers)
         asked = [QAExample(a.question, None, "question", 1) for a in answers]
-        names = people_of(asked, run.model.gpt) if run.rule.needs_familiarity else [""] * len(answers)
-        return decide(run.model.gpt, run.model.vocab, run.rule, names, [a.confidence for a in answers])
+        names = people_of(asked, model.gpt) if rule.needs_familiarity else [""] * len(answers)
+        return decide(model.gpt, model.vocab, rule, names, [a.confidence for a in answers])
 
     # ---- why: attention and causal trace -----------------------------------------------------
     def attention(self, text: str, number: int) -> dict[str, Any]:
@@ -348,7 +465,8 @@ class Lab:
         """The causal trace of the question (facts/trace.py, with `attnlab trace`'s defaults):
         recovered probability of the clean answer for each kind, layer and position of the input
         the answer is produced from, and the strongest state in a sentence. It runs on a copy of
-        the run's model, one trace at a time, so asks are not held back while it runs."""
+        the run's model, one trace at a time, so asks are not held back while it runs, and on a
+        thread of lower priority (``lower_priority``), so the CPU goes to asks first."""
         from ..facts import trace as tracing
         from ..facts.settings import TraceSettings
 
@@ -359,7 +477,7 @@ class Lab:
         settings = TraceSettings().to_dict() | {"samples": samples}
         with self.trace_lock:
             model = self._trace_copy(number)
-            t = tracing.trace(model, run.model.vocab, question, **settings)
+            t = self._tracer.submit(lambda: tracing.trace(model, run.model.vocab, question, **settings)).result()
         p = t.point
         recovered = {k: [[round(float(x), 5) for x in row] for row in v] for k, v in t.recovered.items()}
         return {"question": question, "answer": p.answer, "chars": list(p.context),
@@ -389,7 +507,7 @@ class Lab:
     def _score_dev(self, run: Run) -> tuple[list[Answer], dict[str, Any]]:
         examples = self.facts_of(run).dev
         answers = answer_questions(run.model.gpt, run.model.vocab, examples)
-        given = self._given(run, answers)
+        given = self._given(run.model, run.rule, answers)
         right = [a.answer == e.answer for a, e in zip(answers, examples)]
         confidence = [a.confidence for a in answers]
         result = Score(sum(right), len(right))

@@ -217,12 +217,27 @@ class DotProductAttention(Attention):
             return super().projections(x, positions)
         # One product against the stacked query, key and value weights instead of three: fewer,
         # larger matrix products (about 5% of a spec-model CPU training step in an A/B run).
-        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        weight, bias = self._stacked()
         q, k, v = (self.split_heads(t) for t in F.linear(x, weight, bias).split(self.config.n_embd, dim=-1))
         q, k = self.with_positions(q, k, positions)
         return q, k, v, 1.0 / math.sqrt(self.head_dim)
 
+
+    def _stacked(self) -> tuple[Tensor, Tensor]:
+        """The query, key and value weights and biases stacked. Under no_grad the stack is kept
+        while the six tensors are the same and unmodified (their version counters), so decoding
+        does not copy them again at every token; with gradients it is made anew (autograd
+        flows through the concatenation)."""
+        parts = (self.query.weight, self.key.weight, self.value.weight, self.query.bias, self.key.bias,
+                 self.value.bias)
+        if torch.is_grad_enabled() or any(t.is_inference() for t in parts):  # inference tensors have no versions
+            return torch.cat(parts[:3]), torch.cat(parts[3:])
+        stamp = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in parts)
+        kept = self.__dict__.get("_stack")
+        if kept is None or kept[0] != stamp:
+            kept = (stamp, torch.cat(parts[:3]), torch.cat(parts[3:]))
+            self.__dict__["_stack"] = kept
+        return kept[1], kept[2]
 
 def overrides(cls: type, hook: str, base: type) -> type | None:
     """The class below ``base`` in ``cls``'s method order that redefines ``hook``; None when
