@@ -53,8 +53,20 @@ def rows_for(facts: factset.FactSet, learned: list[dict], scratch: dict | None) 
                           for r in learned)
         no_pre = count_with_interval(*pooled([scratch], relation)) if scratch else "-"
         rows.append([facts.name, relation or "all", count_with_interval(base["correct"], base["total"]), no_pre,
-                     seeds, count_with_interval(*pooled(learned, relation))])
+                     seeds, count_with_interval(*pooled(learned, relation)),
+                     calibration_cell(learned) if relation is None else ""])
     return rows
+
+
+def calibration_cell(learned: list[dict]) -> str:
+    """Each seed's dev ECE, raw -> after the temperature fitted on held-out training subjects."""
+    cells = []
+    for r in learned:
+        c = r.get("calibration") or {}
+        if "ece" in c:
+            after = f" -> {c['ece_after_temperature']:.3f}" if "ece_after_temperature" in c else ""
+            cells.append(f"{c['ece']:.3f}{after}")
+    return ", ".join(cells) or "-"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,8 +88,10 @@ def main(argv: list[str] | None = None) -> None:
         machines.update(r["machine"] for r in learned)
         rows += rows_for(facts, learned, scratch)
     text = table(["fact set", "relation", "most frequent answer", "no pretraining", "learned, each seed",
-                  f"learned in {args.minutes:g} minutes (seeds pooled)"], rows)
-    text += f"\n\nMachine: {'; '.join(sorted(machines))}. Dev questions; 95% Wilson intervals."
+                  f"learned in {args.minutes:g} minutes (seeds pooled)", "ECE, raw -> after temperature"], rows)
+    text += (f"\n\nMachine: {'; '.join(sorted(machines))}. Dev questions; 95% Wilson intervals. ECE: 15 "
+             "equal-width bins over all dev answers; the temperature is fitted on the training subjects "
+             "`learn` held out of finetuning.")
     report(f"learn-factsets-{args.minutes:g}m", text, write=args.write, title=f"Fact sets learned in {args.minutes:g} minutes")
 
 

@@ -30,3 +30,13 @@ def test_the_table_pools_seeds_per_relation(tmp_path):
     assert country[4] == "40, 44" and country[5].startswith("84/100 (84.0%")
     assert river[3].startswith("0/50 (0.0%") and overall[5].startswith("148/200 (74.0%")
     assert country[2].startswith("5/50 (10.0%")
+
+
+def test_the_all_row_carries_each_seeds_calibration_error(tmp_path):
+    facts = factset.load(write_set(tmp_path / "towns"))
+    calibrated = {**result(40, 30), "calibration": {"bins": 15, "ece": 0.391, "temperature": 3.1,
+                                                    "ece_after_temperature": 0.048}}
+    raw_only = {**result(44, 34), "calibration": {"bins": 15, "ece": 0.2}}
+    rows = learn_factsets.rows_for(facts, [calibrated, raw_only], None)
+    assert rows[-1][6] == "0.391 -> 0.048, 0.200" and rows[0][6] == ""
+    assert learn_factsets.rows_for(facts, [result(1, 1)], None)[-1][6] == "-"  # runs from before it was reported
