@@ -161,8 +161,13 @@ def test_answers_the_copy_cannot_reach_are_counted_and_said(tmp_path):
     sizes = factset.sizes(factset.load(write_set(tmp_path / "towns", corpus=corpus)))
     assert (sizes.out_of_reach, sizes.answers) == (1, 6)
     said = []
-    _say_out_of_reach(sizes, said.append)
+    _say_out_of_reach(sizes, sizes.recall_chars, said.append)
     assert len(said) == 1 and "1 of 6 training answers are not written" in said[0]
+    # a recipe recalling fewer characters reaches fewer answers, and is told so by its own length
+    short = min(sizes.ends)
+    assert sizes.beyond(short) == 6 - sum(end <= short for end in sizes.ends) > 1
+    _say_out_of_reach(sizes, short, said.append)
+    assert f"{sizes.beyond(short)} of 6 training answers" in said[1] and f"first {short} characters" in said[1]
 
 
 def test_a_run_record_is_checked_against_the_folder(tmp_path):

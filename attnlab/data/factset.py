@@ -229,6 +229,13 @@ class Sizes:
     # document, or written past the recall
     out_of_reach: int = 0
     answers: int = 0
+    # where each reachable training answer ends in its subject's first document (characters)
+    ends: tuple[int, ...] = ()
+
+    def beyond(self, recall_chars: int) -> int:
+        """Training answers a recall of ``recall_chars`` characters cannot copy: not written in
+        their subject's first document, or ending past the recall."""
+        return self.answers - sum(end <= recall_chars for end in self.ends)
 
 
 def sizes(facts: FactSet, *, coverage: float = 0.95, most: int = 320) -> Sizes:
@@ -251,4 +258,4 @@ def sizes(facts: FactSet, *, coverage: float = 0.95, most: int = 320) -> Sizes:
     cue = max(len(n) for n in facts.schema.names) + 1 if facts.schema.cued else 0
     block = recall + cue + answer + 3
     reached = sum(end <= recall for end in ends)
-    return Sizes(recall, answer, -(-block // 16) * 16, len(answers) - reached, len(answers))
+    return Sizes(recall, answer, -(-block // 16) * 16, len(answers) - reached, len(answers), tuple(ends))

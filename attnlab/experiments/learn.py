@@ -80,6 +80,7 @@ class Recipe:
     finetune: TrainConfig
     format_subjects: int  # training subjects whose questions are mixed into pretraining
     pretrain_minutes: float
+    sizes: factsets.Sizes | None = None  # the data's lengths the recipe was derived from
 
     def describe(self) -> str:
         m = self.model
@@ -115,7 +116,7 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     fine = dataclasses.replace(base.finetune, seed=seed, mix_people=n_format, preset="", holdout_fraction=holdout,
                                read_out_people=READ_OUTS_PER_FORMAT_SUBJECT * n_format,
                                read_out_swaps=READ_OUT_SWAPS, minutes=after_pretraining(minutes))
-    return Recipe(model, pre, fine, n_format, pre_minutes)
+    return Recipe(model, pre, fine, n_format, pre_minutes, sizes)
 
 
 def calibration_fraction(subjects: int) -> float:
@@ -156,13 +157,15 @@ def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, 
         raise ValueError(f"{out} already holds a learned model: choose another output directory, or "
                          "replace it (overwrite)")
     recipe = recipe or recipe_for(facts, minutes, seed)
-    _say_out_of_reach(factsets.sizes(facts), log)
+    _say_out_of_reach(recipe.sizes or factsets.sizes(facts), recipe.model.recall_chars, log)
     log(f"learning {facts.name} ({len(facts.schema.relations)} relation(s): {', '.join(facts.schema.names)}) "
         f"in {minutes:g} minutes: {recipe.describe()}" + ("" if pretrained else "; no pretraining"))
     fitted: dict[str, float] = {}
     if pretrained:
-        _pretrain_and_finetune(facts, recipe, out, device=device, overwrite=overwrite, resume=resume, log=log,
-                               on_fit=budget_check(minutes, recipe, fitted, log))
+        steps = _pretrain_and_finetune(facts, recipe, out, device=device, overwrite=overwrite, resume=resume,
+                                       log=log, on_fit=budget_check(minutes, recipe, fitted, log))
+        if fitted.get("steps_per_pass"):  # the passes made: a --minutes run re-fits them as it goes
+            fitted["pretraining_passes"] = round(steps / fitted.pop("steps_per_pass"), 2)
     else:
         scratch = dataclasses.replace(get_preset(BASE_PRESET).finetune_scratch, seed=seed,
                                       mix_people=recipe.format_subjects, preset="")
@@ -180,22 +183,26 @@ def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, 
     return results
 
 
-def _say_out_of_reach(sizes: factsets.Sizes, log: Callable[[str], None]) -> None:
-    """A fact set whose answers the copy read-out often cannot reach is told so: the model answers
-    by copying from the first document about the subject, within the recall."""
-    if sizes.answers and sizes.out_of_reach > 0.05 * sizes.answers:
-        log(f"warning: {sizes.out_of_reach} of {sizes.answers} training answers are not written in their "
-            f"subject's first document within its first {sizes.recall_chars} characters: questions like "
+def _say_out_of_reach(sizes: factsets.Sizes, recall_chars: int, log: Callable[[str], None]) -> None:
+    """A fact set whose answers the span read-out often cannot reach is told so: the model answers
+    with a span of the first document about the subject, within the recall of ``recall_chars``."""
+    beyond = sizes.beyond(recall_chars)
+    if sizes.answers and beyond > 0.05 * sizes.answers:
+        log(f"warning: {beyond} of {sizes.answers} training answers are not written in their "
+            f"subject's first document within its first {recall_chars} characters: questions like "
             "them cannot be answered by copying (put each subject's facts in its first document)")
 
 
 def budget_check(minutes: float, recipe: Recipe, fitted: dict[str, float],
-                 log: Callable[[str], None]) -> Callable[[float], None]:
-    """What pretraining is told once it has fitted its passes to the budget: it records them in
-    ``fitted`` and, under LEAST_PASSES, says before the first step that the answers will likely
-    not beat the baseline, and about how many minutes would fit enough passes."""
-    def check(passes: float) -> None:
-        fitted["pretraining_passes"] = round(passes, 2)
+                 log: Callable[[str], None]) -> Callable[[float, int], None]:
+    """What pretraining is told once it has fitted its passes to the budget: it records them (and
+    the steps of a pass, from which learn counts the passes made) in ``fitted`` and, under
+    LEAST_PASSES, says before the first step that the answers will likely not beat the baseline,
+    and about how many minutes would fit enough passes."""
+    def check(passes: float, steps_per_pass: int = 0) -> None:
+        fitted["pretraining_passes_fitted"] = fitted["pretraining_passes"] = round(passes, 2)
+        if steps_per_pass:
+            fitted["steps_per_pass"] = steps_per_pass
         if passes >= LEAST_PASSES:
             return
         needed = math.ceil((minutes - recipe.pretrain_minutes) + recipe.pretrain_minutes * LEAST_PASSES / passes)
@@ -208,15 +215,16 @@ def budget_check(minutes: float, recipe: Recipe, fitted: dict[str, float],
 
 def _pretrain_and_finetune(facts: factsets.FactSet, recipe: Recipe, out: Path, *, device: str, overwrite: bool,
                            resume: bool, log: Callable[[str], None],
-                           on_fit: Callable[[float], None] | None = None) -> None:
+                           on_fit: Callable[[float, int], None] | None = None) -> int:
     """The recipe's two stages: pretraining in ``out/pretrain``, finetuning into ``out``; an
-    interrupted pretraining is continued with ``resume``."""
+    interrupted pretraining is continued with ``resume``. Returns pretraining's steps."""
     pre_dir = out / "pretrain"
-    pretrain(recipe.model, recipe.pretrain, corpus=facts.corpus, run_dir=pre_dir, log=log, mix_qa=facts.train,
+    _, _, result = pretrain(recipe.model, recipe.pretrain, corpus=facts.corpus, run_dir=pre_dir, log=log, mix_qa=facts.train,
              held_out=facts.held_out, vocab_text=facts.vocabulary_text(), device=device,
              resume=resume and (pre_dir / CHECKPOINT_NAME).exists(), overwrite=overwrite, on_fit=on_fit)
     finetune(recipe.finetune, run_dir=out, init=pre_dir, corpus=facts.corpus, train_file=facts.train, log=log,
              device=device, overwrite=overwrite or resume)
+    return result.steps
 
 
 def store_abstention(run: Path, facts: factsets.FactSet, *, device: str = "auto",

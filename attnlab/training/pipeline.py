@@ -73,12 +73,12 @@ def pretrain(
     held_out: tuple[str | Path, ...] = (DEFAULT_DEV, DEFAULT_TEST),
     eval_file: str | Path | None = None,
     vocab_text: str = "",
-    on_fit: Callable[[float], None] | None = None,
+    on_fit: Callable[[float, int], None] | None = None,
 ) -> tuple[GPT, Vocab, TrainResult]:
     """Pretraining (``pretrain_in``) in ``run_dir``: a directory holding a checkpoint needs
     ``resume`` (continue that run: the configs and data must be its own, rundir.resumed) or
-    ``overwrite`` (replace it). ``on_fit`` is told the epochs a --minutes run fitted, before its
-    first step."""
+    ``overwrite`` (replace it). ``on_fit`` is told the epochs a --minutes run fitted and the
+    steps of one epoch, before its first step."""
     with rundir.Run.open(run_dir, "pretrain", model_config, train_config, resume=resume, overwrite=overwrite,
                          log=log) as run:
         return pretrain_in(run, corpus=corpus, device=device, mix_qa=mix_qa, held_out=held_out,
@@ -89,12 +89,13 @@ def pretrain_in(run: rundir.Run, *, corpus: str | Path = DEFAULT_CORPUS, device:
                 mix_qa: str | Path | None = DEFAULT_TRAIN,
                 held_out: tuple[str | Path, ...] = (DEFAULT_DEV, DEFAULT_TEST),
                 eval_file: str | Path | None = None, vocab_text: str = "",
-                on_fit: Callable[[float], None] | None = None) -> tuple[GPT, Vocab, TrainResult]:
+                on_fit: Callable[[float, int], None] | None = None) -> tuple[GPT, Vocab, TrainResult]:
     """Pretraining on the corpus (SPEC 3, 5) in an opened ``run``: span corruption, or
     next-character prediction on packed lines with training-file QA examples mixed in
     (attnlab/data/objectives.py). ``mix_qa`` people also asked in a ``held_out`` file are
     refused; ``eval_file`` is scored every ``eval_every`` steps; ``vocab_text`` adds characters
-    to a new model's vocabulary; ``on_fit`` is told the epochs a --minutes run fitted."""
+    to a new model's vocabulary; ``on_fit`` is told the epochs a --minutes run fitted and the
+    steps of one epoch."""
     model_config, train_config, log = run.model_config, run.train_config, run.log
     text = read_text(corpus)
     dataset = SpanCorruptionDataset(text, model_config.block_size, vocab=_vocabulary(text, vocab_text))
@@ -108,7 +109,7 @@ def pretrain_in(run: rundir.Run, *, corpus: str | Path = DEFAULT_CORPUS, device:
     if train_config.minutes and not run.resume:
         run.train_config, deadline = fit_to_minutes(model, batches, train_config, model_config, run.opened, log)
         if on_fit is not None:
-            on_fit(run.train_config.epochs)
+            on_fit(run.train_config.epochs, batches.steps_per_epoch)
     files = rundir.data_files(corpus=[corpus], mix_qa=[mix_qa] if mixing else [],
                               held_out=[p for p in held_out if mixing and Path(p).is_file()])
     run.check_data(files)
