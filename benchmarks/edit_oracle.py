@@ -395,8 +395,9 @@ def main(argv: list[str] | None = None, trainer: Callable[[Path, Path], Path] | 
     result = compare(base, oracle, edited, vocab, requests, subjects, CorpusIndex(docs))
     setup = (f"- fact set {facts.name}, relation `{relation}`: {sum(r.dev for r in requests)} dev and "
              f"{sum(not r.dev for r in requests)} training subjects given new answers (seed {args.seed}); base "
-             f"{'`' + args.base + '`' if args.base else 'and oracle'} trained by `attnlab learn --minutes {args.minutes:g} "
-             f"--seed {args.seed}` (training took {trained:.1f} min on a shared machine); each edit made once "
+             f"{'`' + args.base + '`' if args.base else 'and oracle'} trained by `attnlab learn DIR --minutes {args.minutes:g} "
+             f"--seed {args.seed}` (DIR: {args.facts}, and {args.out}/edited-set for the oracle; training took "
+             f"{trained:.1f} min); each edit made once "
              "from the base; every answer generated greedily, never teacher forced; paraphrases: "
              + "; ".join(f"`{t}`" for t in PARAPHRASES.get(relation, ())))
     record = {"requests": [asdict(r) for r in requests], "result": result, "setup": setup, "args": vars(args)}

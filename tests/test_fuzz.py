@@ -235,7 +235,7 @@ JSON_VALUES = st.recursive(
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
     max_leaves=6)
 
-FIELD_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+FIELD_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "tuple": (list,)}
 
 
 def _original(world) -> tuple[dict, dict]:
