@@ -218,12 +218,16 @@ class WholeWords:
         """A word ends just before ``end`` (exclusive)."""
         return self.in_word[source[end - 1]] and (end == len(source) or not self.in_word[source[end]])
 
+    def last(self, source: list[int]) -> int:
+        """The position of the source's last word character (-1: none): no span runs past it."""
+        return max((i for i, t in enumerate(source) if self.in_word[t]), default=-1)
+
     def candidates(self, source: list[int], longest: int, first: torch.Tensor, openings: int) -> list[list[int]]:
         """The runs of ``source`` from each word start opening with one of the ``openings``
         likeliest characters (``first``: log-probabilities of the answer's first character), each
         up to ``longest`` characters and not past the last word: every span from a start is a
         prefix of its run, so one run scores them all."""
-        last = max((i for i, t in enumerate(source) if self.in_word[t]), default=-1)
+        last = self.last(source)
         starts = self.starts(source)
         if not starts or longest < 1:
             return []
@@ -302,10 +306,10 @@ class SpanConstraint:
     def __init__(self, sources: list[list[int]], vocab: Vocab):
         self.sources = sources
         self.vocab_size = len(vocab)
-        self.in_word = [ch.isalnum() for ch in vocab.itos]
+        self.words = WholeWords(vocab)
         # a span may not run past a source's last word character: from there no word ends,
         # so nothing could close it (it would run on through the source's trailing " .")
-        self.last_word = [max((i for i, t in enumerate(src) if self.in_word[t]), default=-1) for src in sources]
+        self.last_word = [self.words.last(src) for src in sources]
         self._ends = [self._word_ends(src) for src in sources]  # _ends[row][e]: a word ends before e
         self._seen: list[tuple[list[int], list[int]]] = [([], self.occurrences(src, [])) for src in sources]
 
@@ -345,12 +349,10 @@ class SpanConstraint:
     def occurrences(self, source: list[int], so_far: list[int]) -> list[int]:
         """Word-start positions where ``source`` continues with ``so_far``."""
         n = len(so_far)
-        return [s for s in range(len(source) - n + (1 if n else 0))
-                if (s == 0 or not self.in_word[source[s - 1]]) and self.in_word[source[s]]
-                and source[s:s + n] == so_far]
+        return [s for s in self.words.starts(source) if s + n <= len(source) and source[s:s + n] == so_far]
 
     def word_ends(self, source: list[int], end: int) -> bool:
-        return self.in_word[source[end - 1]] and (end == len(source) or not self.in_word[source[end]])
+        return self.words.ends(source, end)
 
 
 # ------------------------------------------------------------------------------- stored
