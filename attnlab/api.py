@@ -35,7 +35,7 @@ from .core.datafiles import resolve as found  # data/NAME and models/NAME from a
 from .core.paths import PathError
 from .data.datasets import DataError, QAExample, read_corpus, read_questions
 from .data.vocab import Vocab
-from .facts.correction import edit_fact, training_places
+from .facts.correction import edit_fact, training_answers
 from .data import factset
 from .data.factset import FactSet
 from .data.format_names import RECALLING_FORMATS
@@ -218,8 +218,9 @@ class LoadedModel:
 
     def edit(self, person: str, place: str, *, corpus: str | os.PathLike = DEFAULT_CORPUS,
              train_file: str | os.PathLike | None = DEFAULT_TRAIN, eval_file: str | os.PathLike | None = None,
-             settings: EditSettings = EditSettings(), **changes: Any) -> LoadedModel:
-        """A NEW model in which ``person`` was born in ``place``, as ``attnlab edit`` makes it
+             relation: str | None = None, settings: EditSettings = EditSettings(), **changes: Any) -> LoadedModel:
+        """A NEW model in which ``person`` was born in ``place`` (``relation``: which answer of
+        a model of several relations), as ``attnlab edit`` makes it
         (this model is unchanged): a gated edit by default, ``method="rome"`` for a rank-one one,
         ``method="finetune"`` for plain finetuning on the one question
         (``changes`` set fields of ``settings``). ``corpus`` gives the person's line and the key
@@ -227,9 +228,10 @@ class LoadedModel:
         answers whose changes are counted. The report (efficacy, generalisation, specificity,
         settings) is the new model's ``edit_report``; an edit that misses is an EditFailed."""
         docs = read_corpus(found(corpus)).split("\n")
-        places = training_places(train_file and found(train_file), Schema.from_list(self.config.relations))
+        trained = training_answers(train_file and found(train_file), Schema.from_list(self.config.relations))
         settings = settings.replace(**changes)
-        edited, report = edit_fact(self.gpt, self.vocab, person, place, docs, settings=settings, places=places,
+        edited, report = edit_fact(self.gpt, self.vocab, person, place, docs, settings=settings, trained=trained,
+                                   relation=relation,
                                    eval_file=eval_file and found(eval_file), corpus_name=str(corpus))
         meta = {**self.checkpoint.meta, "edit": report}
         checkpoint = replace(self.checkpoint, meta=meta, path=None, model_state=edited.state_dict(),

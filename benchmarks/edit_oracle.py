@@ -191,12 +191,11 @@ class Editors:
     """The three editors, their statistics gathered once from the base model."""
 
     def __init__(self, model, vocab, facts, docs: list[str], stat_lines: int, seed: int):
-        from attnlab.facts.correction import training_places
+        from attnlab.facts.correction import training_answers
         from attnlab.facts.edit import answer_layer, key_second_moment, stat_texts
         from attnlab.facts.gated_edit import Negatives, gated_layer
 
-        places = training_places(facts.train, facts.schema) if not facts.schema.cued else None
-        texts = stat_texts(model, docs, stat_lines, seed, places)
+        texts = stat_texts(model, docs, stat_lines, seed, training_answers(facts.train, facts.schema))
         self.model, self.vocab, self.index = model, vocab, CorpusIndex(docs)
         self.negatives = Negatives.of(model, vocab, texts, gated_layer(model))
         self.layer = answer_layer(model)

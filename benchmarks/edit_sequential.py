@@ -47,7 +47,7 @@ from attnlab.answering.evaluate import answer_questions  # noqa: E402
 from attnlab.core.paths import save_figure, write_atomically  # noqa: E402
 from attnlab.core.plotting import pyplot  # noqa: E402
 from attnlab.data import factset as factsets  # noqa: E402
-from attnlab.data.corpus import CorpusIndex, recall_string  # noqa: E402
+from attnlab.data.corpus import CorpusIndex  # noqa: E402
 from attnlab.data.datasets import QAExample, read_qa, read_text  # noqa: E402
 from attnlab.facts.edit import changed_answers, stat_texts  # noqa: E402
 from attnlab.facts.errors import EditError  # noqa: E402
@@ -124,24 +124,6 @@ def known_subjects(model, vocab, facts, relation: str) -> set[str]:
             if a.answer == e.answer}
 
 
-def radius_texts(model, facts, docs: list[str], limit: int, seed: int) -> list[str]:
-    """Other subjects' texts as the model was trained on them, whose states set the radii: as
-    `attnlab edit` gathers them for a model of one relation (stat_texts); for several, each
-    training question's recall string with its cue and answer, and the plain corpus lines."""
-    schema = facts.schema
-    train = read_qa(facts.train, labelled=True)
-    if not schema.cued:
-        return stat_texts(model, docs, limit, seed, {schema.require(e).subject: e.answer for e in train})
-    index, rc = CorpusIndex(docs), model.config.recall_chars
-    texts = stat_texts(model, docs, 0, seed, None)
-    for e in train:
-        asked = schema.require(e)
-        line = index.line_of(asked.subject)
-        if line is not None:
-            texts.append(recall_string(line, rc, e.answer, schema.cue(asked.relation)))
-    return random.Random(seed).sample(texts, min(limit, len(texts))) if limit else texts
-
-
 def checkpoint_cost(model, vocab) -> tuple[int, float]:
     """The edited model's checkpoint: bytes, and seconds to load it."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -200,7 +182,7 @@ def run(args) -> dict:
     before_others = answer_questions(model, vocab, p.others)
     before_rel = answer_questions(model, vocab, p.other_relations)
     layer = gated_layer(model)
-    negatives = Negatives.of(model, vocab, radius_texts(model, facts, docs, args.radius_lines, args.seed), layer)
+    negatives = Negatives.of(model, vocab, stat_texts(model, docs, args.radius_lines, args.seed, read_qa(facts.train, labelled=True)), layer)
     out = {"run": str(args.run), "facts": str(args.facts), "set": facts.name, "relation": relation,
            "known_only": args.known_only, "command": sys.argv[:],
            "relations": list(facts.schema.names), "n": args.n, "seed": args.seed, "layer": layer,

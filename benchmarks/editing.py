@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> None:
     training = read_qa(args.train_file, labelled=True)
     places = sorted({e.answer for e in training if all(c in vocab.stoi for c in e.answer)})
     docs = read_text(args.corpus).split("\n")
-    texts = stat_texts(model, docs, args.stat_lines, args.seed, {person_of(e.question): e.answer for e in training})
+    texts = stat_texts(model, docs, args.stat_lines, args.seed, training)
     t0 = time.perf_counter()
     index = CorpusIndex(docs)
     editor = Editor(args.method, model, vocab, texts, args, index)

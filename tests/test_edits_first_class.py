@@ -142,3 +142,53 @@ def test_an_edit_of_one_relation_leaves_the_subjects_other_relation_as_it_was(is
             assert ask(edited, isle, relation) == new and ask(model, isle, relation) != new
             assert ask(edited, isle, other) == before, (isle, relation, new)
             assert g.kept_relations == [other] and new in g.target.text
+
+
+def test_attnlab_edit_changes_one_relation_of_a_model_of_several(isles, tmp_path, capsys):
+    """The command line edits one relation (--relation), reports the subject's other relations
+    before and after, records the relation with the edit, and refuses an edit that names none."""
+    import json
+
+    from attnlab import cli
+    from attnlab.model.checkpoint import load_model, save_checkpoint
+
+    model, vocab, _ = isles
+    run = tmp_path / "run"
+    save_checkpoint(run / "checkpoint.safetensors", model, vocab, meta={})
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"{i}. It lies in the {SEAS[k % 4]}. Its capital is {CAPITALS[k]}."
+                                for k, i in enumerate(ISLES)) + "\n")
+    base = ["edit", str(run), "--person", "Bel", "--place", "Red Sea", "--corpus", str(corpus), "--train-file", "",
+            "--stat-lines", "0", "--eval-file", ""]
+    assert cli.main([*base, "--out-dir", str(tmp_path / "none")]) == 2
+    assert "several relations" in capsys.readouterr().err and not (tmp_path / "none").exists()
+    # the course's dev file asks a question this model has no relation for: refused before any work
+    assert cli.main([*base[:-1], "data/birth_dev.tsv", "--relation", "sea", "--out-dir", str(tmp_path / "none")]) == 2
+    assert "matches no relation" in capsys.readouterr().err and not (tmp_path / "none").exists()
+    assert cli.main([*base, "--relation", "sea", "--out-dir", str(tmp_path / "edited"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["relation"] == "sea" and report["answer_after"] == "Red Sea"
+    assert report["other_relations"] == {"capital": {"before": "Oslo", "after": "Oslo"}}
+    edited, _, ckpt = load_model(tmp_path / "edited")
+    assert ckpt.edits[-1]["relation"] == "sea" and editing.answer_of(edited, vocab, "Bel", "sea") == "Red Sea"
+    assert editing.answer_of(edited, vocab, "Bel", "capital") == "Oslo"
+
+
+def test_the_web_lab_edits_the_relation_it_is_given(isles, tmp_path):
+    """`attnlab serve`'s edit takes subject, relation and value: the same library edit."""
+    from attnlab.api import load
+    from attnlab.data.datasets import QAExample
+    from attnlab.model.checkpoint import save_checkpoint
+    from attnlab.serve.lab import Lab, LabError, Run
+
+    model, vocab, _ = isles
+    save_checkpoint(tmp_path / "run" / "checkpoint.safetensors", model, vocab, meta={})
+    corpus = [f"{i}. It lies in the {SEAS[k % 4]}. Its capital is {CAPITALS[k]}." for k, i in enumerate(ISLES)]
+    dev = [QAExample(f"What is the capital of {i}?", CAPITALS[k], "dev.tsv", k + 1) for k, i in enumerate(ISLES)]
+    lab = Lab([Run("run", load(tmp_path / "run", device="cpu"))], corpus, dev, tmp_path / "out", stat_lines=0)
+    with pytest.raises(LabError, match="several relations"):
+        lab.edit(0, "Cor", "Kyiv")
+    report = lab.edit(0, "Cor", "Kyiv", relation="capital")
+    assert report["question"] == "What is the capital of Cor?" and report["new_answer"] == "Kyiv"
+    assert report["other_relations"]["sea"]["before"] == report["other_relations"]["sea"]["after"]
+    assert report["others_changed"] == 0  # the other islands' capitals

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnlab.data.datasets import QAExample
 from attnlab import cli
 from attnlab.facts import edit as editing, trace as tracing
 from attnlab.facts.errors import EditError
@@ -285,10 +286,12 @@ def test_place_span_finds_where_the_recalled_line_spells_the_answer(line, answer
 
 def test_key_statistics_read_the_answer_format_the_model_was_finetuned_on(run):
     model, _ = _model(run)
-    texts = editing.stat_texts(model, LINES + [""], 0, 0, {"Ana Linda": "Paris", "Nobody": "Lima"})
+    trained = [QAExample(f"Where was {name} born?", place, "train.tsv", i + 1)
+               for i, (name, place) in enumerate([("Ana Linda", "Paris"), ("Nobody", "Lima")])]
+    texts = editing.stat_texts(model, LINES + [""], 0, 0, trained)
     assert texts[0] == recall_string(LINES[0], RECALL, "Paris")  # known place: ⁇Paris⁇ follows
     assert texts[1:] == [recall_string(l, RECALL) for l in LINES[1:]]  # no place known: the line and ⁇
-    assert len(editing.stat_texts(model, LINES, 3, 0, {})) == 3
+    assert len(editing.stat_texts(model, LINES, 3, 0, [])) == 3
 
 
 def test_tightening_shrinks_the_change_and_the_saved_edit_still_works(run):
@@ -302,7 +305,6 @@ def test_tightening_shrinks_the_change_and_the_saved_edit_still_works(run):
 
 
 def test_trajectory_keys_are_the_keys_along_each_answer(run):
-    from attnlab.data.datasets import QAExample
     from attnlab.answering.evaluate import answer_questions
 
     model, vocab = _model(run)

@@ -51,10 +51,10 @@ def test_training_strings_of_each_format():
         recall.example_text(_qa("Zed Q", "Rome"), 20, index)
     assert direct.corpus_text(LINES[0], 20) == LINES[0]
     assert recall.corpus_text(LINES[0], 20) == LINES[0][:20] + MASK_CHAR
-    places = {"Bela Kron": "Lima"}
-    assert direct.training_texts(LINES, places, 20) == LINES + [f"Where was Bela Kron born?{MASK_CHAR}Lima{MASK_CHAR}"]
-    assert recall.training_texts(LINES, places, 20) == [LINES[0][:20] + MASK_CHAR,
-                                                       LINES[1][:20] + MASK_CHAR + "Lima" + MASK_CHAR]
+    trained = [_qa("Bela Kron", "Lima")]
+    assert direct.training_texts(LINES, trained, 20) == LINES + [f"Where was Bela Kron born?{MASK_CHAR}Lima{MASK_CHAR}"]
+    assert recall.training_texts(LINES, trained, 20) == [LINES[0][:20] + MASK_CHAR,
+                                                        LINES[1][:20] + MASK_CHAR + "Lima" + MASK_CHAR]
 
 
 def test_what_the_model_read_before_its_answer():

@@ -161,7 +161,7 @@ def _new_run_dir(args, source: Path) -> Path:
 
 def cmd_edit(args: argparse.Namespace) -> int:
     from ..data.datasets import read_corpus, read_questions
-    from ..facts.correction import training_places
+    from ..facts.correction import training_answers
     from ..facts.errors import EditError
     from ..model.checkpoint import resolve
     from ..training.rundir import claim
@@ -176,19 +176,20 @@ def cmd_edit(args: argparse.Namespace) -> int:
             raise EditError(f"{flag} is required (or --undo N to remove an edit)")
         if not value.strip():
             raise EditError(f"{flag} is empty")
-    _check_relation(args, source)
+    schema = _check_relation(args, source)
     out = _new_run_dir(args, source)
     docs = read_corpus(paths.input_file(args.corpus, "--corpus")).split("\n")
-    if args.eval_file:
-        read_questions(paths.input_file(args.eval_file, "--eval-file"))
+    if args.eval_file:  # every question one the model answers, before any work
+        for e in read_questions(paths.input_file(args.eval_file, "--eval-file")):
+            schema.require(e)
     facts = getattr(args, "fact_set", None)
-    places = training_places(args.train_file and paths.input_file(args.train_file, "--train-file"),
-                             facts.schema if facts else None)
+    trained = training_answers(args.train_file and paths.input_file(args.train_file, "--train-file"),
+                               facts.schema if facts else None)
     with claim(out):  # held while editing: a second edit into the same new --out-dir is refused, not lost
-        return _edit_into(args, source, out, docs, places)
+        return _edit_into(args, source, out, docs, trained)
 
 
-def _edit_into(args: argparse.Namespace, source: Path, out: Path, docs: list[str], places) -> int:
+def _edit_into(args: argparse.Namespace, source: Path, out: Path, docs: list[str], trained) -> int:
     """The edit of ``cmd_edit``, its checks done and ``out`` held; an edit that does not take
     fails before anything is written (``claim`` then removes the directory it made)."""
     from ..facts.correction import edit_fact, save_edited_run
@@ -197,7 +198,8 @@ def _edit_into(args: argparse.Namespace, source: Path, out: Path, docs: list[str
 
     model, vocab, ckpt = load_model(source, device=args.device)
     try:
-        edited, report = edit_fact(model, vocab, args.person, args.place, docs, places=places,
+        edited, report = edit_fact(model, vocab, args.person, args.place, docs, trained=trained,
+                                   relation=args.relation,
                                    settings=flags.settings_from(args, EditSettings), eval_file=args.eval_file,
                                    corpus_name=args.corpus, log=print)
     except EditFailed as e:  # a missed goal (exit 1), not bad input
@@ -226,17 +228,20 @@ def _undo(args, source: Path, out: Path) -> int:
     return 0
 
 
-def _check_relation(args: argparse.Namespace, source) -> None:
-    """--relation, when given, must be the model's one relation (before anything is written)."""
-    if args.relation is None:
-        return
+def _check_relation(args: argparse.Namespace, source):
+    """--relation must name one of the model's relations, and a model of several needs it
+    (before anything is written); the model's relations (a Schema)."""
     from ..data.relations import Schema
     from ..facts.errors import EditError
     from ..model.checkpoint import load_checkpoint
 
     schema = Schema.from_list(load_checkpoint(source, training_state=False).model_config.relations)
-    if args.relation not in schema.names:
+    if args.relation is None and schema.cued:
+        raise EditError(f"this model answers several relations ({', '.join(schema.names)}): --relation NAME "
+                        "says which answer the edit changes")
+    if args.relation is not None and args.relation not in schema.names:
         raise EditError(f"--relation {args.relation!r}: the model's relations are {', '.join(schema.names)}")
+    return schema
 
 
 def cmd_edits(args: argparse.Namespace) -> int:
@@ -286,8 +291,8 @@ def _register_edit(command) -> None:
     p.add_argument("--place", "--value", dest="place", default=None,
                    help="the new answer (the birth place) (default: none; required unless --undo)")
     p.add_argument("--relation", default=None,
-                   help="the relation edited: the model's one relation (default: it; a model of several "
-                        "relations cannot be edited yet)")
+                   help="the relation edited (default: the model's one relation; a model of several "
+                        "relations needs it): its other relations of the subject are asked before and after")
     flags.out_dir(p, None, "new run directory for the edited model (default: none; required)", old=("--out",))
     p.add_argument("--undo", type=bounds.positive_int, default=None,
                    help="remove edit N (a gated edit; `attnlab edits RUN` lists them) instead of adding one "

@@ -43,19 +43,17 @@ def _bound_socket(host: str, port: int) -> socket.socket:
 def build_lab(args: argparse.Namespace):
     """The runs (read before anything is served), the data files and the abstention rules."""
     from ..api import load
-    from ..answering.knowledge import require_person
-    from ..data.datasets import read_corpus, read_qa, read_questions
+    from ..data.datasets import read_corpus, read_questions
     from ..data.relations import COURSE
+    from ..facts.correction import training_answers
     from ..serve.lab import Lab, Run
 
     trust.check_abstain_flags(args)
     docs = read_corpus(paths.input_file(args.corpus, "--corpus")).split("\n")
     dev = read_questions(paths.input_file(args.eval_file, "--eval-file"), labelled=True)
-    places = {}
     facts = getattr(args, "fact_set", None)
-    if args.train_file and (facts is None or not facts.schema.cued):  # the edit panel's birthplaces
-        places = {require_person(e, facts.schema if facts else COURSE): e.answer
-                  for e in read_qa(paths.input_file(args.train_file, "--train-file"), labelled=True)}
+    trained = training_answers(args.train_file and paths.input_file(args.train_file, "--train-file"),
+                               facts.schema if facts else COURSE)  # the edit panel's key statistics
     trust.check_abstain_files(args)
     out = paths.output_dir(args.out_dir, "--out-dir")
     log = lambda message: logs.note(message, stderr=True)  # noqa: E731
@@ -65,7 +63,7 @@ def build_lab(args: argparse.Namespace):
         model = load(path, device=args.device)
         rule = trust.rule_from_args(args, model, path, log)
         runs.append(Run(path, model, rule))
-    return Lab(runs, docs, dev, out, places, stat_lines=args.stat_lines, answer_cache=args.answer_cache)
+    return Lab(runs, docs, dev, out, trained, stat_lines=args.stat_lines, answer_cache=args.answer_cache)
 
 
 def _say(message: str) -> None:

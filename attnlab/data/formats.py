@@ -33,9 +33,10 @@ class DirectText:
         those that predict question characters (SPEC 2)."""
         return ex.question + MASK_CHAR + ex.answer + MASK_CHAR, len(ex.question) - 1
 
-    def training_texts(self, docs: list[str], places: dict[str, str], recall_chars: int) -> list[str]:
-        """Corpus lines and the training questions (``places``: name -> place) as trained on."""
-        return docs + [f"Where was {name} born?{MASK_CHAR}{place}{MASK_CHAR}" for name, place in sorted(places.items())]
+    def training_texts(self, docs: list[str], trained: list[QAExample], recall_chars: int,
+                       schema: Schema = COURSE) -> list[str]:
+        """Corpus lines and the training questions (``trained``, labelled) as trained on."""
+        return docs + [self.example_text(ex, recall_chars, None)[0] for ex in trained]
 
 
 class RecallText:
@@ -61,12 +62,25 @@ class RecallText:
         text = recall_string(line, recall_chars, ex.answer, cue)
         return text, len(line[:recall_chars]) + (len(cue) + 1 if cue else 0) if read_out_only else 0
 
-    def training_texts(self, docs: list[str], places: dict[str, str], recall_chars: int) -> list[str]:
-        """Each corpus line as a recall string, with its place when ``places`` knows its person."""
+    def training_texts(self, docs: list[str], trained: list[QAExample], recall_chars: int,
+                       schema: Schema = COURSE) -> list[str]:
+        """Each corpus line as a recall string. With one relation, a line whose subject a
+        training question (``trained``) asks about ends with its answer, as finetuned; with
+        several, the line stays plain and each training question adds its line's recall string
+        with the relation's cue and the answer."""
         index = CorpusIndex(docs)
-        numbers = {name: index.line_number(name) for name in places}
-        line_place = {numbers[name] - 1: place for name, place in places.items() if numbers[name] is not None}
-        return [recall_string(d, recall_chars, line_place.get(i)) for i, d in enumerate(docs)]
+        if not schema.cued:
+            places = {schema.require(ex).subject: ex.answer for ex in trained}
+            numbers = {name: index.line_number(name) for name in places}
+            line_place = {numbers[name] - 1: place for name, place in places.items() if numbers[name] is not None}
+            return [recall_string(d, recall_chars, line_place.get(i)) for i, d in enumerate(docs)]
+        texts = [recall_string(d, recall_chars) for d in docs]
+        for ex in trained:
+            asked = schema.require(ex)
+            line = index.line_of(asked.subject)
+            if line is not None:
+                texts.append(recall_string(line, recall_chars, ex.answer, schema.cue(asked.relation)))
+        return texts
 
 
 TEXT_FORMATS = {f.name: f for f in (DirectText(), RecallText())}

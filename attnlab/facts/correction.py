@@ -43,31 +43,44 @@ def _quiet(_line: str) -> None:
     """The default ``log``: the library says nothing; the command line passes ``print``."""
 
 
-def training_places(path: str | os.PathLike | None, schema: Schema | None = None) -> dict[str, str] | None:
-    """name -> place of a training file (the key statistics' answer format), or None;
-    ``schema``: the model's relations (default: the course's question)."""
+def training_answers(path: str | os.PathLike | None, schema: Schema | None = None) -> list[QAExample] | None:
+    """The labelled questions of a training file (the key statistics' answer format), each
+    checked against ``schema`` (the model's relations; default: the course's question) before
+    any work, or None without a file."""
     if not path:
         return None
-    return {require_person(e, schema or Schema()): e.answer for e in read_qa(path, labelled=True)}
+    trained = read_qa(path, labelled=True)
+    for e in trained:
+        require_person(e, schema or Schema())
+    return trained
 
 
 def edit_fact(model: GPT, vocab: Vocab, person: str, place: str, docs: list[str], *,
-              settings: EditSettings = EditSettings(), places: dict[str, str] | None = None,
-              eval_file: str | os.PathLike | None = None, corpus_name: str = "the corpus",
-              log: Log = _quiet) -> tuple[GPT, dict[str, Any]]:
+              settings: EditSettings = EditSettings(), trained: list[QAExample] | None = None,
+              relation: str | None = None, eval_file: str | os.PathLike | None = None,
+              corpus_name: str = "the corpus", log: Log = _quiet) -> tuple[GPT, dict[str, Any]]:
     """A new model in which ``person`` was born in ``place`` (``model`` is unchanged), and the
     edit's report: the method's numbers, efficacy, generalisation (``docs``: the corpus lines,
     for the key statistics and the person's own line) and, with ``eval_file``, specificity (how
-    many other answers of that file changed), with the settings used. The new model's ``edits``
-    lists every edit it holds. Bad requests raise EditError; a missed target EditFailed (an EditError too)."""
-    question_about(model, person)  # a model this edit can serve
+    many other answers of that file changed), with the settings used. ``relation``: which
+    answer of a model of several relations is changed (its other relations of ``person`` are
+    asked before and after, and reported); ``trained``: the training file's questions (the
+    key statistics' answer format). The new model's ``edits`` lists every edit it holds. Bad
+    requests raise EditError; a missed target EditFailed (an EditError too)."""
+    question_about(model, person, relation)  # a model this edit can serve, and a relation it has
+    if not Schema.from_list(model.config.relations).cued:
+        relation = None  # the model's one relation, named: nothing else to keep
     line = check_edit_request(model, vocab, person, place, docs, settings.layer, corpus_name)
     method = {"grace": _grace, "rome": _rome, "finetune": _finetune}[settings.method]
-    edited, report = method(model, vocab, person, place, docs, places, settings, log, line)
+    edited, report = method(model, vocab, person, place, docs, trained, settings, log, line, relation)
     report.update(measure(model, edited, vocab, person, place, line, report["old_answer"],
-                          method=settings.method, eval_file=eval_file, log=log))
+                          method=settings.method, eval_file=eval_file, log=log, relation=relation))
     report["settings"] = settings.to_dict()
+    if relation is not None:
+        report["relation"] = relation
     record = {k: report[k] for k in ("id", "person", "old_answer", "place", "method", "layer", "parameters_added")}
+    if relation is not None:
+        record["relation"] = relation
     edited.edits = list(model.edits) + [record]
     return edited, report
 
@@ -85,8 +98,11 @@ def check_edit_request(model: GPT, vocab: Vocab, person: str, place: str, docs: 
         raise EditError(f"--person {person!r}: no line of {corpus_name} is about this person, so the "
                          f"model never saw them; an edit corrects what the model learnt of someone it saw")
     for r in model.edits:
+        # One edit a subject, whatever its relation: a second edit would rewrite a recall the
+        # first one already rewrote.
         if r.get("person") == person:
-            raise EditError(f"--person {person!r} was already edited (edit {r['id']}: {r.get('old_answer')!r} -> "
+            what = f" ({r['relation']})" if r.get("relation") else ""
+            raise EditError(f"--person {person!r} was already edited (edit {r['id']}{what}: {r.get('old_answer')!r} -> "
                              f"{r.get('place')!r}); undo it first (attnlab edit RUN --undo {r['id']} --out-dir NEW)")
     return line
 
@@ -96,16 +112,16 @@ def next_id(model: GPT) -> int:
     return 1 + max((r["id"] for r in model.edits), default=0)
 
 
-def _grace(model, vocab, person, place, docs, places, s: EditSettings, log: Log, line: str):
+def _grace(model, vocab, person, place, docs, trained, s: EditSettings, log: Log, line: str, relation: str | None):
     """The gated edit (gated_edit.py): the edited model and its report."""
     book = codebook_of(model)
     layer = s.layer if s.layer is not None else book.layer if book is not None else gated_layer(model)
     log(f"layer {layer}: the residual stream after this block holds the edit's entries"
         f"{' (--layer)' if s.layer is not None else ''}")
-    negatives = Negatives.of(model, vocab, stat_texts(model, docs, s.stat_lines, s.seed, places), layer)
+    negatives = Negatives.of(model, vocab, stat_texts(model, docs, s.stat_lines, s.seed, trained), layer)
     owner = next_id(model)
     edited, g = gated_edit(model, vocab, person, place, negatives, owner=owner,
-                           line=line, radius_fraction=s.radius)
+                           line=line, radius_fraction=s.radius, relation=relation)
     t = g.target
     log(f"edit input: {t.text!r}; the model answered {t.old_answer!r} before")
     log("corpus line: " + ("states no place the model read" if g.line_prompt is None else
@@ -118,15 +134,16 @@ def _grace(model, vocab, person, place, docs, places, s: EditSettings, log: Log,
                     "old_answer": t.old_answer, "edit_input": t.text, "key_positions": g.positions,
                     "line_prompt": g.line_prompt, "line_key_positions": g.line_positions,
                     "parameters_added": g.parameters_added, "radius_fraction": s.radius,
-                    "radii": g.radii.tolist(), "steps": g.steps}
+                    "radii": g.radii.tolist(), "steps": g.steps,
+                    **({"kept_relations": g.kept_relations} if relation is not None else {})}
 
 
-def _rome_layer(model, vocab, person: str, s: EditSettings, log: Log) -> int:
+def _rome_layer(model, vocab, person: str, s: EditSettings, log: Log, relation: str | None) -> int:
     """The MLP a rank-one edit changes: ``s.layer``, else the default for its locus."""
     if s.layer is not None:
         log(f"layer {s.layer} (--layer)")
         return s.layer
-    layer, effects = default_layer(model, vocab, question_about(model, person), s.at, noise=s.noise,
+    layer, effects = default_layer(model, vocab, question_about(model, person, relation), s.at, noise=s.noise,
                                    samples=s.samples, seed=s.seed)
     if effects is None:
         log(f"layer {layer}: the layer below the top, the default for an edit at the answer "
@@ -137,12 +154,12 @@ def _rome_layer(model, vocab, person: str, s: EditSettings, log: Log) -> int:
     return layer
 
 
-def _rome(model, vocab, person, place, docs, places, s: EditSettings, log: Log, line: str):
+def _rome(model, vocab, person, place, docs, trained, s: EditSettings, log: Log, line: str, relation: str | None):
     """The rank-one edit (edit.py): the edited model and its report."""
-    layer = _rome_layer(model, vocab, person, s, log)
-    moment = key_second_moment(model, vocab, stat_texts(model, docs, s.stat_lines, s.seed, places), layer)
+    layer = _rome_layer(model, vocab, person, s, log, relation)
+    moment = key_second_moment(model, vocab, stat_texts(model, docs, s.stat_lines, s.seed, trained), layer)
     edited, edit, target = edit_model(model, vocab, person, place, layer, moment, at=s.at,
-                                      tighten_steps=s.tighten_steps)
+                                      tighten_steps=s.tighten_steps, relation=relation)
     log(f"edit input: {target.text!r} (key at characters {edit.positions}, {LOCUS_WORDS[s.at]}); "
         f"the model answered {target.old_answer!r} before")
     log(f"value optimised in {edit.steps} steps: loss {edit.loss_before:.3f} -> {edit.loss_after:.3f}; "
@@ -157,13 +174,13 @@ def _rome(model, vocab, person, place, docs, places, s: EditSettings, log: Log, 
                     "loss_after": edit.loss_after}
 
 
-def _finetune(model, vocab, person, place, docs, places, s: EditSettings, log: Log, line: str):
+def _finetune(model, vocab, person, place, docs, trained, s: EditSettings, log: Log, line: str, relation: str | None):
     """Plain finetuning of one MLP's output matrix on the one question (finetune_edit.py): the
     edited model and its report."""
     layer = s.layer if s.layer is not None else answer_layer(model)
     why = "--layer" if s.layer is not None else "the layer rome edits"
     log(f"layer {layer} ({why}): its MLP output matrix is finetuned")
-    edited, f = finetune_edit(model, vocab, person, place, layer)
+    edited, f = finetune_edit(model, vocab, person, place, layer, relation=relation)
     log(f"edit input: {f.target.text!r}; the model answered {f.target.old_answer!r} before")
     log(f"finetuned on it for {f.steps} steps (stopped at the first that answers the new place): "
         f"loss {f.loss_before:.3f} -> {f.loss_after:.3f}")
@@ -173,10 +190,12 @@ def _finetune(model, vocab, person, place, docs, places, s: EditSettings, log: L
 
 
 def measure(model: GPT, edited: GPT, vocab: Vocab, person: str, place: str, line: str, old_answer: str, *,
-            method: str, eval_file: str | os.PathLike | None = None, log: Log = _quiet) -> dict[str, Any]:
-    """Efficacy (an edit that misses it is an EditFailed), generalisation and, with
-    ``eval_file``, specificity (``line``: the person's corpus line)."""
-    question = question_about(model, person)
+            method: str, eval_file: str | os.PathLike | None = None, log: Log = _quiet,
+            relation: str | None = None) -> dict[str, Any]:
+    """Efficacy (an edit that misses it is an EditFailed), generalisation, the subject's other
+    relations (a model of several) and, with ``eval_file``, specificity (``line``: the
+    person's corpus line)."""
+    question = question_about(model, person, relation)
     now = answer_questions(edited, vocab, [QAExample(question, place, "<edit>", 1)])[0].answer
     if now != place:
         raise EditFailed(f"the {method} edit did not take: {question!r} is answered {now!r}, not "
@@ -189,6 +208,8 @@ def measure(model: GPT, edited: GPT, vocab: Vocab, person: str, place: str, line
     else:
         log(f"generalisation: {slot!r} -> {'the new place' if general else 'NOT the new place'}")
     report = {"efficacy": True, "answer_after": now, "generalisation": general, "generalisation_prompt": slot}
+    if relation is not None:
+        report["other_relations"] = other_relations(model, edited, vocab, person, relation, log)
     if eval_file:
         schema = Schema.from_list(model.config.relations)
         others = [e for e in read_qa(eval_file) if getattr(schema.parse(e.question, bare_subject=False),
@@ -198,6 +219,24 @@ def measure(model: GPT, edited: GPT, vocab: Vocab, person: str, place: str, line
             f"({100.0 * n / max(1, len(others)):.1f}%)")
         report.update(dev=str(eval_file), others=len(others), others_changed=n)
     return report
+
+
+def other_relations(model: GPT, edited: GPT, vocab: Vocab, person: str, relation: str,
+                    log: Log = _quiet) -> dict[str, dict[str, str]]:
+    """The edited subject's answers to its other relations, before and after the edit (an edit
+    of one relation should move none of them): relation -> {"before", "after"}."""
+    schema = Schema.from_list(model.config.relations)
+    asked = [QAExample(r.ask(person), None, "<edit>", 1) for r in schema.relations if r.name != relation]
+    if not asked:
+        return {}
+    before, after = answer_questions(model, vocab, asked), answer_questions(edited, vocab, asked)
+    found = {r.name: {"before": b.answer, "after": a.answer}
+             for r, b, a in zip([r for r in schema.relations if r.name != relation], before, after)}
+    moved = [name for name, pair in found.items() if pair["before"] != pair["after"]]
+    shifts = ", ".join(f"{n} {found[n]['before']!r} -> {found[n]['after']!r}" for n in moved)
+    log(f"other relations of {person!r}: {len(found) - len(moved)} of {len(found)} unchanged"
+        + (f" (moved: {shifts})" if moved else ""))
+    return found
 
 
 def save_edited_run(out: Path, model: GPT, vocab: Vocab, meta: dict[str, Any], report: dict | None) -> list[Path]:

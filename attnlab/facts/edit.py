@@ -47,6 +47,7 @@ from ..model.gpt import GPT
 from ..model.hooks import capturing, hook_point
 from .errors import EditError
 from ..data.vocab import MASK_CHAR, PAD_ID, Vocab
+from ..data.datasets import QAExample
 
 
 # Where the key of an edit is read: ROME's subject's last token (the name's last character), or
@@ -111,19 +112,21 @@ def key_second_moment(model: GPT, vocab: Vocab, texts: list[str], layer: int, *,
     return (total / count).float()
 
 
-def stat_texts(model, docs: list[str], limit: int, seed: int, places: dict[str, str] | None = None) -> list[str]:
+def stat_texts(model, docs: list[str], limit: int, seed: int, trained: list[QAExample] | None = None) -> list[str]:
     """Texts in the form the model was trained on, to gather key statistics from, a seeded
     sample of ``limit`` (0 = all): the corpus lines, in the recall format cut as recall training
-    strings, each followed, when ``places`` (name -> birth place: the training file) knows its
-    person, by ``PLACE⁇`` as the model was finetuned; in the direct format the training file's
-    questions ``Where was NAME born?⁇PLACE⁇`` are added. So C also knows the keys of the
-    answer's read-out and spelling, which every other answer passes through, and an edit
-    disturbs fewer other answers (measured in docs/notebook.md, editing probes)."""
+    strings followed, for the subjects of ``trained`` (the training file's labelled questions),
+    by their answers as the model was finetuned (with the relation's cue in a model of several
+    relations); in the direct format the training questions with their answers are added. So
+    the statistics also know the keys of the answer's read-out and spelling, which every other
+    answer passes through, and an edit disturbs fewer other answers (measured in
+    docs/notebook.md, editing probes)."""
     from ..data.formats import text_format
+    from ..data.relations import Schema
 
-    places = places or {}
     docs = [d for d in docs if d.strip()]
-    texts = text_format(model.config.qa_format).training_texts(docs, places, model.config.recall_chars)
+    texts = text_format(model.config.qa_format).training_texts(docs, trained or [], model.config.recall_chars,
+                                                               Schema.from_list(model.config.relations))
     if limit and len(texts) > limit:
         texts = random.Random(seed).sample(texts, limit)
     return texts
@@ -478,7 +481,6 @@ def rank_update(weight: Tensor, keys: Tensor, deltas: Tensor, second_moment: Ten
 def answer_of(model: GPT, vocab: Vocab, name: str, relation: str | None = None) -> str:
     """The model's greedy answer to "Where was NAME born?" (``relation``: that relation's
     question about NAME), generated in its answer format."""
-    from ..data.datasets import QAExample
     from ..answering.evaluate import answer_questions
 
     question = question_about(model, name, relation)

@@ -50,7 +50,7 @@ class EditBody(BaseModel):
     person: str
     place: str
     method: str | None = None  # None: attnlab edit's default
-    relation: str | None = None  # checked against the run's fact set (edits serve one-relation sets)
+    relation: str | None = None  # which answer of a model of several relations (checked against its fact set)
 
 
 class SaveBody(BaseModel):

@@ -59,12 +59,12 @@ class Facts:
     corpus: list[str]
     dev: list[QAExample]
     schema: Schema
-    places: dict[str, str]
+    trained: list[QAExample]
     evidence: CorpusIndex
 
     @classmethod
-    def of(cls, corpus: list[str], dev: list[QAExample], schema: Schema, places: dict[str, str] | None = None):
-        return cls(corpus, dev, schema, places or {}, CorpusIndex(corpus, schema))
+    def of(cls, corpus: list[str], dev: list[QAExample], schema: Schema, trained: list[QAExample] | None = None):
+        return cls(corpus, dev, schema, trained or [], CorpusIndex(corpus, schema))
 
     @classmethod
     def load(cls, root: str | Path) -> "Facts":
@@ -73,7 +73,8 @@ class Facts:
         from ..data.datasets import read_corpus, read_qa
 
         facts = factset.load(root)
-        return cls.of(read_corpus(facts.corpus).split("\n"), read_qa(facts.dev, labelled=True), facts.schema)
+        return cls.of(read_corpus(facts.corpus).split("\n"), read_qa(facts.dev, labelled=True), facts.schema,
+                      read_qa(facts.train, labelled=True))
 
 
 @dataclass
@@ -266,7 +267,7 @@ def plain(message: str) -> str:
 
 class Lab:
     def __init__(self, runs: list[Run], corpus: list[str], dev: list[QAExample], out_dir: str | Path,
-                 train_places: dict[str, str] | None = None, stat_lines: int = 2000,
+                 trained: list[QAExample] | None = None, stat_lines: int = 2000,
                  answer_cache: int = ANSWER_CACHE):
         if not runs:
             raise ValueError("the lab needs at least one run")
@@ -275,8 +276,7 @@ class Lab:
         self.schema = Schema.from_list(runs[0].model.config.relations)  # the first run's fact set
         self.dev_examples = dev
         self.out_dir = Path(out_dir)
-        self.train_places = train_places or {}
-        self.facts = Facts.of(corpus, dev, self.schema, self.train_places)
+        self.facts = Facts.of(corpus, dev, self.schema, trained)
         self.evidence = self.facts.evidence
         self.stat_lines = stat_lines  # corpus lines for an edit's key statistics (0: all)
         self.lock = threading.Lock()  # one model computation at a time
@@ -569,7 +569,7 @@ class Lab:
             raise LabError(f"this run's fact set has no relation {relation!r} (it has: {', '.join(names)})")
         self.dev(number)  # the answers before, to compare with
         with self.lock:
-            edited, report = self._edited(run, person, place, method)
+            edited, report = self._edited(run, person, place, method, relation)
             report["run"] = number
             edit_id = next(self._edit_ids)
             self.edits[edit_id] = EditedCopy(number, edited, report)
@@ -577,8 +577,9 @@ class Lab:
                 self.edits.popitem(last=False)
         return {"id": edit_id, **report}
 
-    def _edited(self, run: Run, person: str, place: str, method: str | None):
+    def _edited(self, run: Run, person: str, place: str, method: str | None, relation: str | None):
         from ..facts.correction import edit_fact
+        from ..facts.edit import question_about
         from ..facts.errors import EditError, EditFailed
         from ..facts.settings import EditSettings
         from ..facts.trace import TraceError
@@ -590,14 +591,14 @@ class Lab:
         try:
             facts = self.facts_of(run)
             edited, report = edit_fact(run.model.gpt, run.model.vocab, person, place, facts.corpus,
-                                       settings=settings, places=facts.places or None)
+                                       settings=settings, trained=facts.trained, relation=relation)
         except EditFailed as e:  # an EditError too: caught first
             raise LabError(str(e), 422) from None
         except (EditError, TraceError) as e:
             raise LabError(str(e)) from None
         others, changed = self._changed_dev_answers(run, edited, person)
         return edited, {**report, "source": run.name, "new_answer": report["answer_after"],
-                        "question": self.facts_of(run).schema.relations[0].ask(person),
+                        "question": question_about(run.model.gpt, person, relation),
                         "others": others, "others_changed": len(changed), "changed": changed}
 
     def _changed_dev_answers(self, run: Run, edited: Any, person: str) -> tuple[int, list[dict[str, str]]]:
