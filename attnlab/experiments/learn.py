@@ -172,9 +172,10 @@ def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, 
         finetune(scratch, run_dir=out, model_config=recipe.model, corpus=facts.corpus, train_file=facts.train,
                  log=log, device=device, overwrite=overwrite or resume, vocab_text=facts.vocabulary_text())
     write_atomically(out / FACTSET_RECORD, json.dumps(facts.record(), indent=2) + "\n")
+    learned = load_model(out, device=str(resolve_device(device)))  # once, for the rule and the scores
     if pretrained and recipe.finetune.holdout_fraction:
-        store_abstention(out, facts, device=device, log=log)
-    results = score_fact_set(out, facts, device=device)
+        store_abstention(out, facts, device=device, log=log, loaded=learned)
+    results = score_fact_set(out, facts, device=device, loaded=learned)
     results.update(minutes=minutes, seed=seed, pretrained=pretrained, **fitted,
                    wall_minutes=round((time.perf_counter() - began) / 60, 2), machine=machine(),
                    recipe={"describe": recipe.describe(), "model": recipe.model.to_dict(),
@@ -228,13 +229,14 @@ def _pretrain_and_finetune(facts: factsets.FactSet, recipe: Recipe, out: Path, *
 
 
 def store_abstention(run: Path, facts: factsets.FactSet, *, device: str = "auto",
-                     log: Callable[[str], None] = logs.note) -> Path:
+                     log: Callable[[str], None] = logs.note, loaded: tuple | None = None) -> Path:
     """The default abstention rules and the confidence temperature, fitted on the training
-    subjects the run held out of finetuning, stored with it (abstention.json)."""
+    subjects the run held out of finetuning, stored with it (abstention.json); ``loaded``: the
+    run's model as ``load_model`` gives it, when the caller has it already."""
     from ..trust.policy import AbstainPolicy
     from ..trust.stored import fit_for_storing, stored_path, write_stored
 
-    model, vocab, checkpoint = load_model(run, device=str(resolve_device(device)))
+    model, vocab, checkpoint = loaded or load_model(run, device=str(resolve_device(device)))
     text = fit_for_storing(model, vocab, checkpoint.meta, AbstainPolicy(holdout_file=str(facts.train)))
     path = write_stored(stored_path(run), text)
     held = json.loads(text)["held_out"]
@@ -244,10 +246,11 @@ def store_abstention(run: Path, facts: factsets.FactSet, *, device: str = "auto"
 
 
 def score_fact_set(run: str | Path, facts: factsets.FactSet, *, device: str = "auto",
-                   eval_file: str | Path | None = None) -> dict[str, Any]:
+                   eval_file: str | Path | None = None, loaded: tuple | None = None) -> dict[str, Any]:
     """Dev (or ``eval_file``) answers of the model in ``run``, scored per relation and overall,
-    each beside its relation's most-frequent-answer baseline; predictions written beside it."""
-    model, vocab, _ = load_model(run, device=str(resolve_device(device)))
+    each beside its relation's most-frequent-answer baseline; predictions written beside it
+    (``loaded``: as for store_abstention)."""
+    model, vocab, _ = loaded or load_model(run, device=str(resolve_device(device)))
     path = Path(eval_file or facts.dev)
     examples = read_qa(path, labelled=True)
     answers = answer_questions(model, vocab, examples)
