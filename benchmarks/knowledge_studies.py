@@ -8,9 +8,11 @@ row with the paper's direct answer and with the lab's recall-and-copy read-out, 
     .venv/bin/python benchmarks/knowledge_studies.py --list            # the rows and their commands
 
 A cell is one row, one read-out, one seed at one scale (--people, --minutes): it generates its
-set (the seed draws the people too), trains and scores, and records its counts in
-OUT/ledger.json at once. A cell already recorded there is skipped, so an interrupted study
-continues where it stopped. --write puts the table into the guide's generated section.
+set (the seed draws the people too), trains and scores (models and sets under OUT), and records
+its counts in the ledger at once: benchmarks/records/knowledge-studies.json, committed, so a
+study is continued in a later session (--ledger; --tiny runs keep theirs in OUT/ledger.json). A
+cell already recorded there is skipped, so an interrupted study continues where it stopped.
+--write puts the table into the guide's generated section.
 
 Read-outs:
 
@@ -18,9 +20,10 @@ Read-outs:
   trained half mixed in for the mixed-training rows); the model is then finetuned to answer
   ``question⁇answer⁇`` on the trained half (not for mixed training, which the paper tests
   without finetuning) and asked about the other half.
-- recall: the lab's (`attnlab learn`'s recipe): the model first writes the subject's document
-  from its name, then copies the answer out of it. Its pretraining mixes in the QA of the
-  subjects that teach the answer format only in the mixed-training rows.
+- recall: the lab's (`attnlab learn`'s recipe, as shipped): the model first writes the
+  subject's document from its name, then copies the answer out of it. Its pretraining always
+  mixes in the answers of a share of the trained half (the recipe's format subjects, never a
+  held-out person), so the mixed-training row has no recall cell of its own.
 - bits (Part 3.3): knowledge bits stored, estimated from the model's cross-entropy on each
   attribute's value in its biography (``knowledge_bits``), per parameter.
 """
@@ -44,6 +47,7 @@ from _common import REPO, table, write_section
 from attnlab.core.paths import write_atomically
 
 GUIDE = REPO / "docs" / "guides" / "knowledge-studies.md"
+LEDGER = REPO / "benchmarks" / "records" / "knowledge-studies.json"
 SECTION = "knowledge-studies"
 SCRIPT = "benchmarks/knowledge_studies.py"
 DEFAULT_PEOPLE = 1000  # the paper's 100,000 scaled so that a run passes over its corpus tens of times
@@ -51,8 +55,10 @@ DEFAULT_MINUTES = 10.0  # a run's budget: 2 read-outs x 3 seeds x 10 minutes = o
 DEFAULT_SEEDS = (0, 1, 2)
 AUGMENTED = {"multi": 5, "permute": True, "fullname": True}
 TRAIN_SAMPLE = 300  # trained-on questions scored too: a row whose finetuning did not take shows it
-# Direct-answer finetuning on the trained half (the recall recipe keeps its own).
-DIRECT_FINETUNE = dict(epochs=4, batch_size=32, learning_rate=6e-4, checkpoint_every=0)
+# Direct-answer finetuning on the trained half (the recall recipe keeps its own): enough epochs
+# that it fits its own questions (the train sample says whether it did), else a row tests the
+# finetuning, not whether the knowledge can be extracted.
+DIRECT_FINETUNE = dict(epochs=10, batch_size=32, learning_rate=6e-4, checkpoint_every=0)
 # Part 3.3: a small model at fixed numbers of exposures (passes over bioS single: one biography
 # a person, so one pass is one exposure of each fact). The capacity ratio is only seen when the
 # set holds more bits than the model can store: 2,000 people hold about 92,000 bits of values,
@@ -86,7 +92,9 @@ ROWS = [
         data=AUGMENTED),
     Row("3.1-mixed", "3.1", "bioS single, mixed training: QA of the trained half in pretraining, no finetune",
         f"mixed training lets the model answer about the other half ({UNVERIFIED}; abstract: 'incorporate "
-        "more instruction-finetuning data into the pretraining stage')", mix=True),
+        "more instruction-finetuning data into the pretraining stage')", mix=True, readouts=("direct",),
+        not_applicable="the lab's recipe always mixes answers of the trained half into pretraining: its cell is "
+        "the single row's"),
     Row("3.1-celebrities", "3.1", "celebrities (half the people: multi5 + permute + fullname), the rest single: "
         "QA finetune on celebrities, test on the minority",
         f"augmenting celebrities lifts the minority ({UNVERIFIED})",
@@ -119,6 +127,10 @@ class Settings:
     tiny: bool = False  # seconds-long runs (tests, smoke checks): know nothing
     device: str = "cpu"
     attention: str = "vanilla"  # a variation: every model of the study with this attention
+    ledger: Path | None = None  # the cells' counts (None: LEDGER, or OUT/ledger.json for tiny runs)
+
+    def ledger_path(self) -> Path:
+        return self.ledger or (self.out / "ledger.json" if self.tiny else LEDGER)
 
     def scale(self) -> str:
         """The part of a cell's key that says at what scale (and with what attention) it ran."""
@@ -139,28 +151,27 @@ def cell_key(row: Row, readout: str, seed: int, settings: Settings) -> str:
 # ----------------------------------------------------------------------------- the ledger
 
 
-def read_ledger(out: Path) -> dict[str, Any]:
-    path = out / "ledger.json"
+def read_ledger(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def record(out: Path, key: str, result: dict[str, Any]) -> None:
+def record(path: Path, key: str, result: dict[str, Any]) -> None:
     """Add one cell's result to the ledger, written whole (a reader never sees half of it), under
     a lock: two studies sharing OUT (rows run side by side on a larger machine) lose no cell."""
     import fcntl
 
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "ledger.lock", "w") as lock:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        ledger = read_ledger(out)
+        ledger = read_ledger(path)
         ledger[key] = result
-        write_atomically(out / "ledger.json", json.dumps(ledger, indent=1, sort_keys=True) + "\n")
+        write_atomically(path, json.dumps(ledger, indent=1, sort_keys=True) + "\n")
 
 
 def run_cells(rows: list[Row], seeds: list[int], readouts: list[str], settings: Settings,
               log: Callable[[str], None] = print) -> list[str]:
     """Every cell of ``rows`` not yet in the ledger, one after another; the keys run."""
-    done, ran = read_ledger(settings.out), []
+    done, ran = read_ledger(settings.ledger_path()), []
     for row in rows:
         for readout in [r for r in row.readouts if r in readouts]:
             for seed in seeds:
@@ -172,7 +183,7 @@ def run_cells(rows: list[Row], seeds: list[int], readouts: list[str], settings: 
                 began = time.perf_counter()
                 result = run_cell(row, readout, seed, settings)
                 result["wall_minutes"] = round((time.perf_counter() - began) / 60, 2)
-                record(settings.out, key, result)
+                record(settings.ledger_path(), key, result)
                 ran.append(key)
     return ran
 
@@ -278,7 +289,7 @@ def run_cell(row: Row, readout: str, seed: int, settings: Settings) -> dict[str,
                            verdict=row.task == "compare-steps")
     if readout == "direct":
         return direct_cell(facts_dir, work, seed, settings, mix=row.mix)
-    return recall_cell(facts_dir, work, seed, settings, mix=row.mix)
+    return recall_cell(facts_dir, work, seed, settings)
 
 
 def quiet(message: str) -> None:
@@ -287,14 +298,18 @@ def quiet(message: str) -> None:
         print("  " + message, flush=True)
 
 
-def study_recipe(facts, settings: Settings, seed: int, *, mix: bool):
-    """`learn`'s recipe for the set and budget; without ``mix`` its pretraining reads the
-    corpus alone (the paper's pretrain-then-finetune), and ``settings.tiny`` cuts it to seconds."""
+def study_recipe(facts, settings: Settings, seed: int):
+    """`learn`'s recipe for the set and budget, as shipped (``settings.tiny`` cuts it to
+    seconds). The recall cells use it whole: its pretraining mixes in the answer format of a
+    share of the trained half (never of the held-out half), which its light finetuning relies
+    on. Without that mix, finetuning must teach the format: at the recipe's learning rate it
+    does not, at the direct cells' it overwrites the stored biographies (the model recalls the
+    wrong person's facts), so the unmixed recall cell is a variation to build, not a row."""
     from attnlab.experiments.learn import recipe_for
 
     recipe = recipe_for(facts, settings.minutes, seed)
-    pre = recipe.pretrain if mix else dataclasses.replace(recipe.pretrain, mix_ratio=0.0, mix_people=0)
     model, fine = dataclasses.replace(recipe.model, attention=settings.attention), recipe.finetune
+    pre = recipe.pretrain
     if settings.tiny:
         model = dataclasses.replace(model, n_layer=1, n_head=2, n_embd=32)
         pre = dataclasses.replace(pre, epochs=1, minutes=0, max_steps=2)
@@ -312,18 +327,19 @@ def counts(score: dict[str, Any]) -> dict[str, int]:
     return {"correct": score["correct"], "total": score["total"]}
 
 
-def recall_cell(facts_dir: Path, work: Path, seed: int, settings: Settings, *, mix: bool) -> dict[str, Any]:
-    """The lab's read-out: `attnlab learn` with the study's recipe."""
+def recall_cell(facts_dir: Path, work: Path, seed: int, settings: Settings) -> dict[str, Any]:
+    """The lab's read-out: `attnlab learn` with its recipe (study_recipe)."""
     from attnlab.data import factset
     from attnlab.experiments.learn import learn, score_fact_set
 
     facts = factset.load(facts_dir)
-    recipe = study_recipe(facts, settings, seed, mix=mix)
+    recipe = study_recipe(facts, settings, seed)
     found = learn(facts_dir, work, minutes=settings.minutes, seed=seed, device=settings.device, overwrite=True,
                   recipe=recipe, log=quiet)
     trained = score_fact_set(work, facts, device=settings.device, eval_file=train_sample(facts.train, work))
     return {"dev": counts(found["overall"]), "train": counts(trained["overall"]), "recipe": recipe.describe(),
-            "relations": {k: counts(v) for k, v in found["relations"].items()}}
+            "relations": {k: counts(v) for k, v in found["relations"].items()},
+            "pretraining_passes": found.get("pretraining_passes")}
 
 
 def direct_cell(facts_dir: Path, work: Path, seed: int, settings: Settings, *, mix: bool,
@@ -338,7 +354,7 @@ def direct_cell(facts_dir: Path, work: Path, seed: int, settings: Settings, *, m
 
     facts = factset.load(facts_dir)
     train, dev = files or (facts.train, facts.dev)
-    recipe = study_recipe(facts, settings, seed, mix=mix)
+    recipe = study_recipe(facts, settings, seed)
     answers = [e.answer for e in read_qa(train, labelled=True)]
     model = dataclasses.replace(recipe.model, qa_format="direct", answer_chars=max(map(len, answers)) + 8,
                                 relations=() if files else recipe.model.relations)
@@ -346,8 +362,10 @@ def direct_cell(facts_dir: Path, work: Path, seed: int, settings: Settings, *, m
     pre = dataclasses.replace(recipe.pretrain, mix_people=0, mix_overlap="drop",
                               mix_ratio=min(100.0, len(answers) / docs) if mix else 0.0)
     vocab_text = facts.vocabulary_text() + read_text(train) + "".join(e.question for e in read_qa(dev))
-    pretrain(model, pre, corpus=facts.corpus, run_dir=work / "pretrain", mix_qa=train, held_out=(dev,),
-             vocab_text=vocab_text, device=settings.device, overwrite=True, log=quiet)
+    pace: dict[str, int] = {}
+    _, _, made = pretrain(model, pre, corpus=facts.corpus, run_dir=work / "pretrain", mix_qa=train, held_out=(dev,),
+                          vocab_text=vocab_text, device=settings.device, overwrite=True, log=quiet,
+                          on_fit=lambda passes, steps_per_pass=0: pace.update(steps_per_pass=steps_per_pass))
     final = work / "pretrain"
     if not mix:
         fine = TrainConfig(seed=seed, **DIRECT_FINETUNE, **({"max_steps": 2} if settings.tiny else {}))
@@ -360,8 +378,10 @@ def direct_cell(facts_dir: Path, work: Path, seed: int, settings: Settings, *, m
 
         found = score_fact_set(final, facts, device=settings.device)
         result["relations"] = {k: counts(v) for k, v in found["relations"].items()}
-    return {**result, "recipe": f"direct answer; {model.n_layer} layers x {model.n_embd} wide, block "
-                                f"{model.block_size}" + ("; QA mixed into pretraining" if mix else "")}
+    passes = round(made.steps / pace["steps_per_pass"], 2) if pace.get("steps_per_pass") else None
+    return {**result, "pretraining_passes": passes,
+            "recipe": f"direct answer; {model.n_layer} layers x {model.n_embd} wide, block "
+                      f"{model.block_size}" + ("; QA mixed into pretraining" if mix else "")}
 
 
 def score_direct(run: Path, dev: Path, sample: Path, device: str, verdict: bool) -> dict[str, Any]:
@@ -479,7 +499,11 @@ def accuracy_text(results: list[dict[str, Any]]) -> str:
     if spread:
         text += f" (seeds' 95% interval {spread[0]:.1f}-{spread[1]:.1f})"
     tk, tn = sum(r["train"]["correct"] for r in results), sum(r["train"]["total"] for r in results)
-    return text + f"; trained-on questions {100 * tk / max(1, tn):.0f}%"
+    text += f"; trained-on questions {100 * tk / max(1, tn):.0f}%"
+    passes = [r.get("pretraining_passes") for r in results]
+    if all(passes):  # a minutes budget: how many passes the machine's pace allowed each seed
+        text += "; pretraining passes " + ", ".join(f"{p:.0f}" for p in passes)
+    return text
 
 
 def bits_text(results: list[dict[str, Any]]) -> str:
@@ -537,7 +561,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--people", type=int, default=DEFAULT_PEOPLE)
     parser.add_argument("--minutes", type=float, default=DEFAULT_MINUTES, help="each training run's budget")
     parser.add_argument("--capacity-people", type=int, default=CAPACITY_PEOPLE, help="Part 3.3's sets")
-    parser.add_argument("--out", type=Path, default=Path("runs/studies"))
+    parser.add_argument("--out", type=Path, default=Path("runs/studies"), help="the sets and models")
+    parser.add_argument("--ledger", type=Path, default=None,
+                        help=f"the cells' counts (default: {LEDGER.relative_to(REPO)}; OUT/ledger.json with --tiny)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--attention", default="vanilla", help="every model's attention variant (`attnlab variants`)")
     parser.add_argument("--tiny", action="store_true", help="seconds-long runs that know nothing (checks)")
@@ -557,14 +583,14 @@ def section_name(settings: Settings) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     settings = Settings(args.people, args.minutes, args.capacity_people, args.out, args.tiny, args.device,
-                        args.attention)
+                        args.attention, args.ledger)
     rows = [ROWS_BY_KEY[k] for k in args.rows] if args.rows else ROWS
     if args.list:
         print("\n".join(f"{r.key}: {row_command(r, settings)}" for r in rows))
         return 0
     if not args.table:
         run_cells(rows, args.seeds, args.readouts, settings)
-    text = section_text(read_ledger(settings.out), args.seeds, settings, args.note)
+    text = section_text(read_ledger(settings.ledger_path()), args.seeds, settings, args.note)
     print(text)
     if args.write:
         title = "The table" if section_name(settings) == SECTION else \

@@ -34,7 +34,7 @@ def settings(out: Path) -> ks.Settings:
 
 
 def test_each_row_read_out_and_seed_is_one_recorded_cell(study):
-    ledger = ks.read_ledger(study)
+    ledger = ks.read_ledger(study / "ledger.json")
     expected = {ks.cell_key(ks.ROWS_BY_KEY[r], readout, seed, settings(study))
                 for r in ROWS for readout in ks.ROWS_BY_KEY[r].readouts for seed in (0, 1)}
     assert set(ledger) == expected and len(expected) == 8  # single: 2 read-outs; compare, bits: 1
@@ -46,7 +46,7 @@ def test_each_row_read_out_and_seed_is_one_recorded_cell(study):
 
 
 def test_a_second_run_skips_recorded_cells_and_runs_only_the_missing_one(study, monkeypatch, capsys):
-    ledger = ks.read_ledger(study)
+    ledger = ks.read_ledger(study / "ledger.json")
     missing = ks.cell_key(ks.ROWS_BY_KEY["3.2-compare-steps"], "direct", 1, settings(study))
     kept = {k: v for k, v in ledger.items() if k != missing}
     (study / "ledger.json").write_text(json.dumps(kept))
@@ -59,14 +59,14 @@ def test_a_second_run_skips_recorded_cells_and_runs_only_the_missing_one(study, 
     monkeypatch.setattr(ks, "run_cell", fake)
     assert ks.main(["--rows", *ROWS, "--out", str(study), *TINY]) == 0
     assert ran == [("3.2-compare-steps", "direct", 1)]
-    after = ks.read_ledger(study)
+    after = ks.read_ledger(study / "ledger.json")
     assert set(after) == set(ledger) and after[missing]["dev"] == {"correct": 1, "total": 4}
     assert all(after[k] == v for k, v in kept.items())  # finished cells untouched
     assert capsys.readouterr().out.count("recorded, skipped") == len(kept)
 
 
 def test_the_table_has_every_row_and_says_how_to_run_what_is_not_recorded(study):
-    text = ks.section_text(ks.read_ledger(study), [0, 1], settings(study))
+    text = ks.section_text(ks.read_ledger(study / "ledger.json"), [0, 1], settings(study))
     rows = [line for line in text.splitlines() if line.startswith("| ") and "`3." in line]
     assert len(rows) == len(ks.ROWS)
     mixed = next(r for r in rows if "`3.1-mixed`" in r)
@@ -133,3 +133,10 @@ def test_write_puts_the_table_in_its_own_section_of_the_guide(study, tmp_path, m
     name = "knowledge-studies-N8-M0_05-C8-tiny"
     assert text.startswith("# Knowledge studies\n\nprose kept\n") and f"<!-- {name}:start -->" in text
     assert "a smoke run" in text and "`3.1-mixed`" in text
+
+
+def test_the_ledger_is_the_committed_record_unless_a_run_is_tiny_or_names_its_own(tmp_path):
+    """A study's counts outlive the session's runs/ folder: they go to the committed record."""
+    assert ks.Settings().ledger_path() == ks.LEDGER and ks.LEDGER.parent.name == "records"
+    assert settings(tmp_path).ledger_path() == tmp_path / "ledger.json"
+    assert ks.Settings(ledger=tmp_path / "mine.json").ledger_path() == tmp_path / "mine.json"
