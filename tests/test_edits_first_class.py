@@ -144,13 +144,19 @@ def test_an_edit_of_one_relation_leaves_the_subjects_other_relation_as_it_was(is
             assert g.kept_relations == [other] and new in g.target.text
 
 
-def test_attnlab_edit_changes_one_relation_of_a_model_of_several(isles, tmp_path, capsys):
+def test_attnlab_edit_changes_one_relation_of_a_model_of_several(isles, tmp_path, capsys, monkeypatch):
     """The command line edits one relation (--relation), reports the subject's other relations
-    before and after, records the relation with the edit, and refuses an edit that names none."""
+    before and after, records the relation with the edit, and refuses an edit that names none;
+    it reads the checkpoint once per edit (its relations are checked on the model it edits)."""
     import json
 
     from attnlab import cli
+    from attnlab.model import checkpoint
     from attnlab.model.checkpoint import load_model, save_checkpoint
+
+    reads = []
+    read = checkpoint.load_checkpoint
+    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda *a, **k: reads.append(a[0]) or read(*a, **k))
 
     model, vocab, _ = isles
     run = tmp_path / "run"
@@ -165,7 +171,9 @@ def test_attnlab_edit_changes_one_relation_of_a_model_of_several(isles, tmp_path
     # the course's dev file asks a question this model has no relation for: refused before any work
     assert cli.main([*base[:-1], "data/birth_dev.tsv", "--relation", "sea", "--out-dir", str(tmp_path / "none")]) == 2
     assert "matches no relation" in capsys.readouterr().err and not (tmp_path / "none").exists()
+    reads.clear()
     assert cli.main([*base, "--relation", "sea", "--out-dir", str(tmp_path / "edited"), "--json"]) == 0
+    assert len(reads) == 1, reads
     report = json.loads(capsys.readouterr().out)
     assert report["relation"] == "sea" and report["answer_after"] == "Red Sea"
     assert report["other_relations"] == {"capital": {"before": "Oslo", "after": "Oslo"}}

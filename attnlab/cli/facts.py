@@ -163,7 +163,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
     from ..data.datasets import read_corpus, read_questions
     from ..facts.correction import training_answers
     from ..facts.errors import EditError
-    from ..model.checkpoint import resolve
+    from ..model.checkpoint import load_model, resolve
     from ..training.rundir import claim
 
     source = resolve(args.checkpoint)
@@ -176,7 +176,8 @@ def cmd_edit(args: argparse.Namespace) -> int:
             raise EditError(f"{flag} is required (or --undo N to remove an edit)")
         if not value.strip():
             raise EditError(f"{flag} is empty")
-    schema = _check_relation(args, source)
+    loaded = load_model(source, device=args.device)  # read once: its relations are checked, then it is edited
+    schema = _check_relation(args, loaded[2])
     out = _new_run_dir(args, source)
     docs = read_corpus(paths.input_file(args.corpus, "--corpus")).split("\n")
     if args.eval_file:  # every question one the model answers, before any work
@@ -186,17 +187,17 @@ def cmd_edit(args: argparse.Namespace) -> int:
     trained = training_answers(args.train_file and paths.input_file(args.train_file, "--train-file"),
                                facts.schema if facts else None)
     with claim(out):  # held while editing: a second edit into the same new --out-dir is refused, not lost
-        return _edit_into(args, source, out, docs, trained)
+        return _edit_into(args, source, loaded, out, docs, trained)
 
 
-def _edit_into(args: argparse.Namespace, source: Path, out: Path, docs: list[str], trained) -> int:
-    """The edit of ``cmd_edit``, its checks done and ``out`` held; an edit that does not take
-    fails before anything is written (``claim`` then removes the directory it made)."""
+def _edit_into(args: argparse.Namespace, source: Path, loaded, out: Path, docs: list[str], trained) -> int:
+    """The edit of ``cmd_edit`` on ``loaded`` (model, vocab, checkpoint of ``source``), its checks
+    done and ``out`` held; an edit that does not take fails before anything is written (``claim``
+    then removes the directory it made)."""
     from ..facts.correction import edit_fact, save_edited_run
     from ..facts.errors import EditFailed
-    from ..model.checkpoint import load_model
 
-    model, vocab, ckpt = load_model(source, device=args.device)
+    model, vocab, ckpt = loaded
     try:
         edited, report = edit_fact(model, vocab, args.person, args.place, docs, trained=trained,
                                    relation=args.relation,
@@ -228,14 +229,13 @@ def _undo(args, source: Path, out: Path) -> int:
     return 0
 
 
-def _check_relation(args: argparse.Namespace, source):
-    """--relation must name one of the model's relations, and a model of several needs it
+def _check_relation(args: argparse.Namespace, ckpt):
+    """--relation must name one of the checkpoint's relations, and a model of several needs it
     (before anything is written); the model's relations (a Schema)."""
     from ..data.relations import Schema
     from ..facts.errors import EditError
-    from ..model.checkpoint import load_checkpoint
 
-    schema = Schema.from_list(load_checkpoint(source, training_state=False).model_config.relations)
+    schema = Schema.from_list(ckpt.model_config.relations)
     if args.relation is None and schema.cued:
         raise EditError(f"this model answers several relations ({', '.join(schema.names)}): --relation NAME "
                         "says which answer the edit changes")
