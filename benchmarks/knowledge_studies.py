@@ -81,6 +81,15 @@ class Row:
     readouts: tuple = ("direct", "recall")
     not_applicable: str = ""  # why the recall read-out has no cell in this row
     exposures: int = 0  # Part 3.3: passes over the set
+    # The share of --people the row's set holds: an augmented set of a fifth of the people has
+    # the single set's characters of text, so a time budget gives it the same passes (at the
+    # full count its biographies get a fifth of the passes and are not stored).
+    people_share: float = 1.0
+
+    def people(self, settings: "Settings") -> int:
+        if self.task == "bits":
+            return settings.capacity_people
+        return max(8, round(settings.people * self.people_share))  # 8: two people in each quarter
 
 
 UNVERIFIED = "quoted from the issue, not checked against the paper here"
@@ -90,25 +99,31 @@ ROWS = [
     Row("3.1-augmented", "3.1", "multi5 + permute + fullname: pretrain, QA finetune on half, test on the other half",
         f"about 96% ({UNVERIFIED}); abstract: extraction needs augmentation (paraphrasing, sentence shuffling)",
         data=AUGMENTED),
+    Row("3.1-augmented-same-text", "3.1", "multi5 + permute + fullname for a fifth of the people: the single "
+        "row's characters of text, so the same passes; pretrain, QA finetune on half, test on the other half",
+        f"about 96% ({UNVERIFIED}); here the passes of the single row are kept, not its count of people",
+        data=AUGMENTED, people_share=0.2),
     Row("3.1-mixed", "3.1", "bioS single, mixed training: QA of the trained half in pretraining, no finetune",
         f"mixed training lets the model answer about the other half ({UNVERIFIED}; abstract: 'incorporate "
         "more instruction-finetuning data into the pretraining stage')", mix=True, readouts=("direct",),
         not_applicable="the lab's recipe always mixes answers of the trained half into pretraining: its cell is "
         "the single row's"),
-    Row("3.1-celebrities", "3.1", "celebrities (half the people: multi5 + permute + fullname), the rest single: "
-        "QA finetune on celebrities, test on the minority",
-        f"augmenting celebrities lifts the minority ({UNVERIFIED})",
-        data={**AUGMENTED, "celebrities": 0.5}, task="minority"),
-    Row("3.2-inverse", "3.2", "inverse search: 'Who was born on DATE in CITY?', finetune on half, test on the other",
+    Row("3.1-celebrities", "3.1", "celebrities (half the people: multi5 + permute + fullname), the rest single, "
+        "a third of the people (the single row's characters of text): QA finetune on celebrities, test on the "
+        "minority", f"augmenting celebrities lifts the minority ({UNVERIFIED})",
+        data={**AUGMENTED, "celebrities": 0.5}, task="minority", people_share=1 / 3),
+    Row("3.2-inverse", "3.2", "inverse search: 'Who was born on DATE in CITY?', finetune on half, test on the "
+        "other (the 3.2 rows: multi5 + permute + fullname, a fifth of the people, as 3.1-augmented-same-text)",
         "virtually 0% (abstract of arXiv 2309.14402 v2)", data=AUGMENTED, task="inverse", readouts=("direct",),
+        people_share=0.2,
         not_applicable="the read-out recalls a document from its subject's name; an inverse question names no one"),
     Row("3.2-compare", "3.2", "'Was A born in an earlier year than B?' answered at once",
         "fails without chain of thought (abstract of arXiv 2309.14402 v2; the figure not checked here)",
-        data=AUGMENTED, task="compare", readouts=("direct",),
+        data=AUGMENTED, task="compare", readouts=("direct",), people_share=0.2,
         not_applicable="the read-out recalls one subject's document; a comparison needs two (a variation to build)"),
     Row("3.2-compare-steps", "3.2", "the same, the two years written first ('1961; 2088; Yes')",
         "works with chain of thought in training and inference (abstract of arXiv 2309.14402 v2)",
-        data=AUGMENTED, task="compare-steps", readouts=("direct",),
+        data=AUGMENTED, task="compare-steps", readouts=("direct",), people_share=0.2,
         not_applicable="as above"),
     *[Row(f"3.3-bits-E{e}", "3.3", f"bits of knowledge a parameter: bioS single, 1 layer x 32 wide, {e} "
           "exposures a fact", "about 1 bit a parameter at 100 exposures, 2 at 1,000 (arXiv 2404.05405: a figure "
@@ -143,7 +158,7 @@ def cell_key(row: Row, readout: str, seed: int, settings: Settings) -> str:
     if row.task == "bits":
         scale = f"C{settings.capacity_people}"
     else:
-        scale = f"N{settings.people}-M{settings.minutes:g}"
+        scale = f"N{row.people(settings)}-M{settings.minutes:g}"
     extra = ("-tiny" if settings.tiny else "") + ("" if settings.attention == "vanilla" else f"-{settings.attention}")
     return f"{row.key}/{readout}/{scale}{extra}/seed{seed}"
 
@@ -198,7 +213,7 @@ def bios_set(row: Row, seed: int, settings: Settings) -> Path:
 
     from attnlab.data.synth import bios
 
-    people = settings.capacity_people if row.task == "bits" else settings.people
+    people = row.people(settings)
     options = bios.BiosOptions(people=people, seed=seed, **row.data)
     switches = [f"multi{options.multi}"] * (options.multi > 1) + ["permute"] * options.permute + \
         ["fullname"] * options.fullname + [f"celebrities{options.celebrities:g}"] * (options.celebrities < 1)
@@ -542,7 +557,8 @@ def study_table(ledger: dict[str, Any], seeds: list[int], settings: Settings, ro
 
 
 def section_text(ledger: dict[str, Any], seeds: list[int], settings: Settings, note: str = "") -> str:
-    scale = (f"{settings.people:,} people a set (the seed draws them), {settings.minutes:g} minutes a run "
+    scale = (f"{settings.people:,} people a set (the seed draws them; a row that says so a share of them), "
+             f"{settings.minutes:g} minutes a run "
              f"(Part 3.3: {settings.capacity_people:,} people), seeds {', '.join(map(str, seeds))}; held-out "
              "questions (the dev quarter of the people); counts pooled over seeds with 95% Wilson intervals")
     text = f"Scale: {scale}" + (" (tiny: seconds-long runs that know nothing)" if settings.tiny else "") + ".\n\n"

@@ -78,6 +78,19 @@ def test_the_table_has_every_row_and_says_how_to_run_what_is_not_recorded(study)
     assert "bits a parameter" in next(r for r in rows if "`3.3-bits-E25`" in r)
 
 
+def test_augmented_rows_hold_the_single_rows_text_so_a_budget_gives_them_its_passes():
+    """An augmented set of a fifth of the people (five biographies each) is the single set's size;
+    the cell's key names the people it ran with, and the rows at full count keep their keys."""
+    at = ks.Settings(people=1000, minutes=10)
+    same_text = ks.ROWS_BY_KEY["3.1-augmented-same-text"]
+    assert same_text.people(at) == 200 and same_text.data == ks.AUGMENTED
+    assert ks.cell_key(same_text, "recall", 0, at) == "3.1-augmented-same-text/recall/N200-M10/seed0"
+    assert ks.cell_key(ks.ROWS_BY_KEY["3.1-augmented"], "recall", 0, at) == "3.1-augmented/recall/N1000-M10/seed0"
+    assert ks.ROWS_BY_KEY["3.1-celebrities"].people(at) == 333  # half of them augmented
+    assert all(ks.ROWS_BY_KEY[k].people(at) == 200 for k in ("3.2-inverse", "3.2-compare", "3.2-compare-steps"))
+    assert ks.ROWS_BY_KEY["3.3-bits-E25"].people(at) == at.capacity_people
+
+
 def test_list_prints_one_command_per_row(capsys):
     assert ks.main(["--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
