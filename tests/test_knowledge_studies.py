@@ -153,3 +153,42 @@ def test_the_ledger_is_the_committed_record_unless_a_run_is_tiny_or_names_its_ow
     assert ks.Settings().ledger_path() == ks.LEDGER and ks.LEDGER.parent.name == "records"
     assert settings(tmp_path).ledger_path() == tmp_path / "ledger.json"
     assert ks.Settings(ledger=tmp_path / "mine.json").ledger_path() == tmp_path / "mine.json"
+
+
+class _Oracle:
+    """A stand-in model that puts all its probability on the true next character of each
+    biography (``sure``) or spreads it evenly over the vocabulary: the bits measure's two ends."""
+
+    def __init__(self, vocab, docs: list[str], sure: bool, block_size: int = 512):
+        from types import SimpleNamespace
+
+        self.vocab, self.docs, self.sure = vocab, docs, sure
+        self.config = SimpleNamespace(block_size=block_size)
+
+    def run(self, idx):
+        import torch
+
+        logits = torch.zeros(1, idx.shape[1], len(self.vocab))
+        if self.sure:
+            following = {}
+            for doc in self.docs:
+                ids = self.vocab.encode(doc)
+                following[tuple(ids[:idx.shape[1]])] = ids[1:idx.shape[1] + 1]
+            logits[0, torch.arange(idx.shape[1]), following[tuple(idx[0].tolist())]] = 60.0
+        return logits, None
+
+
+def test_the_bits_measure_counts_every_value_of_a_model_that_knows_it_and_none_of_a_guess(tmp_path):
+    """A model sure of every character stores log2(pool) bits a value; an even guess stores none."""
+    from attnlab.data.datasets import documents, read_text
+    from attnlab.data.synth import BiosOptions, generate, write
+    from attnlab.data.vocab import Vocab
+
+    folder = write(generate(BiosOptions(people=12, seed=4)), tmp_path / "set")
+    docs = documents(read_text(folder / "corpus.txt"))
+    vocab, people = Vocab.from_text("\n".join(docs)), ks.people_of(folder)
+    pools = ks.value_pools()
+    bits, values = ks.knowledge_bits(_Oracle(vocab, docs, True), vocab, people, docs)
+    assert values == len(people) * len(pools)
+    assert bits == pytest.approx(len(people) * sum(math.log2(p) for p in pools.values()), rel=1e-6)
+    assert ks.knowledge_bits(_Oracle(vocab, docs, False), vocab, people, docs) == (0.0, values)
