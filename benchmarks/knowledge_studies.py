@@ -24,8 +24,8 @@ Read-outs:
   subject's document from its name, then copies the answer out of it. Its pretraining always
   mixes in the answers of a share of the trained half (the recipe's format subjects, never a
   held-out person), so the mixed-training row has no recall cell of its own.
-- bits (Part 3.3): knowledge bits stored, estimated from the model's cross-entropy on each
-  attribute's value in its biography (``knowledge_bits``), per parameter.
+- bits (Part 3.3): knowledge bits stored, per parameter: each value of a sample of the people
+  scored among its pool (``knowledge_bits``), against what the model says of anyone.
 """
 
 from __future__ import annotations
@@ -153,10 +153,11 @@ class Settings:
                 + ("" if self.attention == "vanilla" else f"-{self.attention}"))
 
 
-def cell_key(row: Row, readout: str, seed: int, settings: Settings) -> str:
-    """A cell's name in the ledger: its row, read-out and seed, and the settings it depends on."""
+def cell_key(row: Row, readout: str, seed: int, settings: Settings, *, measure: bool = True) -> str:
+    """A cell's name in the ledger: its row, read-out and seed, and the settings it depends on
+    (Part 3.3: the measure too, unless ``measure`` is False: the name of its training)."""
     if row.task == "bits":
-        scale = f"C{settings.capacity_people}"
+        scale = f"C{settings.capacity_people}" + (f"-{BITS_MEASURE}" if measure else "")
     else:
         scale = f"N{row.people(settings)}-M{settings.minutes:g}"
     extra = ("-tiny" if settings.tiny else "") + ("" if settings.attention == "vanilla" else f"-{settings.attention}")
@@ -294,7 +295,7 @@ def derived_files(row: Row, folder: Path, work: Path, seed: int) -> tuple[Path, 
 def run_cell(row: Row, readout: str, seed: int, settings: Settings) -> dict[str, Any]:
     """Train and score one cell; its counts (and what it trained) as the ledger keeps them."""
     folder = bios_set(row, seed, settings)
-    work = settings.out / "runs" / cell_key(row, readout, seed, settings).replace(":", "_")
+    work = settings.out / "runs" / cell_key(row, readout, seed, settings, measure=False).replace(":", "_")
     if row.task == "bits":
         return capacity_cell(row, folder, work, seed, settings)
     facts_dir = minority_set(folder, work) if row.task == "minority" else folder
@@ -422,42 +423,140 @@ def score_direct(run: Path, dev: Path, sample: Path, device: str, verdict: bool)
 # ----------------------------------------------------------------------------- Part 3.3
 
 
-def value_pools() -> dict[str, int]:
-    """How many values each attribute is drawn from (attnlab/data/synth/bios.py); the work city
-    follows from the employer, so it carries no bits of its own."""
-    from attnlab.data.synth import bios
-    from attnlab.data.synth.values import MAJORS
-
-    return {"birth_date": 12 * 28 * 200, "birth_city": len(bios.us_places()),
-            "university": bios.N_UNIVERSITIES, "major": len(MAJORS), "employer": bios.N_COMPANIES}
+BITS_SAMPLE = 400  # people whose values are scored (all their values); the total is scaled up from them
+BITS_MEASURE = "pool"  # in the cells' keys: cells of an earlier measure are not read as this one
+DATE_PARTS = ("month", "day", "year")
 
 
-def knowledge_bits(model, vocab, people: list[dict[str, str]], docs: list[str]) -> tuple[float, int]:
-    """Bits stored, estimated per value as log2(pool size) less the model's cross-entropy (in
-    bits) of the value's characters given the biography before it, never below 0; summed, with
-    the number of values measured. A lower bound of the paper's measure in spirit (it also
-    counts the names' bits), not its formula."""
+def value_pools(people: list[dict[str, str]]) -> dict[str, list[str]]:
+    """The values each attribute is drawn from: the set's own (every city, university, major and
+    employer some person of the set has) and, for the birth date, its three parts in turn
+    (attnlab/data/synth/bios.py draws month, day 1-28 and year 1900-2099). The work city follows
+    from the employer, so it carries no bits of its own."""
+    from attnlab.data.synth.bios import MONTHS
+
+    pools = {a: sorted({p[a] for p in people}) for a in ("birth_city", "university", "major", "employer")}
+    return {"month": list(MONTHS), "day": [str(d) for d in range(1, 29)],
+            "year": [str(y) for y in range(1900, 2100)], **pools}
+
+
+def date_parts(date: str) -> dict[str, str]:
+    """'May 28, 2088' -> its month, day and year, in the order they are written."""
+    month, day, year = date.replace(",", "").split(" ")
+    return {"month": month, "day": day, "year": year}
+
+
+def pool_log_probs(model, context: list[int], candidates: list[list[int]]) -> list[float]:
+    """The model's log-probability of each candidate continuing ``context``, normalised over
+    the candidates: the context is run once and every candidate reads its cached keys and
+    values (one row each, each seeing the context and itself)."""
+    import torch
+
+    from attnlab.model.attention.base import KVCache
+
+    device = next(model.parameters()).device
+    C, L, P = len(context), max(len(c) for c in candidates), len(candidates)
+    caches = [KVCache() for _ in model.blocks]
+    positions = torch.arange(C + L, device=device)
+    causal = torch.ones(C, C, dtype=torch.bool, device=device).tril()
+    logits, _ = model.run(torch.tensor([context], device=device), positions=positions[None, :C],
+                          allowed=causal[None, None], caches=caches, key_positions=positions[None, :C])
+    first = logits[0, -1].float().log_softmax(-1)
+    for cache in caches:  # one copy of the context's keys and values for each candidate
+        cache.k, cache.v = cache.k.expand(P, -1, -1, -1), cache.v.expand(P, -1, -1, -1)
+        cache._kbuf = cache._vbuf = None
+    idx = torch.zeros(P, L, dtype=torch.long, device=device)
+    for row, candidate in enumerate(candidates):
+        idx[row, :len(candidate)] = torch.tensor(candidate)
+    allowed = torch.ones(P, 1, L, C + L, dtype=torch.bool, device=device)
+    allowed[:, :, :, C:] = torch.ones(L, L, dtype=torch.bool, device=device).tril()
+    logits, _ = model.run(idx, positions=positions[None, C:].expand(P, -1), allowed=allowed, caches=caches,
+                          key_positions=positions[None].expand(P, -1))
+    logp = logits.float().log_softmax(-1)
+    totals = []
+    for row, candidate in enumerate(candidates):
+        total = float(first[candidate[0]])
+        total += sum(float(logp[row, j - 1, candidate[j]]) for j in range(1, len(candidate)))
+        totals.append(total)
+    norm = torch.logsumexp(torch.tensor(totals), 0).item()
+    return [t - norm for t in totals]
+
+
+def value_spans(doc: str, person: dict[str, str], at: int) -> list[tuple[str, int, str]]:
+    """Where each scored value stands in the person's biography: (pool name, start, value),
+    the birth date split into its parts, in the biography's order."""
+    spans = []
+    for attribute in ("birth_date", "birth_city", "university", "major", "employer"):
+        start = doc.find(person[attribute], at)
+        if start < 0:
+            continue
+        if attribute == "birth_date":
+            parts, offset = date_parts(person[attribute]), start
+            for part in DATE_PARTS:
+                offset = doc.index(parts[part], offset)
+                spans.append((part, offset, parts[part]))
+                offset += len(parts[part])
+        else:
+            spans.append((attribute, start, person[attribute]))
+    return sorted(spans, key=lambda s: s[1])
+
+
+@dataclass
+class Bits:
+    """What a model stores about the people scored. ``bits``: for each value, log2 of the
+    model's probability of the true value among its pool, given the person's biography before
+    it, less log2 of the model's average probability of that value over the people scored (what
+    it would say of anyone), summed; ``by_pool`` the same per pool. ``bits_vs_even``: against an
+    even share of the pool instead (it also charges the model for preferring some values, e.g.
+    those it spells well). ``picked``: values whose likeliest pool member is the true one."""
+
+    bits: float = 0.0
+    bits_vs_even: float = 0.0
+    values: int = 0
+    picked: int = 0
+    people: int = 0
+    by_pool: dict[str, float] = field(default_factory=dict)
+
+
+def knowledge_bits(model, vocab, people: list[dict[str, str]], docs: list[str], *,
+                   sample: int = BITS_SAMPLE, seed: int = 0) -> Bits:
+    """``Bits`` of ``sample`` people of the set (drawn with ``seed``; all when there are fewer).
+    Each value of their biographies (a birth date as month, day and year) is scored among every
+    value of its pool, each read from the biography before it and closed by the character after
+    it, normalised over the pool: this counts what the model knows of the person, not how well
+    it spells the pool's values. A model that says the same of everyone stores 0 bits; one sure
+    of every true value about log2 of the pool a value (at most log2 of the people scored)."""
     import torch
 
     from attnlab.data.corpus import CorpusIndex
 
-    index, pools, block = CorpusIndex(docs), value_pools(), model.config.block_size
-    bits, values = 0.0, 0
-    for person in people:
-        doc = index.line_of(person["name"]) or ""
-        ids = vocab.encode(doc[:block])
-        with torch.no_grad():
-            logp = torch.log_softmax(model.run(torch.tensor([ids[:-1]]))[0][0].float(), dim=-1)
-        at = len(person["name"]) + 2
-        for attribute, pool in pools.items():
-            start = doc.find(person[attribute], at)
-            end = start + len(person[attribute])
-            if start < 0 or end > len(ids):
-                continue
-            nats = -sum(logp[t - 1, ids[t]].item() for t in range(start, end))
-            bits += max(0.0, math.log2(pool) - nats / math.log(2))
-            values, at = values + 1, end
-    return bits, values
+    index, block = CorpusIndex(docs), model.config.block_size
+    drawn = value_pools(people)  # a value the model cannot spell (a character it never read) has probability 0
+    pools = {name: [v for v in values if all(ch in vocab.stoi for ch in v)] for name, values in drawn.items()}
+    scored = people if len(people) <= sample else random.Random(f"bits {seed}").sample(people, sample)
+    read: dict[str, list[tuple[list[float], int]]] = {name: [] for name in pools}
+    with torch.no_grad():
+        for person in scored:
+            doc = index.line_of(person["name"]) or ""
+            for pool, start, value in value_spans(doc, person, len(person["name"]) + 2):
+                after = doc[start + len(value):start + len(value) + 1]
+                candidates = [vocab.encode(v + after) for v in pools[pool]]
+                if start + max(len(c) for c in candidates) <= block:
+                    log_q = pool_log_probs(model, vocab.encode(doc[:start]), candidates)
+                    read[pool].append((log_q, pools[pool].index(value)))
+    out = Bits(people=len(scored))
+    for pool, rows in read.items():
+        out.by_pool[pool] = 0.0
+        if not rows:
+            continue
+        average = (torch.logsumexp(torch.tensor([q for q, _ in rows], dtype=torch.float64), 0)
+                   - math.log(len(rows))).tolist()
+        for log_q, true in rows:
+            gained = (log_q[true] - average[true]) / math.log(2)
+            out.bits, out.by_pool[pool] = out.bits + gained, out.by_pool[pool] + gained
+            out.bits_vs_even += math.log2(len(drawn[pool])) + log_q[true] / math.log(2)
+            out.values, out.picked = out.values + 1, out.picked + (max(range(len(log_q)), key=log_q.__getitem__) == true)
+    return out
 
 
 def capacity_cell(row: Row, folder: Path, work: Path, seed: int, settings: Settings) -> dict[str, Any]:
@@ -476,12 +575,21 @@ def capacity_cell(row: Row, folder: Path, work: Path, seed: int, settings: Setti
                         attention=settings.attention)
     config = TrainConfig(**CAPACITY_PRETRAIN, epochs=1 if settings.tiny else row.exposures, seed=seed,
                          **({"max_steps": 2} if settings.tiny else {}))
-    pretrain(model, config, corpus=facts.corpus, run_dir=work, mix_qa=None, held_out=(), device=settings.device,
-             overwrite=True, log=quiet)
+    done = {"model": dataclasses.asdict(model), "train": dataclasses.asdict(config), "corpus": str(facts.corpus)}
+    marker = work / "trained.json"  # written after pretraining: a finished model is scored again, not retrained
+    if not (marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == json.loads(json.dumps(done))):
+        pretrain(model, config, corpus=facts.corpus, run_dir=work, mix_qa=None, held_out=(), device=settings.device,
+                 overwrite=True, log=quiet)
+        write_atomically(marker, json.dumps(done, sort_keys=True) + "\n")
     trained, vocab, _ = load_model(work, device=settings.device)
-    bits, values = knowledge_bits(trained, vocab, people_of(folder), docs)
+    people = people_of(folder)
+    found = knowledge_bits(trained, vocab, people, docs, sample=8 if settings.tiny else BITS_SAMPLE, seed=seed)
+    scale = len(people) / max(1, found.people)  # the sample's bits, scaled to the set
+    bits = found.bits * scale
     parameters = trained.num_parameters()
-    return {"bits": round(bits, 1), "values": values, "parameters": parameters,
+    return {"bits": round(bits, 1), "bits_vs_even": round(found.bits_vs_even * scale, 1), "values": found.values,
+            "picked": found.picked, "people_scored": found.people, "measure": BITS_MEASURE,
+            "bits_by_pool": {k: round(v, 1) for k, v in found.by_pool.items()}, "parameters": parameters,
             "bits_per_parameter": round(bits / parameters, 4), "exposures": config.epochs,
             "recipe": f"{model.n_layer} layer(s) x {model.n_embd} wide, block {block}, {config.epochs:g} passes"}
 
@@ -522,11 +630,18 @@ def accuracy_text(results: list[dict[str, Any]]) -> str:
 
 
 def bits_text(results: list[dict[str, Any]]) -> str:
+    from attnlab.answering.evaluate import wilson_interval
+
     ratios = [r["bits_per_parameter"] for r in results]
     text = (f"{sum(ratios) / len(ratios):.3f} bits a parameter ({results[0]['parameters']:,} parameters, "
             f"{results[0]['exposures']:g} exposures); seeds " + ", ".join(f"{x:.3f}" for x in ratios))
     spread = seeds_interval(ratios)
-    return text + (f" (seeds' 95% interval {spread[0]:.3f}-{spread[1]:.3f})" if spread else "")
+    text += f" (seeds' 95% interval {spread[0]:.3f}-{spread[1]:.3f})" if spread else ""
+    picked, values = sum(r["picked"] for r in results), sum(r["values"] for r in results)
+    low, high = wilson_interval(picked, values)
+    even = [r["bits_vs_even"] / r["parameters"] for r in results]
+    return (text + f"; true value the likeliest of its pool {picked}/{values} = {picked / values:.1%} "
+            f"(95% CI {100 * low:.1f}-{100 * high:.1f}%); against an even pool {sum(even) / len(even):.3f} a parameter")
 
 
 def row_command(row: Row, settings: Settings, seeds: list[int] | tuple[int, ...] = DEFAULT_SEEDS) -> str:

@@ -42,7 +42,8 @@ def test_each_row_read_out_and_seed_is_one_recorded_cell(study):
     assert single["dev"]["total"] == 2 * 6 and single["train"]["total"] == 4 * 6  # 8 people: 2 dev, 4 train
     assert set(single["relations"]) == {"birth-date", "birth-city", "university", "major", "employer", "work-city"}
     bits = ledger[ks.cell_key(ks.ROWS_BY_KEY["3.3-bits-E25"], "bits", 1, settings(study))]
-    assert bits["values"] == 8 * 5 and bits["parameters"] > 0 and bits["bits"] >= 0
+    assert bits["values"] == 8 * 7 and bits["parameters"] > 0 and 0 <= bits["picked"] <= bits["values"]  # a date: 3 values
+    assert bits["measure"] == ks.BITS_MEASURE and bits["people_scored"] == 8
 
 
 def test_a_second_run_skips_recorded_cells_and_runs_only_the_missing_one(study, monkeypatch, capsys):
@@ -105,8 +106,10 @@ def test_intervals_pool_counts_with_wilson_and_seeds_with_t():
     half = 4.303 * 10 / math.sqrt(3)  # t(0.975, 2 df) x sd / sqrt(n)
     assert f"(seeds' 95% interval {50 - half:.1f}-{50 + half:.1f})" in text and text.endswith("trained-on questions 100%")
     assert ks.seeds_interval([0.5]) is None
-    one = ks.bits_text([{"bits_per_parameter": 0.25, "parameters": 1000, "exposures": 25}])
-    assert one.startswith("0.250 bits a parameter (1,000 parameters, 25 exposures)") and "interval" not in one
+    one = ks.bits_text([{"bits_per_parameter": 0.25, "parameters": 1000, "exposures": 25, "picked": 30,
+                         "values": 120, "bits_vs_even": -500.0}])
+    assert one.startswith("0.250 bits a parameter (1,000 parameters, 25 exposures)") and "seeds' 95%" not in one
+    assert one.endswith("likeliest of its pool 30/120 = 25.0% (95% CI 18.1-33.4%); against an even pool -0.500 a parameter")
 
 
 def test_part_3_2_questions_come_from_the_people_of_each_half(study):
@@ -155,31 +158,34 @@ def test_the_ledger_is_the_committed_record_unless_a_run_is_tiny_or_names_its_ow
     assert ks.Settings(ledger=tmp_path / "mine.json").ledger_path() == tmp_path / "mine.json"
 
 
-class _Oracle:
-    """A stand-in model that puts all its probability on the true next character of each
-    biography (``sure``) or spreads it evenly over the vocabulary: the bits measure's two ends."""
+def test_pool_probabilities_read_from_the_cached_context_match_each_candidate_run_whole():
+    """Candidates scored on the context's cached keys and values get the log-probabilities of
+    running context + candidate through the model whole, normalised over the candidates."""
+    import torch
 
-    def __init__(self, vocab, docs: list[str], sure: bool, block_size: int = 512):
-        from types import SimpleNamespace
+    from attnlab.config.settings import ModelConfig
+    from attnlab.model.gpt import GPT
 
-        self.vocab, self.docs, self.sure = vocab, docs, sure
-        self.config = SimpleNamespace(block_size=block_size)
-
-    def run(self, idx):
-        import torch
-
-        logits = torch.zeros(1, idx.shape[1], len(self.vocab))
-        if self.sure:
-            following = {}
-            for doc in self.docs:
-                ids = self.vocab.encode(doc)
-                following[tuple(ids[:idx.shape[1]])] = ids[1:idx.shape[1] + 1]
-            logits[0, torch.arange(idx.shape[1]), following[tuple(idx[0].tolist())]] = 60.0
-        return logits, None
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=20, block_size=32, n_layer=2, n_head=2, n_embd=16, dropout=0.0)).eval()
+    context, candidates = [3, 5, 7, 2, 9], [[4, 6], [8], [4, 6, 11, 12], [13, 2, 2]]
+    with torch.no_grad():
+        cached = ks.pool_log_probs(model, context, candidates)
+        whole = []
+        for c in candidates:
+            logp = model.run(torch.tensor([context + c]))[0][0].log_softmax(-1)
+            whole.append(sum(float(logp[len(context) + j - 1, t]) for j, t in enumerate(c)))
+    norm = torch.logsumexp(torch.tensor(whole), 0).item()
+    assert cached == pytest.approx([w - norm for w in whole], abs=1e-5)
 
 
-def test_the_bits_measure_counts_every_value_of_a_model_that_knows_it_and_none_of_a_guess(tmp_path):
-    """A model sure of every character stores log2(pool) bits a value; an even guess stores none."""
+def test_the_bits_measure_counts_what_a_model_says_of_each_person_beyond_what_it_says_of_anyone(tmp_path, monkeypatch):
+    """Every value of the scored people (a birth date as month, day and year) is scored among
+    its pool: a model that says the same of everyone stores 0 bits however it spreads its
+    probability (against an even pool it pays for preferring some values); a model sure of each
+    true value stores, per value, log2 of how rare the value is among the people scored."""
+    from collections import Counter
+
     from attnlab.data.datasets import documents, read_text
     from attnlab.data.synth import BiosOptions, generate, write
     from attnlab.data.vocab import Vocab
@@ -187,8 +193,27 @@ def test_the_bits_measure_counts_every_value_of_a_model_that_knows_it_and_none_o
     folder = write(generate(BiosOptions(people=12, seed=4)), tmp_path / "set")
     docs = documents(read_text(folder / "corpus.txt"))
     vocab, people = Vocab.from_text("\n".join(docs)), ks.people_of(folder)
-    pools = ks.value_pools()
-    bits, values = ks.knowledge_bits(_Oracle(vocab, docs, True), vocab, people, docs)
-    assert values == len(people) * len(pools)
-    assert bits == pytest.approx(len(people) * sum(math.log2(p) for p in pools.values()), rel=1e-6)
-    assert ks.knowledge_bits(_Oracle(vocab, docs, False), vocab, people, docs) == (0.0, values)
+    pools = ks.value_pools(people)
+    assert [len(pools[k]) for k in ("month", "day", "year")] == [12, 28, 200]
+    model = type("Stub", (), {"config": type("C", (), {"block_size": 512})})()
+    spans = {doc[:start]: (pool, value, doc[start:start + len(value) + 1])  # the text before, the value
+             for doc, person in zip(docs, people) for pool, start, value in ks.value_spans(doc, person, 0)}
+    assert len(spans) == 12 * 7
+
+    def skewed(model, context, candidates):  # the same for everyone: the first value likelier
+        weights = [2.0] + [1.0] * (len(candidates) - 1)
+        return [math.log(w / sum(weights)) for w in weights]
+
+    def sure(model, context, candidates):
+        truth = spans[vocab.decode(context)][2]
+        return [0.0 if vocab.decode(c) == truth else -1e9 for c in candidates]
+
+    monkeypatch.setattr(ks, "pool_log_probs", skewed)
+    found = ks.knowledge_bits(model, vocab, people, docs, sample=6, seed=1)
+    assert found.people == 6 and found.values == 6 * 7 and found.bits == pytest.approx(0.0, abs=1e-9)
+    assert found.bits_vs_even < 0
+    monkeypatch.setattr(ks, "pool_log_probs", sure)
+    found = ks.knowledge_bits(model, vocab, people, docs)
+    rarity = sum(-math.log2(n / 12) for pool in pools
+                 for n in Counter(v for (p, v, _) in spans.values() if p == pool).values() for _ in range(n))
+    assert found.values == found.picked == 12 * 7 and found.bits == pytest.approx(rarity)
