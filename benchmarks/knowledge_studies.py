@@ -59,11 +59,13 @@ TRAIN_SAMPLE = 300  # trained-on questions scored too: a row whose finetuning di
 # that it fits its own questions (the train sample says whether it did), else a row tests the
 # finetuning, not whether the knowledge can be extracted.
 DIRECT_FINETUNE = dict(epochs=10, batch_size=32, learning_rate=6e-4, checkpoint_every=0)
-# Part 3.3: a small model at fixed numbers of exposures (passes over bioS single: one biography
-# a person, so one pass is one exposure of each fact). The capacity ratio is only seen when the
-# set holds more bits than the model can store: 2,000 people hold about 92,000 bits of values,
-# 3.5 times the 26,000 parameters of 1 layer x 32 wide; 100 passes over them fit the hour.
-CAPACITY_MODEL = dict(n_layer=1, n_head=2, n_embd=32)
+# Part 3.3: small models at fixed numbers of exposures (passes over bioS single: one biography
+# a person, so one pass is one exposure of each fact), each (layers, width). 1 x 32 stores
+# nothing of the people at 25 or 100 passes (it spends itself on the text's language); 2 x 64
+# (about 133,000 parameters) does. 2,000 people hold about 92,000 bits of values: a model at
+# 1 bit a parameter could store them all, so a ratio well under 92,000 / parameters is the
+# model's, not the set's, bound. 100 passes of 2 x 64 over them take about a quarter of an hour.
+CAPACITY_MODELS = ((1, 32), (2, 64))
 CAPACITY_PEOPLE = 2000
 CAPACITY_PRETRAIN = dict(objective="lm", batch_size=16, learning_rate=3e-3, optimizer="muon", checkpoint_every=500)
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
@@ -85,6 +87,7 @@ class Row:
     # the single set's characters of text, so a time budget gives it the same passes (at the
     # full count its biographies get a fifth of the passes and are not stored).
     people_share: float = 1.0
+    capacity_model: tuple[int, int] = (1, 32)  # Part 3.3: the model's layers and width
 
     def people(self, settings: "Settings") -> int:
         if self.task == "bits":
@@ -125,10 +128,11 @@ ROWS = [
         "works with chain of thought in training and inference (abstract of arXiv 2309.14402 v2)",
         data=AUGMENTED, task="compare-steps", readouts=("direct",), people_share=0.2,
         not_applicable="as above"),
-    *[Row(f"3.3-bits-E{e}", "3.3", f"bits of knowledge a parameter: bioS single, 1 layer x 32 wide, {e} "
-          "exposures a fact", "about 1 bit a parameter at 100 exposures, 2 at 1,000 (arXiv 2404.05405: a figure "
-          "caption, 'R(F) >= 2 (resp. >= 1) for 1000 exposures (resp. 100)'; which figure not checked here)",
-          task="bits", readouts=("bits",), exposures=e) for e in (25, 100)],
+    *[Row(f"3.3-bits-L{n}W{w}-E{e}", "3.3", f"bits of knowledge a parameter: bioS single, {n} layer(s) x {w} "
+          f"wide, {e} exposures a fact", "about 1 bit a parameter at 100 exposures, 2 at 1,000 (arXiv 2404.05405: "
+          "a figure caption, 'R(F) >= 2 (resp. >= 1) for 1000 exposures (resp. 100)'; which figure not checked "
+          "here)", task="bits", readouts=("bits",), exposures=e, capacity_model=(n, w))
+      for n, w in CAPACITY_MODELS for e in (25, 100)],
 ]
 ROWS_BY_KEY = {r.key: r for r in ROWS}
 
@@ -571,7 +575,8 @@ def capacity_cell(row: Row, folder: Path, work: Path, seed: int, settings: Setti
     facts = factset.load(folder)
     docs = documents(read_text(facts.corpus))
     block = min(512, -(-max(len(d) for d in docs) // 16) * 16)
-    model = ModelConfig(**CAPACITY_MODEL, dropout=0.0, block_size=block, qa_format="direct",
+    layers, width = row.capacity_model
+    model = ModelConfig(n_layer=layers, n_head=2, n_embd=width, dropout=0.0, block_size=block, qa_format="direct",
                         attention=settings.attention)
     config = TrainConfig(**CAPACITY_PRETRAIN, epochs=1 if settings.tiny else row.exposures, seed=seed,
                          **({"max_steps": 2} if settings.tiny else {}))
@@ -654,7 +659,7 @@ def row_command(row: Row, settings: Settings, seeds: list[int] | tuple[int, ...]
 
 def cell_text(row: Row, readout: str, ledger: dict[str, Any], seeds: list[int], settings: Settings) -> str:
     if readout not in row.readouts:
-        return "n/a: " + (row.not_applicable or "capacity is read from the pretrained model's loss")
+        return "n/a: " + (row.not_applicable or "capacity is read from the pretrained model's probabilities of each value")
     results = [ledger[k] for k in (cell_key(row, readout, s, settings) for s in seeds) if k in ledger]
     if not results:
         return f"not run: `{row_command(row, settings)}`"

@@ -18,7 +18,7 @@ pytest.importorskip("faker", reason="the synth extra (Faker) is not installed")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import knowledge_studies as ks  # noqa: E402
 
-ROWS = ["3.1-single", "3.2-compare-steps", "3.3-bits-E25"]
+ROWS = ["3.1-single", "3.2-compare-steps", "3.3-bits-L1W32-E25"]
 TINY = ["--tiny", "--people", "8", "--capacity-people", "8", "--minutes", "0.05", "--seeds", "0", "1"]
 
 
@@ -41,7 +41,7 @@ def test_each_row_read_out_and_seed_is_one_recorded_cell(study):
     single = ledger[ks.cell_key(ks.ROWS_BY_KEY["3.1-single"], "recall", 0, settings(study))]
     assert single["dev"]["total"] == 2 * 6 and single["train"]["total"] == 4 * 6  # 8 people: 2 dev, 4 train
     assert set(single["relations"]) == {"birth-date", "birth-city", "university", "major", "employer", "work-city"}
-    bits = ledger[ks.cell_key(ks.ROWS_BY_KEY["3.3-bits-E25"], "bits", 1, settings(study))]
+    bits = ledger[ks.cell_key(ks.ROWS_BY_KEY["3.3-bits-L1W32-E25"], "bits", 1, settings(study))]
     assert bits["values"] == 8 * 7 and bits["parameters"] > 0 and 0 <= bits["picked"] <= bits["values"]  # a date: 3 values
     assert bits["measure"] == ks.BITS_MEASURE and bits["people_scored"] == 8
 
@@ -76,7 +76,7 @@ def test_the_table_has_every_row_and_says_how_to_run_what_is_not_recorded(study)
     assert "n/a: the read-out recalls a document" in inverse
     single = next(r for r in rows if "`3.1-single`" in r)
     assert single.count("/24 = ") == 2 and "seeds' 95% interval" in single  # 2 seeds x 12 questions, both read-outs
-    assert "bits a parameter" in next(r for r in rows if "`3.3-bits-E25`" in r)
+    assert "bits a parameter" in next(r for r in rows if "`3.3-bits-L1W32-E25`" in r)
 
 
 def test_augmented_rows_hold_the_single_rows_text_so_a_budget_gives_them_its_passes():
@@ -89,7 +89,7 @@ def test_augmented_rows_hold_the_single_rows_text_so_a_budget_gives_them_its_pas
     assert ks.cell_key(ks.ROWS_BY_KEY["3.1-augmented"], "recall", 0, at) == "3.1-augmented/recall/N1000-M10/seed0"
     assert ks.ROWS_BY_KEY["3.1-celebrities"].people(at) == 333  # half of them augmented
     assert all(ks.ROWS_BY_KEY[k].people(at) == 200 for k in ("3.2-inverse", "3.2-compare", "3.2-compare-steps"))
-    assert ks.ROWS_BY_KEY["3.3-bits-E25"].people(at) == at.capacity_people
+    assert ks.ROWS_BY_KEY["3.3-bits-L1W32-E25"].people(at) == at.capacity_people
 
 
 def test_list_prints_one_command_per_row(capsys):
