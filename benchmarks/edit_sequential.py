@@ -19,7 +19,7 @@ the new answer, or the model already wrote it). The radii's statistics (the stre
 other subjects' training texts) are gathered once: they are read before the codebook, so the
 edits do not change them.
 
-Output: runs/editing/in-a-row-SET-RELATION.json (the curve, rewritten at every curve point so that an
+Output: benchmarks/records/edits-in-a-row/in-a-row-SET-RELATION.json (the curve, rewritten at every curve point so that an
 interrupted run keeps what it measured), a section of docs/benchmarks.md, and with ``--plot``
 docs/editing-thousand.png from every such file. Seconds are wall time on whatever machine ran
 it (a shared one in this repository's figures): for orientation, not speed claims.
@@ -54,7 +54,7 @@ from attnlab.facts.errors import EditError  # noqa: E402
 from attnlab.facts.gated_edit import Negatives, gated_edit, gated_layer  # noqa: E402
 from attnlab.model.checkpoint import load_model, save_checkpoint  # noqa: E402
 
-CURVES = REPO / "runs" / "editing"
+CURVES = REPO / "benchmarks" / "records" / "edits-in-a-row"  # committed: the figure outlives runs/
 PNG = REPO / "docs" / "editing-thousand.png"
 TARGETS = {"holding": 0.95, "others_changed": 0.005}  # issue 49
 
@@ -223,7 +223,7 @@ def one_edit(model, vocab, subject: str, relation: str, place: str, negatives, o
 
 
 def curve_path(name: str, relation: str) -> Path:
-    return CURVES / f"in-a-row-{name}-{relation}.json"  # not sequential-*.json: editing.py --plot reads those
+    return CURVES / f"in-a-row-{name}-{relation}.json"
 
 
 def summary(out: dict) -> str:
@@ -304,7 +304,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--curve-every", type=int, default=100, help="measure after every this many edits")
     ap.add_argument("--radius-lines", type=int, default=2000, help="texts whose states set the radii (0 = all)")
     ap.add_argument("--max-minutes", type=float, default=0, help="start no edit after this many minutes (0 = no limit)")
-    ap.add_argument("--plot", action="store_true", help="only draw runs/editing/in-a-row-SET-RELATION.json")
+    ap.add_argument("--plot", action="store_true", help="only draw benchmarks/records/edits-in-a-row/in-a-row-*.json")
     ap.add_argument("--report", default=None, metavar="JSON",
                     help="only write the docs section from a curve file this script wrote (e.g. after a run elsewhere)")
     ap.add_argument("--no-write", action="store_true", help="print only")
