@@ -60,11 +60,10 @@ TRAIN_SAMPLE = 300  # trained-on questions scored too: a row whose finetuning di
 # finetuning, not whether the knowledge can be extracted.
 DIRECT_FINETUNE = dict(epochs=10, batch_size=32, learning_rate=6e-4, checkpoint_every=0)
 # Part 3.3: small models at fixed numbers of exposures (passes over bioS single: one biography
-# a person, so one pass is one exposure of each fact), each (layers, width). 1 x 32 stores
-# nothing of the people at 25 or 100 passes (it spends itself on the text's language); 2 x 64
-# (about 133,000 parameters) does. 2,000 people hold about 92,000 bits of values: a model at
-# 1 bit a parameter could store them all, so a ratio well under 92,000 / parameters is the
-# model's, not the set's, bound. 100 passes of 2 x 64 over them take about a quarter of an hour.
+# a person, so one pass is one exposure of each fact), each (layers, width): a size below and
+# one above the size at which a character model starts to store facts of the people (the
+# guide). 2,000 people hold about 92,000 bits of values: a model at 1 bit a parameter could
+# store them all, so a ratio well under 92,000 / parameters is the model's bound, not the set's.
 CAPACITY_MODELS = ((1, 32), (2, 64))
 CAPACITY_PEOPLE = 2000
 CAPACITY_PRETRAIN = dict(objective="lm", batch_size=16, learning_rate=3e-3, optimizer="muon", checkpoint_every=500)
@@ -466,9 +465,8 @@ def pool_log_probs(model, context: list[int], candidates: list[list[int]]) -> li
     logits, _ = model.run(torch.tensor([context], device=device), positions=positions[None, :C],
                           allowed=causal[None, None], caches=caches, key_positions=positions[None, :C])
     first = logits[0, -1].float().log_softmax(-1)
-    for cache in caches:  # one copy of the context's keys and values for each candidate
-        cache.k, cache.v = cache.k.expand(P, -1, -1, -1), cache.v.expand(P, -1, -1, -1)
-        cache._kbuf = cache._vbuf = None
+    # one view of the context's keys and values for each candidate
+    caches = [KVCache(k=c.k.expand(P, -1, -1, -1), v=c.v.expand(P, -1, -1, -1)) for c in caches]
     idx = torch.zeros(P, L, dtype=torch.long, device=device)
     for row, candidate in enumerate(candidates):
         idx[row, :len(candidate)] = torch.tensor(candidate)
