@@ -512,12 +512,15 @@ class Bits:
     even share of the pool instead (it also charges the model for preferring some values, e.g.
     those it spells well). ``picked``: values whose likeliest pool member is the true one."""
 
-    bits: float = 0.0
     bits_vs_even: float = 0.0
     values: int = 0
     picked: int = 0
     people: int = 0
     by_pool: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def bits(self) -> float:
+        return sum(self.by_pool.values())
 
 
 def knowledge_bits(model, vocab, people: list[dict[str, str]], docs: list[str], *,
@@ -535,14 +538,15 @@ def knowledge_bits(model, vocab, people: list[dict[str, str]], docs: list[str], 
     index, block = CorpusIndex(docs), model.config.block_size
     drawn = value_pools(people)  # a value the model cannot spell (a character it never read) has probability 0
     pools = {name: [v for v in values if all(ch in vocab.stoi for ch in v)] for name, values in drawn.items()}
+    encoded = {name: [vocab.encode(v) for v in values] for name, values in pools.items()}  # once, not per value
     scored = people if len(people) <= sample else random.Random(f"bits {seed}").sample(people, sample)
     read: dict[str, list[tuple[list[float], int]]] = {name: [] for name in pools}
     with torch.no_grad():
         for person in scored:
             doc = index.line_of(person["name"]) or ""
             for pool, start, value in value_spans(doc, person, len(person["name"]) + 2):
-                after = doc[start + len(value):start + len(value) + 1]
-                candidates = [vocab.encode(v + after) for v in pools[pool]]
+                after = vocab.encode(doc[start + len(value):start + len(value) + 1])
+                candidates = [ids + after for ids in encoded[pool]]
                 if start + max(len(c) for c in candidates) <= block:
                     log_q = pool_log_probs(model, vocab.encode(doc[:start]), candidates)
                     read[pool].append((log_q, pools[pool].index(value)))
@@ -554,8 +558,7 @@ def knowledge_bits(model, vocab, people: list[dict[str, str]], docs: list[str], 
         average = (torch.logsumexp(torch.tensor([q for q, _ in rows], dtype=torch.float64), 0)
                    - math.log(len(rows))).tolist()
         for log_q, true in rows:
-            gained = (log_q[true] - average[true]) / math.log(2)
-            out.bits, out.by_pool[pool] = out.bits + gained, out.by_pool[pool] + gained
+            out.by_pool[pool] += (log_q[true] - average[true]) / math.log(2)
             out.bits_vs_even += math.log2(len(drawn[pool])) + log_q[true] / math.log(2)
             out.values, out.picked = out.values + 1, out.picked + (max(range(len(log_q)), key=log_q.__getitem__) == true)
     return out
