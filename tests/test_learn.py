@@ -123,7 +123,7 @@ def test_mixed_peoples_lines_are_dropped_by_line_number(tmp_path):
     train.write_text("Where was Cy Cc born?\tRome\nWhere was Ann Aa born?\tRome\nWhere was Bob Bb born?\tRome\n")
     text = read_text(corpus)
     model = ModelConfig(**{**get_preset("tiny").model, "qa_format": "recall", "recall_chars": 40, "block_size": 80})
-    config = dataclasses.replace(get_preset("cpu15").pretrain, mix_people=1, mix_ratio=1 / 6, minutes=0)
+    config = dataclasses.replace(get_preset("cpu15").pretrain, mix_people=1, mix_ratio=1 / 6, minutes=0, holdout_fraction=0)
     _, described = _lm_batches(text, Vocab.from_text(text), model, config, corpus, train, (), "cpu", lambda m: None)
     assert described.startswith("3 lines + 1 QA examples")  # Dev One, Dev Two, the question line
 

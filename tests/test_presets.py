@@ -34,6 +34,14 @@ def test_the_default_recipes_are_the_ones_that_know():
     assert "course" in get_preset("spec").description and "GPU" in get_preset("spec").expected
 
 
+def test_the_default_recipe_holds_out_people_for_its_confidence():
+    # the same share held out in both stages: finetuning never sees them, pretraining reads their
+    # lines as it reads dev's, so `calibrate` fits the temperature and the rule on unseen labels
+    cpu15 = get_preset("cpu15")
+    assert 0 < cpu15.pretrain.holdout_fraction == cpu15.finetune.holdout_fraction <= 0.1
+    assert get_preset("cpu60").finetune.holdout_fraction > 0
+
+
 @pytest.mark.parametrize("command, preset", [("pretrain", "cpu15"), ("compare", "cpu15"), ("demo", "demo")])
 def test_commands_default_to_a_knowledge_preset(command, preset):
     assert f"(default: {preset}); one of {', '.join(PRESETS)}" in " ".join(_help(command).split())
