@@ -106,6 +106,33 @@ def test_swapped_read_outs_put_another_training_place_where_the_place_stands():
     assert swapped_place_read_outs(people[:1], index, vocab, 64, 25, 5, seed=0) == []
 
 
+def test_swapped_read_outs_can_exchange_the_answer_with_a_distractor_the_line_names():
+    docs = ["Ada Brook. Ada Brook was born in Paris, not in Old Lima.", "Bo Li. Bo Li was born in Old Lima.",
+            "Di Fo. Di Fo was born in Rome.", "Cy Ng. Cy Ng was born in Paris."]
+    vocab, index = Vocab.from_text("\n".join(docs) + "Where?"), CorpusIndex(docs)
+    people = [_qa("Ada Brook", "Paris"), _qa("Bo Li", "Old Lima"), _qa("Di Fo", "Rome"), _qa("Cy Ng", "Paris")]
+    seqs = swapped_place_read_outs(people, index, vocab, 80, 60, 2, seed=0, distractors=True)
+    texts = [vocab.decode(s.ids) for s in seqs]
+    # Ada Brook's line names another training place: the two change places and that one is the answer
+    exchanged = "Ada Brook. Ada Brook was born in Old Lima, not in Paris." + MASK_CHAR + "Old Lima" + MASK_CHAR
+    assert texts[:2] == [exchanged, exchanged]
+    # lines without a distractor get a random other place, as without the option
+    assert len(texts) == 8
+    for text, person in zip(texts[2:], [p for p in people[1:] for _ in range(2)]):
+        line, new = text.split(MASK_CHAR)[:2]
+        assert new in {"Paris", "Rome", "Old Lima"} - {person.answer} and line.endswith(f"born in {new}.")
+    plain = swapped_place_read_outs(people, index, vocab, 80, 60, 2, seed=0)
+    assert vocab.decode(plain[0].ids) != exchanged  # off by default: Ada's copies write in random places
+    # the exchanged answer must stand whole within the recalled characters, where it now stands
+    eve = ["Eve Ho. Not Rome but Paris.", "Di Fo. Di Fo was born in Rome."]
+    vocab, index = Vocab.from_text("\n".join(eve) + "Where?"), CorpusIndex(eve)
+    pair = [_qa("Eve Ho", "Paris"), _qa("Di Fo", "Rome")]
+    (fits,) = swapped_place_read_outs(pair, index, vocab, 80, 26, 1, seed=0, distractors=True)[:1]
+    assert vocab.decode(fits.ids) == "Eve Ho. Not Paris but Rome" + MASK_CHAR + "Rome" + MASK_CHAR
+    cut = swapped_place_read_outs(pair, index, vocab, 80, 25, 1, seed=0, distractors=True)
+    assert not any(vocab.decode(s.ids).startswith("Eve") for s in cut)  # "Rome" would end past 25
+
+
 def test_mixing_adds_qa_examples_in_proportion_to_the_corpus():
     corpus = [Sequence([2, 3, 4])] * 10
     qa = [Sequence([5, 6, i]) for i in range(4)]
@@ -131,3 +158,11 @@ def test_mixing_refuses_people_asked_in_dev_or_test():
         refuse_held_out_people([_qa("Cy Ng", "Oslo")], {"test.tsv": test})
     kept, dropped = refuse_held_out_people(train, {"dev.tsv": dev}, drop=True)
     assert kept == train[:1] and dropped == train[1:]
+
+
+def test_distractor_exchanges_need_swapped_copies():
+    from attnlab.config.settings import TrainConfig
+
+    with pytest.raises(ValueError, match="swap_distractors .* needs read_out_swaps > 0"):
+        TrainConfig(swap_distractors=True)
+    assert TrainConfig(swap_distractors=True, read_out_swaps=1).swap_distractors

@@ -241,6 +241,11 @@ class TrainConfig(_Serialisable):
                                "states rather than the one it remembers; a fraction gives one copy for that "
                                "share of the people (0 = none)", stages=("pretrain", "finetune"),
                                bound=b.NON_NEGATIVE)
+    swap_distractors: bool = _f(False, "recall format, with --read-out-swaps: where a line also names another "
+                                "training value of the asked relation (a distractor), a swapped copy exchanges "
+                                "the two instead of writing in a random value, so the model learns which wording "
+                                "answers the question, not which value looks like an answer",
+                                stages=("pretrain", "finetune"))
     replay_lines: bool = _f(False, "recall-format finetuning: also train on every corpus line as pretraining did "
                             "(cut at the recalled characters, no place), so that the finetuning's read-out "
                             "examples do not wear away the lines pretraining stored", stages=("finetune",))
@@ -260,6 +265,8 @@ class TrainConfig(_Serialisable):
         self._check_fields()
         if self.mix_ratio > 0 and self.objective != "lm":
             raise ValueError("mix_ratio needs the lm objective (span corruption mixes nothing in)")
+        if self.swap_distractors and not self.read_out_swaps:
+            raise ValueError("swap_distractors chooses the values of the swapped copies: it needs read_out_swaps > 0")
 
 
 

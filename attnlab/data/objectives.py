@@ -11,6 +11,7 @@ Rows are then almost free of padding, which is most of the work saved on a CPU.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 import torch
@@ -65,18 +66,24 @@ def qa_sequences(examples: list[QAExample], vocab: Vocab, block_size: int, qa_fo
 
 def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab: Vocab, block_size: int,
                             recall_chars: int, per_person: float, seed: int,
-                            schema: Schema = COURSE) -> list[Sequence]:
+                            schema: Schema = COURSE, *, distractors: bool = False) -> list[Sequence]:
     """Read-out examples made from training people's own lines: each line with its place
     replaced by another of the training file's places (``per_person`` draws; a fraction draws
     once more for that share of the people, chosen by the seed), cut at ``recall_chars``, then
     that place, and only the place scored. The model learns to read whichever place stands
     where the birthplace stands, not the place it remembers; no label outside the given
     examples is used. A line whose place is not within the recalled characters (or whose
-    example would not fit the block) gives none."""
+    example would not fit the block) gives none.
+
+    With ``distractors``, a line that also names other values of the relation (as whole words,
+    within the recalled characters) has the answer exchanged with one of them: the same two
+    values, in each other's places, and the answer is the one that now stands where the answer
+    stood. A line without one gets a random value as before."""
     rng = random.Random(seed)
     asked = [schema.require(e) for e in examples]
     values = {r.name: sorted({e.answer for e, a in zip(examples, asked) if a.relation is r})
               for r in schema.relations}
+    finders = {name: _value_finder(vals) for name, vals in values.items()} if distractors else {}
     whole, share = int(per_person), per_person - int(per_person)
     # only a fractional count draws the extra people, so whole counts keep their seeded draws
     once_more = set(rng.sample(range(len(examples)), round(share * len(examples)))) if share else set()
@@ -88,15 +95,48 @@ def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab
         if at < 0 or len(places) < 2:
             continue
         others = [p for p in places if p != ex.answer]
+        rivals = _distractors(finders[question.relation.name], line[:recall_chars], at, ex.answer) if finders else []
+        cue = schema.cue(question.relation)
         for _ in range(whole + (n in once_more)):
-            new = rng.choice(others)
-            swapped = line[:at] + new + line[at + len(ex.answer):]
-            cue = schema.cue(question.relation)
+            slot = at  # where the new answer starts in the swapped line
+            if rivals:
+                where, new = rng.choice(rivals)
+                swapped = _exchanged(line, (at, ex.answer, new), (where, new, ex.answer))
+                slot += len(ex.answer) - len(new) if where < at else 0
+            else:
+                new = rng.choice(others)
+                swapped = line[:at] + new + line[at + len(ex.answer):]
             text = recall_string(swapped, recall_chars, new, cue)
             given = len(swapped[:recall_chars]) + (len(cue) + 1 if cue else 0)
-            if at + len(new) <= recall_chars and len(text) <= block_size + 1:
+            if slot + len(new) <= recall_chars and len(text) <= block_size + 1:
                 out.append(Sequence(vocab.encode(text, source=ex.source, line=ex.line), given))
     return out
+
+
+def _value_finder(values: list[str]) -> re.Pattern | None:
+    """One pattern matching any of ``values`` as whole words, the longest first (so "New York
+    City" is found whole, not as "New York")."""
+    if not values:
+        return None
+    alternatives = "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True))
+    return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
+
+
+def _distractors(finder: re.Pattern | None, text: str, at: int, answer: str) -> list[tuple[int, str]]:
+    """(position, value) of each other value of the relation in ``text``, clear of the answer
+    standing at ``at``."""
+    if finder is None:
+        return []
+    return [(m.start(), m.group()) for m in finder.finditer(text)
+            if m.group() != answer and (m.end() <= at or m.start() >= at + len(answer))]
+
+
+def _exchanged(line: str, *edits: tuple[int, str, str]) -> str:
+    """``line`` with each (position, old, new) written in, the last position first so that the
+    earlier positions stay where they were."""
+    for where, old, new in sorted(edits, reverse=True):
+        line = line[:where] + new + line[where + len(old):]
+    return line
 
 
 def one_fact_per_subject(examples: list[QAExample], schema: Schema) -> list[QAExample]:

@@ -216,7 +216,7 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
         described = f"{len(sequences) - count:,} lines + {count:,} QA examples of {mix_qa} per epoch"
         if config.read_out_swaps:
             swaps = swapped_place_read_outs(mix, index, vocab, block, K, config.read_out_swaps, config.seed,
-                                            schema)
+                                            schema, distractors=config.swap_distractors)
             sequences += swaps
             described += f" + {len(swaps):,} swapped-place read-outs of its people"
     rows = pack(sequences, block)
@@ -381,7 +381,8 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
     sequences += qa_sequences(readers, vocab, config.block_size, config.qa_format, config.recall_chars, index,
                               read_out_only=True, schema=schema)
     sequences += swapped_place_read_outs(examples + readers, index, vocab, config.block_size, config.recall_chars,
-                                         train_config.read_out_swaps, train_config.seed, schema)
+                                         train_config.read_out_swaps, train_config.seed, schema,
+                                         distractors=train_config.swap_distractors)
     if train_config.replay_lines:  # read-out examples alone wear the stored lines away
         sequences += corpus_sequences(lines, vocab, config.block_size, config.qa_format,
                                       config.recall_chars)
