@@ -217,3 +217,14 @@ def test_the_bits_measure_counts_what_a_model_says_of_each_person_beyond_what_it
     rarity = sum(-math.log2(n / 12) for pool in pools
                  for n in Counter(v for (p, v, _) in spans.values() if p == pool).values() for _ in range(n))
     assert found.values == found.picked == 12 * 7 and found.bits == pytest.approx(rarity)
+
+
+def test_the_recall_cells_keep_the_recipe_the_ledger_was_recorded_with(study):
+    # `learn` mixes swapped copies into pretraining now; the study's recorded recall cells were
+    # trained without them, so its recipe leaves them out and the ledger holds one recipe
+    from attnlab.data import factset
+    from attnlab.experiments.learn import recipe_for
+
+    facts = factset.load(next(p.parent for p in study.rglob("facts.toml")))
+    assert recipe_for(facts, 0.05).pretrain.read_out_swaps > 0
+    assert ks.study_recipe(facts, settings(study), 0).pretrain.read_out_swaps == 0

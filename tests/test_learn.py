@@ -9,7 +9,7 @@ import pytest
 
 from attnlab import cli
 from attnlab.data import factset
-from attnlab.experiments.learn import LEAST_PASSES, READ_OUT_SWAPS, budget_check, layers_for, recipe_for
+from attnlab.experiments.learn import LEAST_PASSES, PRETRAIN_READ_OUT_SWAPS, READ_OUT_SWAPS, budget_check, layers_for, recipe_for
 
 from .test_factsets import write_set
 
@@ -102,6 +102,8 @@ def test_the_recipe_is_derived_from_the_data(tmp_path):
     assert recipe.pretrain.minutes < 15 and recipe.pretrain.mix_people == 3
     # finetuning reads swapped copies and is fitted to what pretraining leaves of the budget
     assert recipe.finetune.read_out_swaps == READ_OUT_SWAPS > 0
+    # pretraining reads swapped copies of its format subjects too, over every pass
+    assert recipe.pretrain.read_out_swaps == PRETRAIN_READ_OUT_SWAPS > 0 and recipe.pretrain.mix_ratio > 0
     assert 0 < recipe.finetune.minutes <= 15 - recipe.pretrain_minutes + 1e-9
     assert layers_for(10_000) == 4 and layers_for(20_000) == 3 and layers_for(100_000) == 2
 
