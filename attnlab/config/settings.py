@@ -370,6 +370,9 @@ _CPU = Preset(
 # what fits 15 and 5 minutes of 2 cores (docs/notebook.md has the probes that chose them,
 # on held-out training people). Muon stores facts in fewer passes than AdamW at the same
 # learning rate; with the copy read-out a stored fact is an answered one.
+# The share of its training file cpu15 holds out: the last 100 people, as `learn` holds out its
+# CALIBRATION_SUBJECTS. Kept out of finetuning, their lines pretrained on as dev's are, so the
+# confidence temperature and the abstention rule are fitted on labels the model never trained on.
 CPU15_HOLDOUT = 0.05
 _CPU15 = Preset(
     name="cpu15",
@@ -380,9 +383,6 @@ _CPU15 = Preset(
     model={**_CPU.model, "block_size": 160, "recall_chars": 128},
     # its pretraining fits itself to 14.5 minutes of the machine it runs on (--minutes; the 54
     # epochs are what the Xeon it was chosen on trains in them), so that finetuning ends within 15
-    # the last 5% of the training file (100 people, as `learn` holds out its CALIBRATION_SUBJECTS)
-    # is kept out of finetuning and its people's lines are pretrained on as dev's are, so the
-    # confidence temperature and the abstention rule are fitted on labels the model never trained on
     pretrain=TrainConfig(objective="lm", mix_ratio=500 / 2937, mix_people=500, mix_overlap="drop", epochs=54,
                          minutes=14.5, batch_size=16, learning_rate=3e-3, optimizer="muon", checkpoint_every=500,
                          holdout_fraction=CPU15_HOLDOUT),
