@@ -10,7 +10,9 @@ baseline, counts out of N with 95% intervals, seeds pooled.
 Each run is its own `attnlab learn` process, one after another, so each has the machine to
 itself (run nothing else meanwhile: --minutes fits pretraining to the pace it measures, and a
 shared core slows it several-fold). A run whose results.json exists is kept, so an interrupted
-benchmark continues where it stopped. --write puts the table in docs/benchmarks.md.
+benchmark continues where it stopped; --rescore refits a kept run's abstention rule and confidence
+correction and scores it again, without training (after a change to either). --write puts the
+table in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -24,11 +26,15 @@ from pathlib import Path
 from _common import REPO, count_with_interval, report, table
 
 from attnlab.data import factset
+from attnlab.experiments import learn
 
 
-def run_learn(facts: Path, out: Path, minutes: float, seed: int, pretrained: bool) -> dict:
-    """One `attnlab learn` (kept if already done), its results.json."""
+def run_learn(facts: Path, out: Path, minutes: float, seed: int, pretrained: bool, rescore: bool = False) -> dict:
+    """One `attnlab learn` (kept if already done, and then with ``rescore`` its rule, correction
+    and scores brought up to date), its results.json."""
     results = out / "results.json"
+    if results.is_file() and rescore:
+        return learn.rescore(out)
     if not results.is_file():
         command = [sys.executable, "-m", "attnlab", "learn", str(facts), "--minutes", str(minutes),
                    "--seed", str(seed), "--out-dir", str(out), "--overwrite"]
@@ -59,12 +65,12 @@ def rows_for(facts: factset.FactSet, learned: list[dict], scratch: dict | None) 
 
 
 def calibration_cell(learned: list[dict]) -> str:
-    """Each seed's dev ECE, raw -> after the temperature fitted on held-out training subjects."""
+    """Each seed's dev ECE, raw -> after the correction fitted on held-out training subjects."""
     cells = []
     for r in learned:
         c = r.get("calibration") or {}
         if "ece" in c:
-            after = f" -> {c['ece_after_temperature']:.3f}" if "ece_after_temperature" in c else ""
+            after = f" -> {c['ece_corrected']:.3f}" if "ece_corrected" in c else ""
             cells.append(f"{c['ece']:.3f}{after}")
     return ", ".join(cells) or "-"
 
@@ -76,22 +82,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--no-scratch", action="store_true", help="skip the reference without pretraining")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-learn"))
+    parser.add_argument("--rescore", action="store_true",
+                        help="refit and rescore runs already done (their training is kept)")
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     args = parser.parse_args(argv)
     rows, machines = [], set()
     for folder in args.sets:
         facts = factset.load(folder)
-        learned = [run_learn(folder, args.out / f"{facts.name}-{args.minutes:g}m-seed{s}", args.minutes, s, True)
-                   for s in args.seeds]
+        learned = [run_learn(folder, args.out / f"{facts.name}-{args.minutes:g}m-seed{s}", args.minutes, s, True,
+                             args.rescore) for s in args.seeds]
         scratch = None if args.no_scratch else run_learn(
             folder, args.out / f"{facts.name}-{args.minutes:g}m-scratch", args.minutes, args.seeds[0], False)
         machines.update(r["machine"] for r in learned)
         rows += rows_for(facts, learned, scratch)
     text = table(["fact set", "relation", "most frequent answer", "no pretraining", "learned, each seed",
-                  f"learned in {args.minutes:g} minutes (seeds pooled)", "ECE, raw -> after temperature"], rows)
+                  f"learned in {args.minutes:g} minutes (seeds pooled)", "ECE, raw -> corrected"], rows)
     text += (f"\n\nMachine: {'; '.join(sorted(machines))}. Dev questions; 95% Wilson intervals. ECE: 15 "
-             "equal-width bins over all dev answers; the temperature is fitted on the training subjects "
-             "`learn` held out of finetuning.")
+             "equal-width bins over all dev answers; the correction (beta calibration) is fitted on the "
+             "training subjects `learn` held out of finetuning.")
     report(f"learn-factsets-{args.minutes:g}m", text, write=args.write, title=f"Fact sets learned in {args.minutes:g} minutes")
 
 

@@ -189,7 +189,20 @@ def test_learn_fits_its_abstention_rule_on_training_subjects_it_held_out(tmp_pat
     config = json.loads((out / "config.json").read_text())
     assert config["train"]["holdout_fraction"] == pytest.approx(fraction)
     results = json.loads((out / "results.json").read_text())
-    assert set(results["calibration"]) == {"bins", "ece", "temperature", "ece_after_temperature"}
+    corrected = {"correction", "ece_corrected"} if stored["correction"] else set()
+    assert set(results["calibration"]) == {"bins", "ece"} | corrected
+
+    # rescoring refits the stored rule and scores again, keeping what the run records of training
+    from attnlab.experiments.learn import rescore
+
+    (out / "abstention.json").unlink()
+    (out / "results.json").write_text(json.dumps({**results, "calibration": {"stale": 1}, "overall": {}}))
+    again = rescore(out)
+    assert json.loads((out / "abstention.json").read_text()) == stored
+    assert again == results == json.loads((out / "results.json").read_text())
+    (facts / "dev.tsv").write_text(qa(rows[25:]))  # the fact set changed: its scores would not be the run's
+    with pytest.raises(ValueError, match="has changed since the run learned it"):
+        rescore(out)
 
 
 def test_a_subject_is_never_both_held_out_and_trained_on():

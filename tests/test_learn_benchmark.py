@@ -34,8 +34,8 @@ def test_the_table_pools_seeds_per_relation(tmp_path):
 
 def test_the_all_row_carries_each_seeds_calibration_error(tmp_path):
     facts = factset.load(write_set(tmp_path / "towns"))
-    calibrated = {**result(40, 30), "calibration": {"bins": 15, "ece": 0.391, "temperature": 3.1,
-                                                    "ece_after_temperature": 0.048}}
+    calibrated = {**result(40, 30), "calibration": {"bins": 15, "ece": 0.391, "correction": {"a": 0.1},
+                                                    "ece_corrected": 0.048}}
     raw_only = {**result(44, 34), "calibration": {"bins": 15, "ece": 0.2}}
     rows = learn_factsets.rows_for(facts, [calibrated, raw_only], None)
     assert rows[-1][6] == "0.391 -> 0.048, 0.200" and rows[0][6] == ""

@@ -14,6 +14,7 @@ from attnlab.model.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_chec
 from attnlab.cli import flags
 from attnlab.cli.training import run_recipe
 from attnlab.config.settings import DEFAULT_PRESET, PRESETS, get_preset
+from tests.conftest import DATA
 from tests.tiny_runs import train_tiny
 
 
@@ -36,9 +37,17 @@ def test_the_default_recipes_are_the_ones_that_know():
 
 def test_the_default_recipe_holds_out_people_for_its_confidence():
     # the same share held out in both stages: finetuning never sees them, pretraining reads their
-    # lines as it reads dev's, so `calibrate` fits the temperature and the rule on unseen labels
+    # lines as it reads dev's, so `calibrate` fits the correction and the rule on unseen labels,
+    # enough of them (as many as the shipped model's) for the correction to settle
+    from attnlab.data.datasets import read_qa
+    from attnlab.data.splits import finetuning_people, held_out_people
+
     cpu15 = get_preset("cpu15")
-    assert 0 < cpu15.pretrain.holdout_fraction == cpu15.finetune.holdout_fraction <= 0.1
+    fraction = cpu15.finetune.holdout_fraction
+    assert 0 < cpu15.pretrain.holdout_fraction == fraction
+    assert len(held_out_people(DATA / "birth_places_train.tsv", fraction)) >= 400
+    kept = finetuning_people(read_qa(DATA / "birth_places_train.tsv", labelled=True), fraction)
+    assert len(kept) > cpu15.finetune.mix_people  # some people are left to teach the read-out
     assert get_preset("cpu60").finetune.holdout_fraction > 0
 
 

@@ -26,7 +26,11 @@ def test_finetune_holds_out_the_last_fraction_of_the_training_file(tiny_data, tm
     assert load_checkpoint(run).meta["train_config"]["holdout_fraction"] == 0.25
     stored = json.loads((run / "abstention.json").read_text())  # fitted on the held-out people, stored
     assert stored["policy"] == {"holdout_file": str(tiny_data["train"]), "holdout_fraction": 0.25, "keep_right": 0.97}
-    assert stored["held_out"]["people"] == 3 and stored["temperature"] is not None
+    assert stored["held_out"]["people"] == 3 and stored["format"] == 2
+    # a correction needs right and wrong answers among the held-out people; without both, none
+    right = stored["held_out"]["right"]
+    assert (stored["correction"] is None) == (right in (0, 3))
+    assert stored["correction"] is None or set(stored["correction"]) == {"method", "a", "b", "m"}
     with pytest.raises(SystemExit) as refused:  # the parser checks the flag's bound
         cli.main(["finetune", "--preset", "tiny", "--corpus", str(tiny_data["corpus"]),
                   "--train-file", str(tiny_data["train"]), "--eval-file", "", "--out-dir", str(run),
@@ -344,16 +348,62 @@ def test_kalai_score_rewards_abstaining_over_guessing():
         kalai_score(right, given, 1.0)
 
 
-def test_temperature_fitted_on_overconfident_answers_lowers_the_ece():
-    from attnlab.trust.calibration import calibrated, expected_calibration_error, fit_temperature
+def test_a_correction_fitted_on_overconfident_answers_lowers_the_ece():
+    from attnlab.trust.calibration import corrected, expected_calibration_error, fit_correction
 
     # answers claimed at 0.9 and 0.6 but right half and a fifth as often: overconfident
     conf = [0.9] * 100 + [0.6] * 100
     right = [i % 2 == 0 for i in range(100)] + [i % 5 == 0 for i in range(100)]
-    t = fit_temperature(conf, right)
-    assert t < 1  # below 1 lowers the confidence (the log-probability is divided by it)
-    assert expected_calibration_error([calibrated(c, t) for c in conf], right) < expected_calibration_error(conf, right)
-    assert calibrated(0.5, None) == 0.5
+    fixed = corrected(conf, fit_correction(conf, right))
+    assert fixed[0] == pytest.approx(0.5, abs=0.02) and fixed[-1] == pytest.approx(0.2, abs=0.02)
+    assert expected_calibration_error(fixed, right) < 0.02 < expected_calibration_error(conf, right)
+    assert corrected([0.5], None) == [0.5]
+
+
+def test_a_correction_lifts_the_far_too_low_confidence_of_recalled_answers():
+    from attnlab.trust.calibration import corrected, expected_calibration_error, fit_correction
+
+    # a recall answer's confidence multiplies two probabilities: right answers at 1e-6
+    conf = [1e-6] * 100 + [1e-3] * 100 + [0.9] * 300
+    right = [i % 10 < 6 for i in range(100)] + [i % 10 < 8 for i in range(100)] + [i % 20 < 19 for i in range(300)]
+    fixed = corrected(conf, fit_correction(conf, right))
+    assert expected_calibration_error(fixed, right) < 0.03
+    assert expected_calibration_error(conf, right) > 0.3
+    assert fixed[0] < fixed[100] < fixed[200]  # still in the order of the confidence
+
+
+def test_a_correction_recovers_the_beta_calibration_its_answers_were_drawn_from():
+    import math
+    import random
+
+    from attnlab.trust.calibration import Correction, fit_correction
+
+    truth, rng = Correction(0.5, 1.0, 0.3), random.Random(0)
+    conf = [rng.random() ** 3 for _ in range(20_000)]
+    right = [rng.random() < truth(c) for c in conf]
+    fitted = fit_correction(conf, right)
+    assert (fitted.a, fitted.b, fitted.m) == pytest.approx((truth.a, truth.b, truth.m), abs=0.1)
+    assert Correction.from_dict(fitted.to_dict()) == fitted and Correction.from_dict(None) is None
+    assert math.isclose(truth(1.0), truth(1 - 1e-12)) and 0 < truth(0.0) < 1  # 0 and 1 stay finite
+
+
+def test_a_correction_never_reverses_the_order_of_the_confidence():
+    from attnlab.trust.calibration import fit_correction
+
+    # right more often at LOW confidence: the slope that would reverse the order is dropped
+    conf = [0.1] * 100 + [0.5] * 100 + [0.9] * 100
+    right = [i % 10 < 8 for i in range(100)] + [i % 10 < 5 for i in range(100)] + [i % 10 < 2 for i in range(100)]
+    fitted = fit_correction(conf, right)
+    assert fitted.a >= 0 and fitted.b >= 0
+    grid = [i / 100 for i in range(1, 100)]
+    assert all(fitted(x) <= fitted(y) for x, y in zip(grid, grid[1:]))
+
+
+def test_a_correction_needs_right_and_wrong_answers():
+    from attnlab.trust.calibration import fit_correction
+
+    with pytest.raises(ValueError, match="needs right and wrong answers .* 3 of 3 are right"):
+        fit_correction([0.2, 0.5, 0.9], [True] * 3)
 
 
 def test_evaluate_reports_kalai_beside_accuracy(recall_run, capsys):

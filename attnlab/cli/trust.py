@@ -236,6 +236,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..core.devices import resolve_device
     from ..trust.abstention import Rule
     from ..trust.calibrate import CALIBRATE_FILES, calibrate
+    from ..trust.stored import stored_correction
 
     check_abstain_flags(args)
     examples = _labelled(args.eval_file)
@@ -246,7 +247,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     stored = _fit_and_store(args, model, policy, out)
     rule = model.rule_for(policy) or Rule(how="--abstain off")
     result = calibrate(model.gpt, model.vocab, examples, rule, out, title=f"{args.checkpoint} on {args.eval_file}",
-                       policy=policy, temperature=stored["temperature"], batch_size=args.batch_size,
+                       policy=policy, correction=stored_correction(stored), batch_size=args.batch_size,
                        overwrite=args.overwrite)
     report, chosen = result.report, result.report["rule"]
     print(f"{args.eval_file}: {report['right']}/{report['total']} correct; confidence of the greedy answer "
@@ -263,8 +264,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def store_fitted_rule(run_dir: Path, train_file, device, log: Log) -> Path:
-    """After finetuning with people held out: fit the default policy's rules and the temperature
-    on them and store them with the run (abstention.json), so ask reads them."""
+    """After finetuning with people held out: fit the default policy's rules and the confidence
+    correction on them and store them with the run (abstention.json), so ask reads them."""
     from ..api import load
     from ..trust.stored import fit_for_storing, stored_path, write_stored
 
@@ -276,7 +277,7 @@ def store_fitted_rule(run_dir: Path, train_file, device, log: Log) -> Path:
 
 
 def _fit_and_store(args: argparse.Namespace, model, policy, out: Path) -> dict:
-    """Fit the rules and the temperature on the held-out people once, write abstention.json into
+    """Fit the rules and the confidence correction on the held-out people once, write abstention.json into
     ``out`` and, for a run directory (a shipped model stays as shipped), beside its checkpoint,
     where ask, evaluate and serve read it; the fit, which ``model`` now holds."""
     import json
@@ -322,12 +323,12 @@ def _share(k: int, n: int) -> str:
 
 def report_lines(report: dict) -> list[str]:
     from ..trust.calibrate import auroc_text
-    from ..trust.calibration import N_BINS, kalai_text
+    from ..trust.calibration import N_BINS, Correction, kalai_text
 
     overall = report["right"] / report["total"]
     corrected = ("" if report.get("ece_corrected") is None else
-                 f"; {report['ece_corrected']:.3f} after temperature {report['temperature']:.3g} (fitted on the "
-                 "held-out training people)")
+                 f"; {report['ece_corrected']:.3f} after the correction fitted on the held-out training people "
+                 f"({Correction.from_dict(report['correction']).describe()})")
     n = report["total"]
     lines = [f"ECE ({N_BINS} equal-width bins): {report['ece']:.3f}{corrected}",
              f"Kalai score (+1 right, -t/(1-t) wrong, 0 abstained), every question answered: "

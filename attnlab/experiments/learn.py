@@ -66,9 +66,9 @@ FORMAT_SUBJECTS = 500
 # middle one.
 LAYERS_BY_LOAD = (15_000, 40_000)
 # Training subjects held out of finetuning, their documents pretrained on as dev's are: after
-# finetuning, the run's abstention rule and confidence temperature are fitted on their questions
+# finetuning, the run's abstention rule and confidence correction are fitted on their questions
 # and stored with it (abstention.json), so that ask, evaluate, calibrate and serve have a rule fitted
-# on labels the model never trained on. Enough questions to fit a temperature, few enough that a
+# on labels the model never trained on. Enough questions to fit the correction, few enough that a
 # pass grows little; at most a tenth of a small set's subjects.
 CALIBRATION_SUBJECTS = 100
 # Pretraining passes below which the recipe's answers stayed at the most-frequent baseline on
@@ -190,6 +190,24 @@ def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, 
     return results
 
 
+def rescore(run: str | Path, *, device: str = "auto", log: Callable[[str], None] = logs.note) -> dict[str, Any]:
+    """A learned run brought up to date without training it again: its abstention rule and
+    confidence correction fitted afresh (when it held subjects out), its dev answers scored
+    again, and results.json rewritten with what it records of its training kept."""
+    out = Path(run)
+    previous = json.loads((out / RESULTS).read_text(encoding="utf-8"))
+    facts = factsets.load(previous["fact_set"]["path"])
+    if facts.record()["digest"] != previous["fact_set"]["digest"]:
+        raise ValueError(f"{out}: its fact set {facts.root} has changed since the run learned it: "
+                         "scores on it would not be the run's")
+    learned = load_model(out, device=str(resolve_device(device)))
+    if previous.get("pretrained") and learned[2].meta.get("train_config", {}).get("holdout_fraction"):
+        store_abstention(out, facts, device=device, log=log, loaded=learned)
+    results = {**previous, **score_fact_set(out, facts, device=device, loaded=learned)}
+    write_atomically(out / RESULTS, json.dumps(results, indent=2) + "\n")
+    return results
+
+
 def _say_out_of_reach(sizes: factsets.Sizes, recall_chars: int, log: Callable[[str], None]) -> None:
     """A fact set whose answers the span read-out often cannot reach is told so: the model answers
     with a span of the first document about the subject, within the recall of ``recall_chars``."""
@@ -236,7 +254,7 @@ def _pretrain_and_finetune(facts: factsets.FactSet, recipe: Recipe, out: Path, *
 
 def store_abstention(run: Path, facts: factsets.FactSet, *, device: str = "auto",
                      log: Callable[[str], None] = logs.note, loaded: tuple | None = None) -> Path:
-    """The default abstention rules and the confidence temperature, fitted on the training
+    """The default abstention rules and the confidence correction, fitted on the training
     subjects the run held out of finetuning, stored with it (abstention.json); ``loaded``: the
     run's model as ``load_model`` gives it, when the caller has it already."""
     from ..trust.policy import AbstainPolicy
@@ -246,7 +264,7 @@ def store_abstention(run: Path, facts: factsets.FactSet, *, device: str = "auto"
     text = fit_for_storing(model, vocab, checkpoint.meta, AbstainPolicy(holdout_file=str(facts.train)))
     path = write_stored(stored_path(run), text)
     held = json.loads(text)["held_out"]
-    log(f"abstention rule and confidence temperature fitted on {held['people']} held-out training questions "
+    log(f"abstention rule and confidence correction fitted on {held['people']} held-out training questions "
         f"({held['right']} answered right), stored in {path}")
     return path
 
@@ -279,16 +297,15 @@ def score_fact_set(run: str | Path, facts: factsets.FactSet, *, device: str = "a
 
 def calibration_json(confidence: list[float], right: list[bool], run: Path) -> dict[str, Any]:
     """How far confidence is from accuracy (ECE over N_BINS equal-width bins), raw and, when the
-    run stores a temperature fitted on its held-out subjects, after it."""
-    from ..trust.calibration import N_BINS, calibrated, expected_calibration_error
-    from ..trust.stored import STORED_NAME
+    run stores a correction fitted on its held-out subjects, after it."""
+    from ..trust.calibration import N_BINS, corrected, expected_calibration_error
+    from ..trust.stored import read_stored, stored_correction
 
     out: dict[str, Any] = {"bins": N_BINS, "ece": round(expected_calibration_error(confidence, right), 4)}
-    stored = run / STORED_NAME
-    temperature = json.loads(stored.read_text()).get("temperature") if stored.is_file() else None
-    if temperature:
-        scaled = [calibrated(c, temperature) for c in confidence]
-        out.update(temperature=round(temperature, 4), ece_after_temperature=round(expected_calibration_error(scaled, right), 4))
+    correction = stored_correction(read_stored(run))
+    if correction is not None:
+        out.update(correction=correction.to_dict(),
+                   ece_corrected=round(expected_calibration_error(corrected(confidence, correction), right), 4))
     return out
 
 
@@ -310,8 +327,8 @@ def results_table(results: dict[str, Any]) -> str:
                      f"{r['ci95'][1]:.1f}) | {base['percent']:.1f}%{answer} |")
     calibration = results.get("calibration")
     if calibration:
-        after = (f", {calibration['ece_after_temperature']:.3f} after temperature {calibration['temperature']:.2f} "
-                 "(fitted on held-out training subjects)" if "ece_after_temperature" in calibration else "")
+        after = (f", {calibration['ece_corrected']:.3f} after the correction fitted on held-out training subjects"
+                 if "ece_corrected" in calibration else "")
         lines.append(f"\nconfidence against accuracy: ECE {calibration['ece']:.3f} ({calibration['bins']} bins){after}")
     return "\n".join(lines)
 
@@ -333,4 +350,4 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-__all__ = ["Recipe", "learn", "recipe_for", "results_table", "score_fact_set"]
+__all__ = ["Recipe", "learn", "recipe_for", "rescore", "results_table", "score_fact_set"]

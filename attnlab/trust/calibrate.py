@@ -15,7 +15,7 @@ from ..core.outputs import write_output
 from ..data.datasets import QAExample
 from .abstention import Rule, decide, people_of
 from .calibration import (
-    COVERAGES, N_BINS, accuracy_at_coverage, auroc, calibrated, expected_calibration_error, kalai_scores,
+    COVERAGES, N_BINS, Correction, accuracy_at_coverage, auroc, corrected, expected_calibration_error, kalai_scores,
     plot_coverage, plot_reliability, reliability_bins,
 )
 
@@ -32,30 +32,31 @@ class Calibration:
     given: list[bool]
 
 
-def calibration_report(conf: Sequence[float], right: Sequence[bool], temperature: float | None = None) -> dict:
+def calibration_report(conf: Sequence[float], right: Sequence[bool], correction: Correction | None = None) -> dict:
     """ECE (N_BINS equal-width bins), AUROC, accuracy at coverage, Kalai's score when every
-    question is answered, and with ``temperature`` the ECE of the corrected confidence."""
+    question is answered, and with ``correction`` the ECE of the corrected confidence."""
     at = {f"{c:g}": accuracy_at_coverage(conf, right, c) for c in COVERAGES}
     report = {"total": len(right), "right": sum(map(bool, right)), "ece": expected_calibration_error(conf, right),
               "ece_bins": N_BINS, "auroc": auroc(conf, right),
               "accuracy_at_coverage": {c: {"right": r, "answered": n} for c, (r, n) in at.items()},
-              "kalai": kalai_scores(right), "temperature": temperature, "ece_corrected": None}
-    if temperature is not None:
-        report["ece_corrected"] = expected_calibration_error([calibrated(c, temperature) for c in conf], right)
+              "kalai": kalai_scores(right), "correction": correction.to_dict() if correction else None,
+              "ece_corrected": None}
+    if correction is not None:
+        report["ece_corrected"] = expected_calibration_error(corrected(conf, correction), right)
     return report
 
 
 def calibrate(model, vocab, examples: list[QAExample], rule: Rule, out_dir: str | Path, *, title: str,
-              policy=None, temperature: float | None = None, batch_size: int = 256, overwrite: bool = False
+              policy=None, correction: Correction | None = None, batch_size: int = 256, overwrite: bool = False
               ) -> Calibration:
     """Answer the labelled ``examples``, measure the confidence against right and wrong, apply
     ``rule``, and write reliability.png, coverage.png, calibration.json (with ``policy``, the
     AbstainPolicy the rule comes from, when given) and answers.tsv into ``out_dir``;
-    ``temperature``: the correction fitted on held-out people, whose ECE is reported too."""
+    ``correction``: the confidence correction fitted on held-out people, whose ECE is reported too."""
     answers = answer_questions(model, vocab, examples, batch_size=batch_size)
     conf = [a.confidence for a in answers]
     right = [a.answer == e.answer for a, e in zip(answers, examples)]
-    report = calibration_report(conf, right, temperature)
+    report = calibration_report(conf, right, correction)
     given = decide(model, vocab, rule, people_of(examples, model), conf)
     k = sum(given)
     kept_right = sum(g and r for g, r in zip(given, right))

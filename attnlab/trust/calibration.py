@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from ..data.splits import finetuning_people, held_out_people  # noqa: F401
 from ..core.paths import save_figure
 from ..core.plotting import pyplot
@@ -143,38 +145,101 @@ def abstained_predictions(answers: Sequence[str], confidence: Sequence[float], t
     return [a if c >= threshold else "" for a, c in zip(answers, confidence)]
 
 
-# ------------------------------------------------------------- temperature and Kalai's score
+# ----------------------------------------------------- the confidence correction and Kalai's score
 KALAI_TARGETS = (0.5, 0.75, 0.9)
+# Bounds on the confidence inside the logarithms: a greedy answer's probability can be 0 (never
+# closed) or round to 1.
+_FLOOR = 1e-12
 
 
-def calibrated(confidence: float, temperature: float | None) -> float:
-    """The confidence after temperature scaling of the answer's log-probability:
-    ``confidence ** (1 / temperature)`` (None or 1: unchanged): a temperature below 1 lowers
-    the confidence of an overconfident model, above 1 raises an underconfident one's. Monotone,
-    so it never changes which answers a confidence threshold keeps, only what the number says."""
-    return confidence if not temperature or temperature == 1 else confidence ** (1 / temperature)
+@dataclass(frozen=True)
+class Correction:
+    """Beta calibration (Kull, Silva Filho and Flach 2017, "Beta calibration: a well-founded and
+    easily implemented improvement on logistic calibration for binary classifiers"): the corrected
+    confidence is ``sigmoid(a ln c - b ln(1 - c) + m)``. With ``a, b >= 0`` it is monotone, so it
+    never changes which answers a confidence threshold keeps, only what the number says. It
+    holds temperature scaling of the answer's log-probability (``c ** (1 / T)``) nearly as the
+    case ``b = m = 0`` and logistic (Platt) scaling of ``ln c`` as ``b = 0``: a recall answer's
+    confidence is a product of two probabilities and can be far below its accuracy, which a
+    power alone cannot lift without overshooting the sure answers."""
+
+    a: float
+    b: float
+    m: float
+
+    def __call__(self, confidence: float) -> float:
+        c = min(max(confidence, _FLOOR), 1 - _FLOOR)
+        z = self.a * math.log(c) - self.b * math.log1p(-c) + self.m
+        return 1 / (1 + math.exp(-z)) if z >= 0 else math.exp(z) / (1 + math.exp(z))
+
+    def to_dict(self) -> dict[str, float | str]:
+        return {"method": "beta calibration", "a": self.a, "b": self.b, "m": self.m}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "Correction | None":
+        return None if not data else cls(float(data["a"]), float(data["b"]), float(data["m"]))
+
+    def describe(self) -> str:
+        return f"beta calibration a={self.a:.3g}, b={self.b:.3g}, m={self.m:.3g}"
 
 
-def fit_temperature(confidence: Sequence[float], correct: Sequence[bool]) -> float:
-    """The temperature that minimises the negative log-likelihood of right/wrong under
-    ``calibrated`` (Guo et al. 2017's temperature scaling, applied to the whole answer's
-    log-probability), by golden-section search over log T in [-3, 3]."""
+def corrected(confidence: Sequence[float], correction: Correction | None) -> list[float]:
+    """Each confidence after ``correction`` (None: unchanged)."""
+    return list(confidence) if correction is None else [correction(c) for c in confidence]
+
+
+def _beta_features(confidence: Sequence[float]) -> np.ndarray:
+    c = np.clip(np.asarray(confidence, dtype=np.float64), _FLOOR, 1 - _FLOOR)
+    return np.stack([np.log(c), -np.log1p(-c), np.ones_like(c)], axis=1)
+
+
+def _logistic_fit(x: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
+    """Maximum-likelihood logistic regression (a small ridge on the slopes keeps it finite when
+    the classes separate) by Newton's method with step halving: three parameters at most, so
+    a library would add nothing but a dependency."""
+    w = np.zeros(x.shape[1])
+    penalty = np.full(x.shape[1], ridge)
+    penalty[-1] = 0.0
+
+    def loss(w: np.ndarray) -> float:
+        z = x @ w
+        return float(np.sum(np.logaddexp(0.0, z) - y * z) + 0.5 * np.sum(penalty * w * w))
+
+    current = loss(w)
+    for _ in range(100):
+        p = 1 / (1 + np.exp(-(x @ w)))
+        grad = x.T @ (p - y) + penalty * w
+        hess = (x * (p * (1 - p))[:, None]).T @ x + np.diag(penalty + 1e-9)
+        step, scale = np.linalg.solve(hess, grad), 1.0
+        while scale > 1e-6 and loss(w - scale * step) > current:
+            scale /= 2
+        w, before = w - scale * step, current
+        current = loss(w)
+        if before - current < 1e-10:
+            break
+    return w
+
+
+def fit_correction(confidence: Sequence[float], correct: Sequence[bool]) -> Correction:
+    """Beta calibration fitted by maximum likelihood on right/wrong answers (the training
+    subjects a run held out of finetuning, never dev or test); a slope that comes out negative
+    is dropped and the rest refitted, as Kull et al. do, so the correction stays monotone."""
     _check(confidence, correct)
-    if not confidence:
-        raise ValueError("no answers to fit a temperature on")
-
-    def nll(log_t: float) -> float:
-        total = 0.0
-        for c, ok in zip(confidence, correct):
-            p = min(max(calibrated(max(c, 1e-12), math.exp(log_t)), 1e-12), 1 - 1e-12)
-            total -= math.log(p) if ok else math.log1p(-p)
-        return total
-
-    low, high, ratio = -3.0, 3.0, (math.sqrt(5) - 1) / 2
-    for _ in range(60):
-        a, b = high - ratio * (high - low), low + ratio * (high - low)
-        low, high = (low, b) if nll(a) <= nll(b) else (a, high)
-    return math.exp((low + high) / 2)
+    right = [bool(r) for r in correct]
+    if all(right) or not any(right):
+        raise ValueError("a correction needs right and wrong answers among the held-out questions: "
+                         f"{sum(right)} of {len(right)} are right")
+    features, y = _beta_features(confidence), np.asarray(right, dtype=np.float64)
+    kept = [0, 1, 2]
+    while True:
+        w = _logistic_fit(features[:, kept], y, ridge=1e-3)
+        slopes = dict(zip(kept[:-1], w[:-1]))
+        negative = [i for i, v in slopes.items() if v < 0]
+        if not negative:
+            break
+        kept.remove(min(negative, key=lambda i: slopes[i]))
+    full = dict(zip(kept, w))
+    return Correction(float(full.get(0, 0.0)), float(full.get(1, 0.0)), float(full[2]))
 
 
 def kalai_score(right: Sequence[bool], given: Sequence[bool], target: float) -> float:

@@ -5,9 +5,9 @@ that ``ask`` reads a fitted rule in a millisecond instead of answering the held-
 The file names the weights it was fitted for (``weights_digest``: sha256 of the model's tensors)
 and the policy fields the fit depends on (the held-out file, its share, the share of right
 answers kept); a file for other weights or another policy is not used, and the rule is fitted
-afresh. Nothing in it comes from dev or test labels: the rules and the temperature are fitted on
+afresh. Nothing in it comes from dev or test labels: the rules and the correction are fitted on
 training-file people held out from finetuning (abstention.py ``fit_rules``, calibration.py
-``fit_temperature``).
+``fit_correction``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.paths import write_atomically
+from .calibration import Correction, fit_correction
 
 STORED_NAME = "abstention.json"
-FORMAT = 1
+FORMAT = 2  # 2: the confidence correction is beta calibration (1 stored a temperature)
 # The policy fields a fit depends on; a stored fit answers a policy only when these agree.
 FIT_FIELDS = ("holdout_file", "holdout_fraction", "keep_right")
 
@@ -62,19 +63,26 @@ def matches(stored: dict[str, Any] | None, digest: str, fit: dict[str, Any]) -> 
     return all(stored.get("policy", {}).get(k) == fit.get(k) for k in FIT_FIELDS)
 
 
-def stored_json(digest: str, fit: dict[str, Any], rules: dict[str, Any], temperature: float | None,
+def stored_json(digest: str, fit: dict[str, Any], rules: dict[str, Any], correction: Correction | None,
                 held_out: dict[str, int]) -> str:
-    """The file's text: the weights, the policy fields, each fitted rule, the temperature."""
+    """The file's text: the weights, the policy fields, each fitted rule, the confidence correction."""
     rules_out = {kind: {"confidence": r.confidence, "familiarity": r.familiarity, "how": r.how}
                  for kind, r in rules.items()}
     body = {"format": FORMAT, "weights": digest, "policy": {k: fit[k] for k in FIT_FIELDS},
-            "rules": rules_out, "temperature": temperature, "held_out": held_out}
+            "rules": rules_out,
+            "correction": correction.to_dict() if correction else None, "held_out": held_out}
     return json.dumps(body, indent=2) + "\n"
 
 
 def write_stored(path: str | os.PathLike, text: str) -> Path:
     """Atomically (a derived file: replacing an older fit is what storing means)."""
     return write_atomically(path, text)
+
+
+def stored_correction(stored: dict[str, Any] | None) -> Correction | None:
+    """The stored confidence correction, or None when the fit had none (no people held out, or
+    all of them answered right or all wrong)."""
+    return Correction.from_dict((stored or {}).get("correction"))
 
 
 def stored_rules(stored: dict[str, Any]) -> dict[str, Any]:
@@ -87,15 +95,15 @@ def stored_rules(stored: dict[str, Any]) -> dict[str, Any]:
 
 def fit_for_storing(model, vocab, meta: dict[str, Any], policy, *, batch_size: int = 256) -> str:
     """Fit every rule of ``policy`` (an AbstainPolicy; its mode does not matter) and, when the
-    run records people held out from finetuning, the temperature of its confidence, all on those
+    run records people held out from finetuning, the correction of its confidence, all on those
     people, answered once; the text of abstention.json."""
     from ..core.datafiles import resolve
     from .abstention import held_out_signals, rules_from
-    from .calibration import fit_temperature
 
     fit = policy.fit_fields(meta)
     held = held_out_signals(model, vocab, resolve(fit["holdout_file"]), fit["holdout_fraction"], batch_size=batch_size)
     recorded = float((meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
-    temperature = fit_temperature(held.confidence, held.right) if recorded > 0 else None
-    return stored_json(weights_digest(model), fit, rules_from(held, policy.keep_right), temperature,
+    fittable = recorded > 0 and 0 < sum(held.right) < len(held.right)
+    correction = fit_correction(held.confidence, held.right) if fittable else None
+    return stored_json(weights_digest(model), fit, rules_from(held, policy.keep_right), correction,
                        {"people": len(held.right), "right": sum(held.right)})
