@@ -115,3 +115,14 @@ def test_the_torch_free_names_are_the_formats():
     from attnlab.data import format_names
 
     assert format_names.MASK_CHAR == MASK_CHAR
+
+
+def test_whole_words_are_found_whole_and_the_longest_first():
+    from attnlab.data.corpus import contains_words, whole_words
+
+    finder = whole_words("New York", "New York City", "York")
+    assert [m.group() for m in finder.finditer("From New York City to York, not Yorkshire.")] == [
+        "New York City", "York"]
+    assert contains_words("born in New York.", "New York") and not contains_words("Boniface", "Bon")
+    assert not contains_words("anything", "")
+    assert whole_words("a.b").search("axb") is None  # a value is matched as written, never as a pattern

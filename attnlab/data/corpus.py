@@ -60,12 +60,17 @@ class CorpusIndex:
         return [i] if i is not None else [j for j, doc in enumerate(self.docs) if contains_words(doc, name)]
 
 
+def whole_words(*phrases: str) -> re.Pattern:
+    """A pattern matching any of ``phrases`` as whole words (no letter or digit may touch either
+    end), the longest first, so that "New York City" is found whole, not as "New York"."""
+    alternatives = "|".join(re.escape(p) for p in sorted(phrases, key=len, reverse=True))
+    return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
+
+
 def contains_words(text: str, phrase: str) -> bool:
     """Whether ``phrase`` occurs in ``text`` as whole words: "Bon" is not in "Boniface", but
-    "New York" is in "born in New York." (no letter or digit may touch either end)."""
-    if not phrase:
-        return False
-    return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text) is not None
+    "New York" is in "born in New York."."""
+    return bool(phrase) and whole_words(phrase).search(text) is not None
 
 
 # ------------------------------------------------------------------------- recall format

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .corpus import CorpusIndex, place_in_line, recall_string
+from .corpus import CorpusIndex, place_in_line, recall_string, whole_words
 from .datasets import DataError, QAExample
 from .relations import COURSE, Schema
 from .formats import text_format
@@ -83,7 +83,7 @@ def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab
     asked = [schema.require(e) for e in examples]
     values = {r.name: sorted({e.answer for e, a in zip(examples, asked) if a.relation is r})
               for r in schema.relations}
-    finders = {name: _value_finder(vals) for name, vals in values.items()} if distractors else {}
+    finders = {name: whole_words(*vals) for name, vals in values.items() if vals} if distractors else {}
     whole, share = int(per_person), per_person - int(per_person)
     # only a fractional count draws the extra people, so whole counts keep their seeded draws
     once_more = set(rng.sample(range(len(examples)), round(share * len(examples)))) if share else set()
@@ -113,20 +113,9 @@ def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab
     return out
 
 
-def _value_finder(values: list[str]) -> re.Pattern | None:
-    """One pattern matching any of ``values`` as whole words, the longest first (so "New York
-    City" is found whole, not as "New York")."""
-    if not values:
-        return None
-    alternatives = "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True))
-    return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
-
-
-def _distractors(finder: re.Pattern | None, text: str, at: int, answer: str) -> list[tuple[int, str]]:
-    """(position, value) of each other value of the relation in ``text``, clear of the answer
-    standing at ``at``."""
-    if finder is None:
-        return []
+def _distractors(finder: re.Pattern, text: str, at: int, answer: str) -> list[tuple[int, str]]:
+    """(position, value) of each other value of the relation in ``text`` (``finder``: its
+    values as whole words), clear of the answer standing at ``at``."""
     return [(m.start(), m.group()) for m in finder.finditer(text)
             if m.group() != answer and (m.end() <= at or m.start() >= at + len(answer))]
 
