@@ -399,24 +399,6 @@ def test_a_correction_never_reverses_the_order_of_the_confidence():
     assert all(fitted(x) <= fitted(y) for x, y in zip(grid, grid[1:]))
 
 
-def test_the_rule_keeps_a_standard_error_more_than_it_promises():
-    from attnlab.trust.abstention import HeldOut, _needed, rules_from, share_to_keep
-
-    assert share_to_keep(0.97, 360) == pytest.approx(0.97 + (0.97 * 0.03 / 360) ** 0.5)
-    assert share_to_keep(0.97, 3) == 1.0 and share_to_keep(0.97, 0) == 0.97
-    # 400 right answers at confidences 1.000 down to 0.601, 50 wrong ones below: 97% of 400 is
-    # 388, a standard error more is ceil(0.9785 x 400) = 392, so the 392nd confidence
-    conf = [1 - i / 1000 for i in range(400)] + [0.1] * 50
-    held = HeldOut("test", [True] * 400 + [False] * 50, conf, [1.0] * 450)
-    rules = rules_from(held, 0.97)
-    assert rules["confidence"].confidence == pytest.approx(conf[391])
-    assert "a standard error above" in rules["confidence"].how
-    # the margin gives way when the name check leaves fewer right answers than it asks for; the
-    # promise does not (the rule is refused, as without a margin)
-    assert _needed(0.97, 0.98, [True] * 400, [True] * 390) == 390
-    assert _needed(0.97, 0.98, [True] * 400, [True] * 380) == 388
-
-
 def test_a_correction_needs_right_and_wrong_answers():
     from attnlab.trust.calibration import fit_correction
 

@@ -123,43 +123,24 @@ def fit_rules(model: GPT, vocab: Vocab, train_file: str | Path, holdout_fraction
 
 
 def rules_from(held: HeldOut, keep_right: float) -> dict[str, Rule]:
-    """Rules for the target of answering ``keep_right`` of the questions the model answers
-    correctly (``share_to_keep`` of the held-out people it answers correctly): "confidence" (a confidence threshold alone), "name" (a familiarity threshold
+    """Rules for the target of answering ``keep_right`` of the held-out people the model answers
+    correctly: "confidence" (a confidence threshold alone), "name" (a familiarity threshold
     alone, keeping KNOWN_SHARE of the held-out people, who are all real) and "both" (that
     familiarity threshold, then the highest confidence threshold that still meets the target)."""
     check_probability(keep_right, "--keep-right")
     right, confidence, familiar = held.right, held.confidence, held.familiarity
     familiarity_min = sorted(familiar, reverse=True)[math.ceil(KNOWN_SHARE * len(familiar)) - 1]
     known = [f >= familiarity_min for f in familiar]
-    eligible = [r and k for r, k in zip(right, known)]
-    share = share_to_keep(keep_right, sum(right))
+    needed = math.ceil(keep_right * sum(right))
     how = (f"fitted on {held.source}: {len(right)} held-out people, {sum(right)} answered correctly; "
-           f"target: answer {keep_right:.0%} of right answers (keeps {share:.1%} of those, a standard error above)")
+           f"target: answer {keep_right:.0%} of those")
     return {
-        "confidence": Rule(_highest_keeping(confidence, right, _needed(keep_right, share, right, right)), None, how),
+        "confidence": Rule(_highest_keeping(confidence, right, needed), None, how),
         "name": Rule(None, familiarity_min, f"fitted on {held.source}: keeps {KNOWN_SHARE:.1%} of its "
                      f"{len(right)} held-out people"),
-        "both": Rule(_highest_keeping(confidence, eligible, _needed(keep_right, share, right, eligible)),
+        "both": Rule(_highest_keeping(confidence, [r and k for r, k in zip(right, known)], needed),
                      familiarity_min, how),
     }
-
-
-def share_to_keep(keep_right: float, n_right: int) -> float:
-    """The share of the held-out right answers a rule keeps so that it answers ``keep_right`` of
-    the right answers to new questions: one standard error of a share of ``n_right`` above it.
-    Kept at exactly ``keep_right`` on a sample, a threshold keeps less on new questions about as
-    often as more; a standard error above, it falls short about one time in six."""
-    if n_right == 0:
-        return keep_right
-    return min(1.0, keep_right + math.sqrt(keep_right * (1 - keep_right) / n_right))
-
-
-def _needed(keep_right: float, share: float, right: Sequence[bool], eligible: Sequence[bool]) -> int:
-    """How many eligible answers (right ones that the rule's other checks let through) the
-    threshold keeps: ``share`` of all the right ones, never more than are eligible (the margin
-    gives way first), never fewer than ``keep_right`` of them."""
-    n_right, n_eligible = sum(right), sum(eligible)
-    return max(math.ceil(keep_right * n_right), min(math.ceil(share * n_right), n_eligible))
 
 
 def _highest_keeping(confidence: Sequence[float], eligible: Sequence[bool], needed: int) -> float:

@@ -56,8 +56,8 @@ class AbstainPolicy(Settings):
                    choices=MODES, flag="--abstain")
     below: float | None = _f(None, "withhold every answer whose confidence is below P, a number in [0, 1] "
                              "(default: off; mode below)", bound=bounds.UNIT, flag="--abstain-below", metavar="P")
-    keep_right: float = _f(DEFAULT_KEEP_RIGHT, "auto and names: the share of the right answers that stay "
-                           "answered (fitted with a standard error of margin on the held-out people's)", bound=bounds.UNIT)
+    keep_right: float = _f(DEFAULT_KEEP_RIGHT, "auto and names: the share of the held-out people's right "
+                           "answers that stay answered", bound=bounds.UNIT)
     holdout_file: str = _f(DEFAULT_TRAIN.as_written, "auto and names: the training file whose last people "
                            "are held out")
     holdout_fraction: float | None = _f(None, "auto and names: the held-out share of holdout_file, --holdout-file "
