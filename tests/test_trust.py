@@ -330,6 +330,16 @@ def test_a_stored_rule_for_other_weights_or_settings_is_not_used(recall_run, mon
         model.rule_for(AbstainPolicy(mode="names"))
 
 
+def test_a_stored_rule_of_another_format_is_refitted_and_said_so(tmp_path, caplog):
+    from attnlab.trust.stored import FORMAT, read_stored
+
+    (tmp_path / "abstention.json").write_text(json.dumps({"format": 1, "temperature": 2.0}))
+    assert read_stored(tmp_path) is None
+    assert f"format 1, this one reads {FORMAT}" in caplog.text and "attnlab calibrate" in caplog.text
+    (tmp_path / "abstention.json").write_text("{not json")
+    assert read_stored(tmp_path) is None  # a damaged file: fitted again, quietly
+
+
 def test_the_default_policy_is_settled_by_what_the_run_held_out():
     assert AbstainPolicy().resolved({"train_config": {"holdout_fraction": 0.2}})[0].mode == "auto"
     assert AbstainPolicy().resolved({})[0].mode == "names"

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..core import logs
 from ..core.paths import write_atomically
 from .calibration import Correction, fit_correction
 
@@ -46,14 +47,23 @@ def stored_path(run: str | os.PathLike) -> Path:
 
 def read_stored(run: str | os.PathLike | None) -> dict[str, Any] | None:
     """The run's stored fit, or None when there is none or it cannot be read (a damaged file
-    is ignored: the rule is fitted again, which is slow but right)."""
+    is ignored: the rule is fitted again, which is slow but right; a file of another format is
+    said so once, with how to store a new one)."""
     if run is None:
         return None
+    path = stored_path(run)
     try:
-        data = json.loads(stored_path(run).read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+    if not isinstance(data, dict):
+        return None
+    if data.get("format") != FORMAT:
+        logs.warn(f"{path} was written by another version of attnlab (format {data.get('format')}, this one "
+                  f"reads {FORMAT}): the rule is fitted again at each start; `attnlab calibrate {path.parent}` "
+                  "stores a new one")
+        return None
+    return data
 
 
 def matches(stored: dict[str, Any] | None, digest: str, fit: dict[str, Any]) -> bool:
