@@ -48,7 +48,8 @@ from .model.gpt import GPT
 from .model.hooks import capturing, hook_names, needs_weights
 from .trust.abstention import Rule, decide, fit_rules, people_of
 from .trust.policy import DEFAULT_HOLDOUT, DEFAULT_KEEP_RIGHT, AbstainPolicy
-from .trust.stored import read_stored
+from .trust.calibration import Correction
+from .trust.stored import read_stored, stored_correction, weights_digest
 
 
 @dataclass(frozen=True)
@@ -128,10 +129,28 @@ class LoadedModel:
             _check_question(q, source, first_line + i)
         examples = [QAExample(q.strip(), None, source, first_line + i) for i, q in enumerate(questions)]
         with torch.no_grad(), cpu_settings.inference_threads(len(examples)):
-            answers = answer_questions(self.gpt, self.vocab, examples, batch_size=batch_size, strict=strict)
+            answers = self._with_chance(answer_questions(self.gpt, self.vocab, examples, batch_size=batch_size,
+                                                         strict=strict))
             if isinstance(abstain, AbstainPolicy):
                 abstain = self.rule_for(abstain)
             return answers if abstain is None else self._withhold(answers, examples, abstain, batch_size)
+
+    def correction(self) -> Correction | None:
+        """The confidence correction stored with the run (``abstention.json``) when it was fitted
+        for these weights: it maps a confidence to how often such answers were right on training
+        subjects held out of finetuning. None when the run stores none or its weights changed
+        since (an edited copy: the fit describes other weights)."""
+        if not self.stored or self.stored.get("weights") != weights_digest(self.gpt):
+            return None
+        return stored_correction(self.stored)
+
+    def _with_chance(self, answers: list[Answer]) -> list[Answer]:
+        """``answers`` with ``chance_right`` set from the run's correction (unset without one; an
+        unanswered question keeps None)."""
+        correction = self.correction()
+        if correction is None:
+            return answers
+        return [a if a.problem else replace(a, chance_right=correction(a.confidence)) for a in answers]
 
     def rule_for(self, policy: AbstainPolicy = AbstainPolicy()) -> Rule | None:
         """The rule ``policy`` gives for this model (None: answer everything), read from the

@@ -343,10 +343,11 @@ def test_an_answer_comes_with_its_copied_span_and_its_verdict_in_words(lab, ship
         start = a["recalled"].find(a["answer"])
         assert a["span"] == ([start, start + len(a["answer"])] if start >= 0 and a["answer"] else None)
         assert a["relation"] == "birthplace"
-        words[a["given"]] = a["in_words"]
+        chance = f"; about {round(100 * a['chance_right'])} in 100 answers this confident are right"
+        words[a["given"]] = a["in_words"], chance
     threshold = f"{lab.runs[0].rule.confidence:.2f}"
-    assert words[True] == f"sure: at or above this model's threshold {threshold}"
-    assert words[False] == f"unsure: below this model's threshold {threshold}"
+    assert words[True][0] == f"sure: at or above this model's threshold {threshold}" + words[True][1]
+    assert words[False][0] == f"unsure: below this model's threshold {threshold}" + words[False][1]
     assert client.post("/api/ask", json={"question": RALF, "runs": [1]}).json()["answers"][0]["in_words"] \
         .startswith("no abstention rule")
 

@@ -436,3 +436,36 @@ def test_the_readme_question_is_answered_with_the_shipped_rule_without_a_fit(cap
     record = json.loads(captured.out)
     assert record["given"] and record["answer"] == record["model_answer"] == "Detroit"
     assert "(stored: fitted on the last 0.2 of data/birth_places_train.tsv" in captured.err
+
+
+def test_an_answer_carries_its_chance_of_being_right_from_the_run_s_correction(capsys):
+    """Issue 49 item 4: the stored correction is what a user reads, in the API, ask's table and
+    ask --json; weights changed since the fit (an edit) show none rather than a stale figure."""
+    import torch
+
+    from attnlab.trust.stored import stored_correction
+
+    question = "Where was Alfred Mele born?"
+    model = attnlab.load("models/cpu", device="cpu")
+    correction = stored_correction(model.stored)
+    [answer] = model.ask(question, abstain=None)
+    assert answer.chance_right == pytest.approx(correction(answer.confidence))
+    assert abs(answer.chance_right - answer.confidence) > 0.01  # the corrected figure, not the raw one
+    assert cli.main(["ask", "models/cpu", question, "--evidence", "", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["chance_right"] == pytest.approx(answer.chance_right)
+    assert cli.main(["ask", "models/cpu", question, "--evidence", ""]) == 0
+    header, row = capsys.readouterr().out.splitlines()[:2]
+    assert "chance right" in header and f"{answer.chance_right:.2f}" in row.split()
+    with torch.no_grad():
+        next(model.gpt.parameters()).view(-1)[0] += 1e-3
+    assert model.correction() is None and model.ask(question, abstain=None)[0].chance_right is None
+
+
+def test_the_page_says_how_often_answers_this_confident_are_right():
+    from attnlab.serve.lab import in_words
+    from attnlab.trust.abstention import Rule
+
+    rule = Rule(0.5, None, "test")
+    assert in_words(rule, 0.7, True, 0.874) == ("sure: at or above this model's threshold 0.50; about 87 in 100 "
+                                                "answers this confident are right")
+    assert in_words(rule, 0.3, False, None) == "unsure: below this model's threshold 0.50"

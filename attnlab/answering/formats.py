@@ -40,6 +40,9 @@ class Answer:
     withheld: str | None = None  # an abstaining ask: the answer it withheld (answer is then "")
     relation: str | None = None  # the relation the question asks about (None: not known)
     problem: str | None = None  # why the question got no answer ("I can't parse this: ...")
+    # The confidence through the run's stored correction: how often answers of this confidence
+    # were right on training subjects held out of finetuning (None: the run stores none).
+    chance_right: float | None = None
 
 
 @dataclass(frozen=True)

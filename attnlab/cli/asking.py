@@ -33,7 +33,7 @@ def answer_lines(model: LoadedModel, lines: TextIO, out: TextIO, index: CorpusIn
     first answer, then one row per answer, padded to STREAM_WIDTHS (the widths of answers not yet
     read are unknown)."""
     answered = failed = 0
-    columns = table_columns(index, text_format(model.config.qa_format).recalls)
+    columns = table_columns(index, text_format(model.config.qa_format).recalls, model.correction() is not None)
     for number, line in enumerate(iter(lines.readline, ""), 1):  # readline: no read-ahead
         if not line.strip():
             continue
@@ -69,13 +69,16 @@ def _text_only(line: str, source: str, number: int) -> None:
 # ---- the human output: labelled, aligned columns ---------------------------------------------
 # Columns are two spaces apart at least; while streaming, each is padded to this width (a longer
 # value pushes the rest of its row right; no answer is longer than MAX_NEW_CHARS).
-STREAM_WIDTHS = {"question": 40, "answer": MAX_NEW_CHARS, "confidence": 10, "evidence": 44, "recalled": 44}
+STREAM_WIDTHS = {"question": 40, "answer": MAX_NEW_CHARS, "confidence": 10, "chance right": 12, "evidence": 44,
+                 "recalled": 44}
 
 
-def table_columns(index: CorpusIndex | None, recall: bool) -> list[str]:
-    """The columns of ask's table: question, answer, confidence, the corpus verdict (unless
-    --evidence ''), what a recall model recalled, and a note (withheld or unfinished answers)."""
-    return (["question", "answer", "confidence"] + (["evidence"] if index is not None else [])
+def table_columns(index: CorpusIndex | None, recall: bool, chance: bool = False) -> list[str]:
+    """The columns of ask's table: question, answer, confidence, its chance of being right (when
+    the run stores a confidence correction), the corpus verdict (unless --evidence ''), what a
+    recall model recalled, and a note (withheld or unfinished answers)."""
+    return (["question", "answer", "confidence"] + (["chance right"] if chance else [])
+            + (["evidence"] if index is not None else [])
             + (["recalled"] if recall else []) + ["note"])
 
 
@@ -83,14 +86,15 @@ def cells(answer: Answer, index: CorpusIndex | None, given: bool, columns: Seque
     """One answer's row: a withheld answer reads "I don't know", and its note says what it was;
     a question no relation matches reads "I can't parse this", and its note says what to ask."""
     if answer.problem:
-        values = {"question": answer.question, "answer": "I can't parse this", "confidence": "", "evidence": "",
-                  "recalled": "", "note": answer.problem}
+        values = {"question": answer.question, "answer": "I can't parse this", "confidence": "", "chance right": "",
+                  "evidence": "", "recalled": "", "note": answer.problem}
         return [values[c] for c in columns]
     notes = [] if given else [f"withheld: {answer.answer!r}"]
     if not answer.complete:
         notes.append("unfinished: no closing mark within the answer budget")
     values = {"question": answer.question, "answer": answer.answer if given else "I don't know",
               "confidence": f"{answer.confidence:.2f}",
+              "chance right": "" if answer.chance_right is None else f"{answer.chance_right:.2f}",
               "evidence": index.find(answer.question, answer.answer).verdict if index is not None else "",
               "recalled": repr(answer.recalled), "note": "; ".join(notes)}
     return [values[c] for c in columns]
@@ -99,7 +103,7 @@ def cells(answer: Answer, index: CorpusIndex | None, given: bool, columns: Seque
 def table(answers: Sequence[Answer], index: CorpusIndex | None, given: Sequence[bool], recall: bool) -> str:
     """The answers to questions given as arguments: a header and one row each, aligned (the
     note column only when some answer has a note)."""
-    columns = table_columns(index, recall)
+    columns = table_columns(index, recall, any(a.chance_right is not None for a in answers))
     rows = [cells(a, index, ok, columns) for a, ok in zip(answers, given)]
     if not any(r[-1] for r in rows):
         rows, columns = [r[:-1] for r in rows], columns[:-1]
@@ -108,14 +112,16 @@ def table(answers: Sequence[Answer], index: CorpusIndex | None, given: Sequence[
 
 def record(answer: Answer, index: CorpusIndex | None, given: bool) -> dict:
     """An answer for programs (ask --json; keys in docs/guides/no-surprises.md): ``answer`` is
-    null when the abstention rule withholds it, ``model_answer`` is what the model said."""
+    null when the abstention rule withholds it, ``model_answer`` is what the model said,
+    ``chance_right`` its confidence through the run's stored correction (null without one)."""
     if answer.problem:
         return {"question": answer.question, "answer": None, "given": False, "model_answer": None,
-                "confidence": 0.0, "complete": False, "evidence": None, "recalled": None,
+                "confidence": 0.0, "chance_right": None, "complete": False, "evidence": None, "recalled": None,
                 "relation": None, "problem": answer.problem}
     return {"question": answer.question, "answer": answer.answer if given else None, "given": given,
             "relation": answer.relation, "problem": None,
-            "model_answer": answer.answer, "confidence": answer.confidence, "complete": answer.complete,
+            "model_answer": answer.answer, "confidence": answer.confidence, "chance_right": answer.chance_right,
+            "complete": answer.complete,
             "evidence": None if index is None else index.find(answer.question, answer.answer).verdict,
             "recalled": answer.recalled}
 

@@ -202,16 +202,18 @@ def copied_span(recalled: str | None, answer: str) -> list[int] | None:
     return [start, start + len(answer)]
 
 
-def in_words(rule: Rule | None, confidence: float, given: bool) -> str:
-    """The abstention verdict as a student reads it: sure, or unsure and why."""
+def in_words(rule: Rule | None, confidence: float, given: bool, chance_right: float | None = None) -> str:
+    """The abstention verdict as a student reads it: sure, or unsure and why, then how often
+    answers this confident were right on held-out subjects when the run stores a correction."""
+    chance = "" if chance_right is None else f"; about {round(100 * chance_right)} in 100 answers this confident are right"
     if rule is None:
-        return "no abstention rule for this run: every answer is given"
+        return "no abstention rule for this run: every answer is given" + chance
     if given:
         return "sure" + (f": at or above this model's threshold {rule.confidence:.2f}" if rule.confidence is not None
-                         else "")
+                         else "") + chance
     if rule.confidence is not None and confidence < rule.confidence:
-        return f"unsure: below this model's threshold {rule.confidence:.2f}"
-    return "unsure: the name is less familiar to this model than its threshold allows"
+        return f"unsure: below this model's threshold {rule.confidence:.2f}" + chance
+    return "unsure: the name is less familiar to this model than its threshold allows" + chance
 
 
 def head_summaries(layers: list, span: list[int] | None) -> list[dict[str, Any]]:
@@ -416,11 +418,11 @@ class Lab:
         found = facts.evidence.find(asked.question, answer.answer)
         first = (found.supporting or found.lines or (None,))[0]
         return {"run": asked.run, "name": run.name, "question": asked.question, "answer": answer.answer,
-                "confidence": answer.confidence, "relation": answer.relation,
+                "confidence": answer.confidence, "chance_right": answer.chance_right, "relation": answer.relation,
                 "complete": answer.complete, "recalled": answer.recalled, "given": asked.given,
                 "cached": asked.cached,
                 "span": copied_span(answer.recalled, answer.answer),
-                "in_words": in_words(run.rule, answer.confidence, asked.given),
+                "in_words": in_words(run.rule, answer.confidence, asked.given, answer.chance_right),
                 "abstention": run.rule.describe() if run.rule else "never abstain",
                 "evidence": {"verdict": found.verdict, "supported": bool(found.supporting),
                              "line_number": first,

@@ -77,6 +77,7 @@ function answerCard(a) {
     el("div", { className: "in-words " + (a.given ? "sure" : "unsure"), textContent: a.in_words }),
     el("details", { className: "rule" }, el("summary", { textContent: "the full rule" }),
       el("div", { textContent: `confidence ${a.confidence.toFixed(3)}` + (a.complete ? "" : " (unfinished answer)") +
+        (a.chance_right === null || a.chance_right === undefined ? "" : `; chance right ${a.chance_right.toFixed(2)} (the run's stored correction)`) +
         (a.given ? "" : `; the model's answer was "${a.answer}"`) }),
       el("div", { textContent: a.abstention })));
   if (a.recalled !== null) {
