@@ -220,13 +220,18 @@ def _logistic_fit(x: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
     return w
 
 
+def correctable(correct: Sequence[bool]) -> bool:
+    """Whether a correction can be fitted on these answers: some right and some wrong."""
+    return any(correct) and not all(correct)
+
+
 def fit_correction(confidence: Sequence[float], correct: Sequence[bool]) -> Correction:
     """Beta calibration fitted by maximum likelihood on right/wrong answers (the training
     subjects a run held out of finetuning, never dev or test); a slope that comes out negative
     is dropped and the rest refitted, as Kull et al. do, so the correction stays monotone."""
     _check(confidence, correct)
     right = [bool(r) for r in correct]
-    if all(right) or not any(right):
+    if not correctable(right):
         raise ValueError("a correction needs right and wrong answers among the held-out questions: "
                          f"{sum(right)} of {len(right)} are right")
     features, y = _beta_features(confidence), np.asarray(right, dtype=np.float64)

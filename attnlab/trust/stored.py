@@ -20,7 +20,7 @@ from typing import Any
 
 from ..core import logs
 from ..core.paths import write_atomically
-from .calibration import Correction, fit_correction
+from .calibration import Correction, correctable, fit_correction
 
 STORED_NAME = "abstention.json"
 FORMAT = 2  # 2: the confidence correction is beta calibration (1 stored a temperature)
@@ -113,7 +113,6 @@ def fit_for_storing(model, vocab, meta: dict[str, Any], policy, *, batch_size: i
     fit = policy.fit_fields(meta)
     held = held_out_signals(model, vocab, resolve(fit["holdout_file"]), fit["holdout_fraction"], batch_size=batch_size)
     recorded = float((meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
-    fittable = recorded > 0 and 0 < sum(held.right) < len(held.right)
-    correction = fit_correction(held.confidence, held.right) if fittable else None
+    correction = fit_correction(held.confidence, held.right) if recorded > 0 and correctable(held.right) else None
     return stored_json(weights_digest(model), fit, rules_from(held, policy.keep_right), correction,
                        {"people": len(held.right), "right": sum(held.right)})
