@@ -306,7 +306,7 @@ def run_cell(row: Row, readout: str, seed: int, settings: Settings) -> dict[str,
     if row.task in ("inverse", "compare", "compare-steps"):
         train, dev = derived_files(row, folder, work, seed)
         return direct_cell(facts_dir, work, seed, settings, mix=row.mix, files=(train, dev),
-                           verdict=row.task == "compare-steps")
+                           verdict=row.task == "compare-steps", few_answers=row.task != "inverse")
     if readout == "direct":
         return direct_cell(facts_dir, work, seed, settings, mix=row.mix)
     return recall_cell(facts_dir, work, seed, settings)
@@ -366,10 +366,12 @@ def recall_cell(facts_dir: Path, work: Path, seed: int, settings: Settings) -> d
 
 
 def direct_cell(facts_dir: Path, work: Path, seed: int, settings: Settings, *, mix: bool,
-                files: tuple[Path, Path] | None = None, verdict: bool = False) -> dict[str, Any]:
+                files: tuple[Path, Path] | None = None, verdict: bool = False, few_answers: bool = False
+                ) -> dict[str, Any]:
     """The paper's read-out: pretraining (with the trained half's QA mixed in when ``mix``), then,
     unless ``mix``, finetuning to answer at once; ``files`` are a row's own train and dev
-    questions (Part 3.2) in place of the set's."""
+    questions (Part 3.2) in place of the set's; ``few_answers``: a Yes/No question, whose
+    commonest answer is recorded as its baseline."""
     from attnlab.config.settings import TrainConfig
     from attnlab.data import factset
     from attnlab.data.datasets import documents, read_qa, read_text
@@ -395,7 +397,7 @@ def direct_cell(facts_dir: Path, work: Path, seed: int, settings: Settings, *, m
         finetune(fine, run_dir=work, init=final, corpus=facts.corpus, train_file=train, device=settings.device,
                  overwrite=True, log=quiet)
         final = work
-    result = score_direct(final, dev, train_sample(train, work), settings.device, verdict)
+    result = score_direct(final, dev, train_sample(train, work), settings.device, verdict, few_answers)
     if not files:
         from attnlab.experiments.learn import score_fact_set
 
@@ -407,9 +409,12 @@ def direct_cell(facts_dir: Path, work: Path, seed: int, settings: Settings, *, m
                       f"{model.block_size}" + ("; QA mixed into pretraining" if mix else "")}
 
 
-def score_direct(run: Path, dev: Path, sample: Path, device: str, verdict: bool) -> dict[str, Any]:
+def score_direct(run: Path, dev: Path, sample: Path, device: str, verdict: bool, few_answers: bool = False
+                 ) -> dict[str, Any]:
     """Exact answers to the held-out and the trained-on questions; with ``verdict`` (an answer
-    that writes its steps first) the last step alone is scored, and the whole answer beside it."""
+    that writes its steps first) the last step alone is scored, and the whole answer beside it.
+    With ``few_answers`` (Yes or No), ``most_frequent``: how many a model answering every question
+    with the commonest (last step of the) answer would get right, the question's baseline."""
     from attnlab.answering.evaluate import answer_questions
     from attnlab.data.datasets import read_qa
     from attnlab.model.checkpoint import load_model
@@ -420,8 +425,10 @@ def score_direct(run: Path, dev: Path, sample: Path, device: str, verdict: bool)
         examples = read_qa(path, labelled=True)
         answers = [a.answer for a in answer_questions(model, vocab, examples)]
         last = (lambda s: s.rsplit("; ", 1)[-1]) if verdict else (lambda s: s)
-        result[name] = {"correct": sum(last(a) == last(e.answer) for a, e in zip(answers, examples)),
-                        "total": len(examples)}
+        gold = [last(e.answer) for e in examples]
+        result[name] = {"correct": sum(last(a) == g for a, g in zip(answers, gold)), "total": len(examples)}
+        if few_answers:
+            result[name]["most_frequent"] = max(gold.count(g) for g in set(gold)) if gold else 0
         if verdict:
             result[name]["whole_answer_correct"] = sum(a == e.answer for a, e in zip(answers, examples))
     return result
@@ -631,6 +638,9 @@ def accuracy_text(results: list[dict[str, Any]]) -> str:
     spread = seeds_interval(seeds)
     if spread:
         text += f" (seeds' 95% interval {spread[0]:.1f}-{spread[1]:.1f})"
+    if all("most_frequent" in r["dev"] for r in results):  # a question of few answers: what a constant one gets
+        m = sum(r["dev"]["most_frequent"] for r in results)
+        text += f"; the commonest answer every time {m}/{n} = {100 * m / max(1, n):.1f}%"
     tk, tn = sum(r["train"]["correct"] for r in results), sum(r["train"]["total"] for r in results)
     text += f"; trained-on questions {100 * tk / max(1, tn):.0f}%"
     passes = [r.get("pretraining_passes") for r in results]

@@ -41,6 +41,13 @@ def test_each_row_read_out_and_seed_is_one_recorded_cell(study):
     single = ledger[ks.cell_key(ks.ROWS_BY_KEY["3.1-single"], "recall", 0, settings(study))]
     assert single["dev"]["total"] == 2 * 6 and single["train"]["total"] == 4 * 6  # 8 people: 2 dev, 4 train
     assert set(single["relations"]) == {"birth-date", "birth-city", "university", "major", "employer", "work-city"}
+    compare = ledger[ks.cell_key(ks.ROWS_BY_KEY["3.2-compare-steps"], "direct", 0, settings(study))]
+    dev = ks.compare_questions(ks.people_of(next((study / "data").glob("people8_seed0_multi5*"))), "dev", True, 0)
+    verdicts = [line.rsplit("; ", 1)[-1] for line in dev.splitlines()]  # a Yes/No question's baseline
+    assert compare["dev"]["most_frequent"] == max(verdicts.count("Yes"), verdicts.count("No"))
+    assert "most_frequent" not in single["dev"]
+    pooled = ks.accuracy_text([compare])
+    assert f"the commonest answer every time {compare['dev']['most_frequent']}/{compare['dev']['total']}" in pooled
     bits = ledger[ks.cell_key(ks.ROWS_BY_KEY["3.3-bits-L1W32-E25"], "bits", 1, settings(study))]
     assert bits["values"] == 8 * 7 and bits["parameters"] > 0 and 0 <= bits["picked"] <= bits["values"]  # a date: 3 values
     assert bits["measure"] == ks.BITS_MEASURE and bits["people_scored"] == 8
