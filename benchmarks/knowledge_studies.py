@@ -120,14 +120,14 @@ ROWS = [
         "virtually 0% (abstract of arXiv 2309.14402 v2)", data=AUGMENTED, task="inverse", readouts=("direct",),
         people_share=0.2,
         not_applicable="the read-out recalls a document from its subject's name; an inverse question names no one"),
-    Row("3.2-compare", "3.2", "'Was A born in an earlier year than B?' answered at once",
+    Row("3.2-compare", "3.2", "'Was A born in an earlier year than B?' answered at once (the recall read-out: "
+        "each person's birth date read out of their recall, the two years compared by the program)",
         "fails without chain of thought (abstract of arXiv 2309.14402 v2; the figure not checked here)",
-        data=AUGMENTED, task="compare", readouts=("direct",), people_share=0.2,
-        not_applicable="the read-out recalls one subject's document; a comparison needs two (a variation to build)"),
+        data=AUGMENTED, task="compare", people_share=0.2),
     Row("3.2-compare-steps", "3.2", "the same, the two years written first ('1961; 2088; Yes')",
         "works with chain of thought in training and inference (abstract of arXiv 2309.14402 v2)",
         data=AUGMENTED, task="compare-steps", readouts=("direct",), people_share=0.2,
-        not_applicable="as above"),
+        not_applicable="the read-out always writes both years first: its cell is the 3.2-compare row's"),
     *[Row(f"3.3-bits-L{n}W{w}-E{e}", "3.3", f"bits of knowledge a parameter: bioS single, {n} layer(s) x {w} "
           f"wide, {e} exposures a fact", "about 1 bit a parameter at 100 exposures, 2 at 1,000 (arXiv 2404.05405: "
           "a figure caption, 'R(F) >= 2 (resp. >= 1) for 1000 exposures (resp. 100)'; which figure not checked "
@@ -303,6 +303,8 @@ def run_cell(row: Row, readout: str, seed: int, settings: Settings) -> dict[str,
     if row.task == "bits":
         return capacity_cell(row, folder, work, seed, settings)
     facts_dir = minority_set(folder, work) if row.task == "minority" else folder
+    if row.task == "compare" and readout == "recall":
+        return compare_recall_cell(folder, work, seed, settings)
     if row.task in ("inverse", "compare", "compare-steps"):
         train, dev = derived_files(row, folder, work, seed)
         return direct_cell(facts_dir, work, seed, settings, mix=row.mix, files=(train, dev),
@@ -363,6 +365,57 @@ def recall_cell(facts_dir: Path, work: Path, seed: int, settings: Settings) -> d
     return {"dev": counts(found["overall"]), "train": counts(trained["overall"]), "recipe": recipe.describe(),
             "relations": {k: counts(v) for k, v in found["relations"].items()},
             "pretraining_passes": found.get("pretraining_passes")}
+
+
+def compare_recall_cell(folder: Path, work: Path, seed: int, settings: Settings) -> dict[str, Any]:
+    """The lab's read-out of a comparison: the set's recall model (the 3.1-augmented-same-text
+    row's recall cell, the same set, recipe and seed: its run is reused when it is there, else
+    trained and that cell recorded too) asked each person's birth date; the years are read from
+    the two answers and compared by the program. Scored on the compare rows' own pairs: the
+    verdict, and the whole written answer ('1961; 2088; Yes') as the steps row scores it."""
+    import attnlab
+    from attnlab.data import factset
+
+    same_text = ROWS_BY_KEY["3.1-augmented-same-text"]
+    key = cell_key(same_text, "recall", seed, settings)
+    run = settings.out / "runs" / cell_key(same_text, "recall", seed, settings, measure=False).replace(":", "_")
+    facts = factset.load(folder)
+    record_of = run / factset.RECORD_NAME
+    if not ((run / "results.json").is_file() and record_of.is_file()  # results.json: written when learn ends
+            and json.loads(record_of.read_text(encoding="utf-8")).get("digest") == facts.record()["digest"]):
+        began = time.perf_counter()
+        result = recall_cell(folder, run, seed, settings)
+        if key not in read_ledger(settings.ledger_path()):
+            record(settings.ledger_path(), key, {**result, "wall_minutes": round((time.perf_counter() - began) / 60, 2)})
+    model = attnlab.load(run, device=settings.device)
+    people = people_of(folder)
+    result: dict[str, Any] = {"recipe": f"the recall model of {key}, birth dates read out, years compared",
+                              "pretraining_passes": json.loads((run / "results.json").read_text()).get("pretraining_passes")}
+    for split in ("train", "dev"):
+        lines = compare_questions(people, split, True, seed).splitlines()[:TRAIN_SAMPLE if split == "train" else None]
+        result[split] = compare_by_recall(model, facts.schema, [line.split("\t") for line in lines])
+    write_atomically(work / "compare-read.json", json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def compare_by_recall(model, schema, pairs: list[list[str]]) -> dict[str, int]:
+    """Counts for ``pairs`` of (question, 'YEAR; YEAR; VERDICT'): the verdict the read-out's two
+    years give (a year it cannot read, or two equal ones, gives none), the whole answer, and the
+    commonest verdict's count (a constant answer's score)."""
+    asked = [question[len("Was "):-1].split(" born in an earlier year than ") for question, _ in pairs]
+    names = list(dict.fromkeys(n for pair in asked for n in pair))
+    birth = schema.relation("birth-date")
+    answers = model.ask([birth.ask(n) for n in names], abstain=None)
+    year = {n: a.answer[-4:] if a.answer[-4:].isdigit() else None for n, a in zip(names, answers)}
+    verdicts = [answer.rsplit("; ", 1)[-1] for _, answer in pairs]
+    counts = {"correct": 0, "total": len(pairs), "whole_answer_correct": 0,
+              "most_frequent": max(verdicts.count(v) for v in set(verdicts)) if verdicts else 0}
+    for (a, b), (_, gold) in zip(asked, pairs):
+        ya, yb = year[a], year[b]
+        verdict = None if ya is None or yb is None or ya == yb else "Yes" if int(ya) < int(yb) else "No"
+        counts["correct"] += verdict == gold.rsplit("; ", 1)[-1]
+        counts["whole_answer_correct"] += f"{ya}; {yb}; {verdict}" == gold
+    return counts
 
 
 def direct_cell(facts_dir: Path, work: Path, seed: int, settings: Settings, *, mix: bool,
@@ -641,6 +694,9 @@ def accuracy_text(results: list[dict[str, Any]]) -> str:
     if all("most_frequent" in r["dev"] for r in results):  # a question of few answers: what a constant one gets
         m = sum(r["dev"]["most_frequent"] for r in results)
         text += f"; the commonest answer every time {m}/{n} = {100 * m / max(1, n):.1f}%"
+    if all("whole_answer_correct" in r["dev"] for r in results):  # the written steps: both years right too
+        w = sum(r["dev"]["whole_answer_correct"] for r in results)
+        text += f"; both years right too {w}/{n} = {100 * w / max(1, n):.1f}%"
     tk, tn = sum(r["train"]["correct"] for r in results), sum(r["train"]["total"] for r in results)
     text += f"; trained-on questions {100 * tk / max(1, tn):.0f}%"
     passes = [r.get("pretraining_passes") for r in results]

@@ -235,3 +235,47 @@ def test_the_recall_cells_keep_the_recipe_the_ledger_was_recorded_with(study):
     facts = factset.load(next(p.parent for p in study.rglob("facts.toml")))
     assert recipe_for(facts, 0.05).pretrain.read_out_swaps > 0
     assert ks.study_recipe(facts, settings(study), 0).pretrain.read_out_swaps == 0
+
+
+def test_a_comparison_by_recall_compares_the_years_read_out_of_each_person(tmp_path):
+    """The compare row's recall cell: each person's birth date asked of the recall model, the two
+    years compared by the program; an unreadable year gives no verdict."""
+    from types import SimpleNamespace
+
+    from attnlab.data.relations import Schema
+
+    schema = Schema.from_list([["birth-date", "When was {subject} born?"]])
+    said = {"Ann Lee": "May 2, 1961", "Bo Wu": "June 1, 2001", "Cy Ng": "in spring"}
+
+    class Model:
+        def ask(self, questions, abstain):
+            return [SimpleNamespace(answer=said[q[len("When was "):-len(" born?")]]) for q in questions]
+
+    pairs = [["Was Ann Lee born in an earlier year than Bo Wu?", "1961; 2001; Yes"],
+             ["Was Bo Wu born in an earlier year than Ann Lee?", "2001; 1961; No"],
+             ["Was Ann Lee born in an earlier year than Bo Wu?", "1961; 1999; Yes"],  # right verdict, wrong year
+             ["Was Cy Ng born in an earlier year than Ann Lee?", "1950; 1961; Yes"]]  # no year read: wrong
+    assert ks.compare_by_recall(Model(), schema, pairs) == {"correct": 3, "total": 4, "whole_answer_correct": 2,
+                                                            "most_frequent": 3}
+
+
+def test_the_compare_row_s_recall_cell_reuses_or_trains_the_same_text_recall_model(tmp_path):
+    study = tmp_path / "study"
+    assert ks.main(["--rows", "3.2-compare", "--readouts", "recall", "--out", str(study), *TINY[:-1], "0"]) == 0
+    ledger = ks.read_ledger(study / "ledger.json")
+    at = settings(study)
+    compare = ledger[ks.cell_key(ks.ROWS_BY_KEY["3.2-compare"], "recall", 0, at)]
+    same_text = ks.cell_key(ks.ROWS_BY_KEY["3.1-augmented-same-text"], "recall", 0, at)
+    assert same_text in ledger  # the model it needed was trained, and that cell recorded
+    people = ks.people_of(next((study / "data").glob("people8_seed0_multi5*")))
+    assert compare["dev"]["total"] == len(ks.compare_questions(people, "dev", True, 0).splitlines())
+    assert 0 <= compare["dev"]["whole_answer_correct"] <= compare["dev"]["correct"] + compare["dev"]["total"]
+    del ledger[ks.cell_key(ks.ROWS_BY_KEY["3.2-compare"], "recall", 0, at)]
+    (study / "ledger.json").write_text(json.dumps(ledger))
+    trained = study / "runs" / ks.cell_key(ks.ROWS_BY_KEY["3.1-augmented-same-text"], "recall", 0, at,
+                                           measure=False) / "checkpoint.safetensors"
+    before = trained.stat().st_mtime_ns
+    assert ks.main(["--rows", "3.2-compare", "--readouts", "recall", "--out", str(study), *TINY[:-1], "0"]) == 0
+    assert trained.stat().st_mtime_ns == before  # reused, not trained again
+    assert ks.read_ledger(study / "ledger.json")[ks.cell_key(ks.ROWS_BY_KEY["3.2-compare"], "recall", 0, at)] \
+        ["dev"] == compare["dev"]
