@@ -400,19 +400,21 @@ def compare_recall_cell(folder: Path, work: Path, seed: int, settings: Settings)
 
 def compare_by_recall(model, schema, pairs: list[list[str]]) -> dict[str, int]:
     """Counts for ``pairs`` of (question, 'YEAR; YEAR; VERDICT'): the verdict the read-out's two
-    years give (a year it cannot read, or two equal ones, gives none), the whole answer, and the
-    commonest verdict's count (a constant answer's score)."""
+    years give (a year it cannot read, or two equal ones, gives none: counted wrong, and the pairs
+    with both years read are counted apart), the whole answer, and the commonest verdict's count
+    (a constant answer's score)."""
     asked = [question[len("Was "):-1].split(" born in an earlier year than ") for question, _ in pairs]
     names = list(dict.fromkeys(n for pair in asked for n in pair))
     birth = schema.relation("birth-date")
     answers = model.ask([birth.ask(n) for n in names], abstain=None)
     year = {n: a.answer[-4:] if a.answer[-4:].isdigit() else None for n, a in zip(names, answers)}
     verdicts = [answer.rsplit("; ", 1)[-1] for _, answer in pairs]
-    counts = {"correct": 0, "total": len(pairs), "whole_answer_correct": 0,
+    counts = {"correct": 0, "total": len(pairs), "whole_answer_correct": 0, "both_years_read": 0,
               "most_frequent": max(verdicts.count(v) for v in set(verdicts)) if verdicts else 0}
     for (a, b), (_, gold) in zip(asked, pairs):
         ya, yb = year[a], year[b]
         verdict = None if ya is None or yb is None or ya == yb else "Yes" if int(ya) < int(yb) else "No"
+        counts["both_years_read"] += ya is not None and yb is not None
         counts["correct"] += verdict == gold.rsplit("; ", 1)[-1]
         counts["whole_answer_correct"] += f"{ya}; {yb}; {verdict}" == gold
     return counts
@@ -694,6 +696,9 @@ def accuracy_text(results: list[dict[str, Any]]) -> str:
     if all("most_frequent" in r["dev"] for r in results):  # a question of few answers: what a constant one gets
         m = sum(r["dev"]["most_frequent"] for r in results)
         text += f"; the commonest answer every time {m}/{n} = {100 * m / max(1, n):.1f}%"
+    if all("both_years_read" in r["dev"] for r in results):  # the recall read-out: a year it could not read
+        y = sum(r["dev"]["both_years_read"] for r in results)
+        text += f"; both years read out for {y}/{n}"
     if all("whole_answer_correct" in r["dev"] for r in results):  # the written steps: both years right too
         w = sum(r["dev"]["whole_answer_correct"] for r in results)
         text += f"; both years right too {w}/{n} = {100 * w / max(1, n):.1f}%"

@@ -256,7 +256,7 @@ def test_a_comparison_by_recall_compares_the_years_read_out_of_each_person(tmp_p
              ["Was Ann Lee born in an earlier year than Bo Wu?", "1961; 1999; Yes"],  # right verdict, wrong year
              ["Was Cy Ng born in an earlier year than Ann Lee?", "1950; 1961; Yes"]]  # no year read: wrong
     assert ks.compare_by_recall(Model(), schema, pairs) == {"correct": 3, "total": 4, "whole_answer_correct": 2,
-                                                            "most_frequent": 3}
+                                                            "both_years_read": 3, "most_frequent": 3}
 
 
 def test_the_compare_row_s_recall_cell_reuses_or_trains_the_same_text_recall_model(tmp_path):
