@@ -23,6 +23,7 @@ MISTAKES = [
     ("no_scaling.py", "CausalSelfAttention", "vanilla", "same as vanilla"),
     ("heads_mixed.py", "CausalSelfAttention", None, "causality"),
     ("rotary_on_values.py", "RotaryAttention", "rotary", "same as rotary"),
+    ("dropout_at_inference.py", "CausalSelfAttention", None, "no dropout in eval"),
 ]
 
 

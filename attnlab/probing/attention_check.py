@@ -116,6 +116,7 @@ def check_attention(name: str, same_as: str | None = None, *, config: ModelConfi
     checks: list[tuple[str, Callable[[Subject], Check]]] = [
         ("shape and dtype", shape_and_dtype), ("causality", causality),
         ("batch independence", batch_independence), ("train and eval alike", train_equals_eval),
+        ("no dropout in eval", no_dropout_in_eval),
         ("gradients reach every parameter", gradients_reach), ("parameter count", parameter_count),
         ("deterministic under a seed", deterministic), ("KV-cache decode", cache_decode)]
     if same_as is not None:
@@ -196,6 +197,22 @@ def train_equals_eval(s: Subject) -> Check:
                      "rate not read from the config, or other train-only behaviour)",
                      f"B=2, T=8: largest difference {diff:.3g}")
     return Check("", "pass", "with dropout 0, train() and eval() give the same output")
+
+
+def no_dropout_in_eval(s: Subject) -> Check:
+    """Built with dropout 0.5 (the same weights), the layer in eval() must give the output of
+    dropout 0: ``F.dropout(x, p)`` drops unless told ``training=self.training``, at inference too."""
+    dropping = s.build(0, dropout=0.5)
+    for T in range(2, s.config.block_size + 1):
+        x = inputs(2, T, s.config.n_embd)
+        with torch.no_grad():
+            plain, evaluated = s.run(x), s.run(x, dropping)
+        diff = float((evaluated - plain).abs().max())
+        if diff > TOL * max(1.0, float(plain.abs().max())):
+            return Check("", "fail", "built with dropout 0.5, the layer in eval() differs from dropout 0: it drops "
+                         "at inference (F.dropout(x, p) needs training=self.training; nn.Dropout follows eval())",
+                         f"T={T}, B=2, dropout 0.5, eval(): largest difference {diff:.3g}")
+    return Check("", "pass", "built with dropout 0.5, eval() gives the dropout-0 output: no dropout at inference")
 
 
 def gradients_reach(s: Subject) -> Check:
