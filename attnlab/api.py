@@ -203,7 +203,7 @@ class LoadedModel:
 
     def evaluate(self, file: str | os.PathLike | None = None, *, limit: int = 0, batch_size: int = 256
                  ) -> Evaluation:
-        """Answer every question of a labelled ``question<TAB>place`` file (default: the fact
+        """Answer every question of a labelled ``question<TAB>answer`` file (default: the fact
         set's dev file; its first ``limit`` questions; 0 = all) as ``attnlab evaluate`` does, and
         score the answers: exact-match accuracy with its 95% Wilson interval. A file without
         labels is a DataError."""

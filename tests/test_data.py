@@ -336,10 +336,10 @@ def test_too_long_example_names_file_and_line(wiki: SpanCorruptionDataset, tmp_p
 @pytest.mark.parametrize(
     ("content", "line", "problem"),
     [
-        ("a?\tRome\nno tab here\n", 2, "expected 'question<TAB>place', found no tab"),
-        ("a?\tRome\tParis\n", 1, "expected 'question<TAB>place', found 2 tabs"),
+        ("a?\tRome\nno tab here\n", 2, "expected 'question<TAB>answer', found no tab"),
+        ("a?\tRome\tParis\n", 1, "expected 'question<TAB>answer', found 2 tabs"),
         ("a?\tRome\n\n  \tParis\n", 3, "empty question"),
-        ("a?\tRome\nb?\t  \n", 2, "empty place"),
+        ("a?\tRome\nb?\t  \n", 2, "empty answer"),
         ("a?\tRome\nb?\tNa\xefve\u2047\n", 2, "reserved character"),
     ],
 )
@@ -357,7 +357,7 @@ def test_an_empty_answer_is_an_unlabelled_question_in_a_file_read_as_it_comes(tm
     path = tmp_path / "test.tsv"
     path.write_text("Where was A born?\tRome\nWhere was B born?\t\n", encoding="utf-8")
     assert [e.answer for e in read_qa(path)] == ["Rome", None]
-    with pytest.raises(DataError, match=r"test.tsv:2: empty place"):
+    with pytest.raises(DataError, match=r"test.tsv:2: empty answer"):
         read_qa(path, labelled=True)  # a training file needs every answer
 
 

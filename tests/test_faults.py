@@ -123,7 +123,7 @@ def _faults() -> list[Fault]:
         Fault("explore: unknown topic", "explore psychic", 2, ("invalid choice", "psychic")),
         # calibrate
         Fault("calibrate: no labels", "calibrate {run} --eval-file {unlabelled} --out-dir {tmp}/cal --device cpu", 2,
-              ("no place label",), ("{tmp}/cal",)),
+              ("no answer label",), ("{tmp}/cal",)),
         Fault("calibrate: another writer meanwhile", "calibrate {run} --eval-file {dev} --out-dir {tmp}/cal "
               "--abstain off --device cpu", 2, ("calibration.json", "was written by another process meanwhile"),
               setup="race_calibration", other="{tmp}/cal/calibration.json"),

@@ -164,7 +164,7 @@ def tsv_problem(raw: bytes, labelled: bool | None) -> str | None:
             parts = line.split("\t")
             # read as it comes (labelled None), "question<TAB>" is an unlabelled question
             if len(parts) != 2 or not parts[0].strip() or (labelled and not parts[1].strip()):
-                return "not question<TAB>place"
+                return "not question<TAB>answer"
     return None
 
 

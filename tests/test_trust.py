@@ -192,7 +192,7 @@ def test_invented_names_never_appear_in_the_corpus_and_are_seeded():
     (["evaluate", "RUN", "--abstain-below", "0.5", "--abstain", "auto"], "not both"),
     (["audit", "RUN", "--names", "0"], "--names must be a positive number of people, got 0"),
     (["audit", "RUN", "--names", "-3"], "--names must be a positive number of people"),
-    (["calibrate", "RUN", "--eval-file", "QUESTIONS"], "questions.tsv:1: no place label: calibrate needs"),
+    (["calibrate", "RUN", "--eval-file", "QUESTIONS"], "questions.tsv:1: no answer label: calibrate needs"),
 ])
 def test_bad_input_is_a_one_line_error_with_exit_2(recall_run, capsys, argv, problem):
     argv = [str(recall_run / "ft") if a == "RUN" else str(recall_run / "questions.tsv") if a == "QUESTIONS" else a

@@ -116,7 +116,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 def register(command) -> None:
     p = command("evaluate", "answer a question file greedily; score it if it has labels", cmd_evaluate)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
-    flags.eval_file(p, "questions, with or without <TAB>place labels", old=("--file",))
+    flags.eval_file(p, "questions, with or without <TAB>answer labels", old=("--file",))
     p.add_argument("--predictions", default=None, metavar="FILE",
                    help="predictions file (default: RUN_DIR/predictions-FILESTEM.txt; with --attention, "
                         "RUN_DIR/predictions-FILESTEM-VARIANT.txt, so the plain predictions stay)")

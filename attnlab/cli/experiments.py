@@ -174,7 +174,7 @@ def _register_compare(command) -> None:
                         "train one grid's seeds at once, each recording its cells in --records "
                         "(benchmarks/grid.sh) (default: train every seed)")
     flags.corpus(p, "pretraining corpus (also defines the vocabulary)")
-    flags.train_file(p, "question<TAB>place finetuning file")
+    flags.train_file(p, "question<TAB>answer finetuning file")
     flags.eval_file(p, "labelled file every model is scored on", old=("--dev-file",))
     p.add_argument("--scratch", action=argparse.BooleanOptionalAction, default=True,
                    help="also finetune vanilla without pretraining as a reference row")

@@ -272,7 +272,7 @@ def register(command) -> None:
     flags.overwrite(p, "the files of an earlier trace in --out-dir")
     add_json_flag(p)
     flags.settings_flags(p.add_argument_group("tracing"), TraceSettings)
-    p.add_argument("--over", default=None, help="question<TAB>place file: average the traces of the "
+    p.add_argument("--over", default=None, help="question<TAB>answer file: average the traces of the "
                    "questions the model answers correctly (default: none)")
     p.add_argument("--limit", type=bounds.non_negative_int, default=0,
                    help="use at most this many questions of --over (0 = all)")
@@ -299,9 +299,9 @@ def _register_edit(command) -> None:
                         "(default: none, add an edit)")
     flags.settings_flags(p.add_argument_group("edit"), EditSettings)
     flags.corpus(p, help="corpus: key statistics and the person's line for generalisation")
-    flags.train_file(p, "question<TAB>place file the model was finetuned on: the key statistics are "
+    flags.train_file(p, "question<TAB>answer file the model was finetuned on: the key statistics are "
                         "gathered on its people's lines in the answer format ('' for plain corpus lines)")
-    flags.eval_file(p, "question<TAB>place file whose other answers are compared before and after "
+    flags.eval_file(p, "question<TAB>answer file whose other answers are compared before and after "
                        "('' to skip)", old=("--dev",))
     flags.device(p)
     add_json_flag(p)

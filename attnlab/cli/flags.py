@@ -162,7 +162,7 @@ def corpus(parser: argparse.ArgumentParser, help: str = "pretraining corpus, one
     section(parser, DATA_SECTION).add_argument("--corpus", default=DEFAULT_CORPUS.as_written, help=help)
 
 
-def train_file(parser: argparse.ArgumentParser, help: str = "question<TAB>place training file") -> None:
+def train_file(parser: argparse.ArgumentParser, help: str = "question<TAB>answer training file") -> None:
     section(parser, DATA_SECTION).add_argument("--train-file", default=DEFAULT_TRAIN.as_written, help=help)
 
 
@@ -207,7 +207,7 @@ def overwrite(parser: argparse.ArgumentParser, what: str) -> None:
 def mixing(parser: argparse.ArgumentParser) -> None:
     """What lm pretraining may mix in, and what it never may."""
     mix = parser.add_argument("--mix-qa", default=None, metavar="FILE",
-                        help="question<TAB>place file mixed into lm pretraining; needs --mix-ratio > 0 (given "
+                        help="question<TAB>answer file mixed into lm pretraining; needs --mix-ratio > 0 (given "
                              "without it, an error: it would mix nothing); its questions may not be asked in a "
                              f"--held-out file (default: {DEFAULT_TRAIN.as_written} when --mix-ratio > 0)")
     held = parser.add_argument("--held-out", nargs="*", default=[DEFAULT_DEV.as_written, DEFAULT_TEST.as_written],

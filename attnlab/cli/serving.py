@@ -147,9 +147,9 @@ def register(command) -> None:
                    help="requests a minute allowed from one client address (0: no limit)")
     flags.out_dir(p, "runs/serve", "where edited models are saved, each as a new run directory "
                   "(nothing is written elsewhere)")
-    flags.eval_file(p, "question<TAB>place file of the dev-set view and of the answers an edit changes")
+    flags.eval_file(p, "question<TAB>answer file of the dev-set view and of the answers an edit changes")
     flags.corpus(p, "corpus for the evidence and an edit's key statistics")
-    flags.train_file(p, "question<TAB>place file the runs were finetuned on (an edit's key statistics; '' for none)")
+    flags.train_file(p, "question<TAB>answer file the runs were finetuned on (an edit's key statistics; '' for none)")
     p.add_argument("--stat-lines", type=bounds.non_negative_int, default=2000,
                    help="lines for an edit's key statistics, as in `attnlab edit` (0 = all)")
     p.add_argument("--answer-cache", type=bounds.non_negative_int, default=ANSWER_CACHE,

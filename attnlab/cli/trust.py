@@ -302,7 +302,7 @@ def _labelled(path) -> list:
     unlabelled = next((e for e in examples if e.answer is None), None)
     if unlabelled is not None:
         raise DataError(unlabelled.source, unlabelled.line,
-                        "no place label: calibrate needs question<TAB>place lines to tell right from wrong")
+                        "no answer label: calibrate needs question<TAB>answer lines to tell right from wrong")
     return examples
 
 
@@ -403,7 +403,7 @@ def register(command) -> None:
     p = command("calibrate", "how much the confidence is worth: ECE, AUROC, accuracy at coverage, "
                 "reliability and coverage plots, and the fitted abstention rule", cmd_calibrate)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
-    flags.eval_file(p, "labelled question<TAB>place file", old=("--file",))
+    flags.eval_file(p, "labelled question<TAB>answer file", old=("--file",))
     flags.out_dir(p, None, "directory for reliability.png, coverage.png, calibration.json, answers.tsv "
                   "(default: RUN/calibrate; runs/NAME/calibrate for a shipped model)", old=("--out",))
     flags.overwrite(p, "the files of an earlier calibrate in --out-dir")

@@ -102,12 +102,12 @@ class QAExample:
 def parse_qa(
     text: str, source: str = "<input>", *, labelled: bool | None = None
 ) -> list[QAExample]:
-    """Parse ``question<TAB>place`` lines (or bare questions for an unlabelled file).
+    """Parse ``question<TAB>answer`` lines (or bare questions for an unlabelled file).
 
     Blank and whitespace-only lines are skipped; a BOM, CRLF and a trailing newline are fine.
     With ``labelled=None`` the file is unlabelled iff no non-blank line contains a tab, and a
     ``question<TAB>`` line with nothing after the tab is an unlabelled question (a fact set's
-    test file); otherwise every line must be ``question<TAB>place``. Question and place are kept exactly,
+    test file); otherwise every line must be ``question<TAB>answer``. Question and answer are kept exactly,
     only surrounding whitespace is stripped.
     """
     lines = [(n, ln) for n, ln in enumerate(_normalise(text).split("\n"), 1) if ln.strip()]
@@ -133,12 +133,12 @@ def parse_qa(
             hint = ""
             if tabs == 0 and tabbed is not None:
                 hint = f" (line {tabbed} has one, so the file is labelled)"
-            raise DataError(source, n, f"expected 'question<TAB>place', found {found}{hint}")
+            raise DataError(source, n, f"expected 'question<TAB>answer', found {found}{hint}")
         question, answer = (part.strip() for part in ln.split("\t"))
         if not question:
             raise DataError(source, n, "empty question")
         if not answer and not blank_answers:
-            raise DataError(source, n, "empty place")
+            raise DataError(source, n, "empty answer")
         examples.append(QAExample(question, answer or None, source, n))
     return examples
 
@@ -393,6 +393,6 @@ def trim_batch(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def read_texts(path: str | Path) -> list[str]:
-    """Non-blank lines of a file; for a question<TAB>place file, the question column."""
+    """Non-blank lines of a file; for a question<TAB>answer file, the question column."""
     return [ln.split("\t")[0].strip() for ln in read_text(path).split("\n") if ln.strip()]
 
