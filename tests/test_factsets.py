@@ -204,3 +204,16 @@ def test_recall_examples_cue_their_relation_and_read_outs_score_the_answer_only(
     text, unscored = text_format("recall").example_text(ex, 40, index, True, TOWNS)
     assert text == line[:40] + "⁇river⁇Velm⁇"
     assert text[unscored + 1:] == "Velm⁇"  # targets from there on are scored: the answer and its mark
+
+
+def test_held_out_subjects_without_a_document_are_counted_and_learn_says_so(tmp_path):
+    from attnlab.experiments.learn import _say_undocumented
+
+    complete = factset.load(write_set(tmp_path / "complete"))
+    assert factset.undocumented(complete) == {}
+    dev = "Which country is Eskby in?\tTarn\nWhich country is Fenwick in?\tVelm\nWhich river flows through Fenwick?\tOrna\n"
+    facts = factset.load(write_set(tmp_path / "missing", dev=dev))  # allowed: a dev subject the corpus never names
+    assert factset.undocumented(facts) == {"dev": (1, 2)}
+    said: list[str] = []
+    _say_undocumented(facts, said.append)
+    assert len(said) == 1 and "1 of 2 dev subjects have no document" in said[0]

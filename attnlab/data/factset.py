@@ -215,6 +215,24 @@ def check(facts: FactSet) -> None:
                                 f"{facts.corpus} (a line beginning {asked.subject + '. '!r})")
 
 
+def undocumented(facts: FactSet) -> dict[str, tuple[int, int]]:
+    """Per held-out question file (dev, test), how many of its subjects have no document in the
+    corpus, of how many: a model can only recall and answer what it read, so their questions are
+    lost before training (allowed: a set may hold such questions on purpose, e.g. to test
+    "I don't know"; a train subject without a document is an error, check)."""
+    index = CorpusIndex(documents(read_corpus(facts.corpus)))
+    out = {}
+    for role in ("dev", "test"):
+        path = facts.files.get(role)
+        if path is None:
+            continue
+        subjects = {facts.schema.require(ex).subject for ex in read_qa(path)}
+        missing = sum(index.line_of(s) is None for s in subjects)
+        if missing:
+            out[role] = (missing, len(subjects))
+    return out
+
+
 # ------------------------------------------------------------------ sizes from the data
 
 

@@ -164,6 +164,7 @@ def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, 
                          "replace it (overwrite)")
     recipe = recipe or recipe_for(facts, minutes, seed)
     _say_out_of_reach(recipe.sizes or factsets.sizes(facts), recipe.model.recall_chars, log)
+    _say_undocumented(facts, log)
     log(f"learning {facts.name} ({len(facts.schema.relations)} relation(s): {', '.join(facts.schema.names)}) "
         f"in {minutes:g} minutes: {recipe.describe()}" + ("" if pretrained else "; no pretraining"))
     fitted: dict[str, float] = {}
@@ -216,6 +217,13 @@ def _say_out_of_reach(sizes: factsets.Sizes, recall_chars: int, log: Callable[[s
         log(f"warning: {beyond} of {sizes.answers} training answers are not written in their "
             f"subject's first document within its first {recall_chars} characters: questions like "
             "them cannot be answered by copying (put each subject's facts in its first document)")
+
+
+def _say_undocumented(facts: factsets.FactSet, log: Callable[[str], None]) -> None:
+    """Held-out subjects with no document are told before training: nothing can teach them."""
+    for role, (missing, subjects) in factsets.undocumented(facts).items():
+        log(f"warning: {missing} of {subjects} {role} subjects have no document in {facts.corpus} (a line "
+            f"beginning 'SUBJECT. '): the model never reads about them, so their questions are expected wrong")
 
 
 def budget_check(minutes: float, recipe: Recipe, fitted: dict[str, float],
