@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from attnlab.trust.calibration import expected_calibration_error
+
 pytest.importorskip("fastapi", reason="the serve extra (pip install -e '.[serve]') is not installed")
 from fastapi.testclient import TestClient  # noqa: E402
 
@@ -181,6 +183,10 @@ def test_dev_view_scores_every_question_with_its_interval(client, lab):
     assert sum(b["count"] for b in got["bins"]) == got["total"]
     wrong = score.total - score.correct  # Kalai's score beside the accuracy: +1 right, -t/(1-t) wrong
     assert got["kalai"]["all"]["0.5"] == score.correct - wrong and set(got["kalai"]["rule"]) == {"0.5", "0.75", "0.9"}
+    right = [r["right"] for r in got["rows"]]  # the shipped run stores a correction: its ECE beside the raw one
+    assert got["ece_corrected"] == pytest.approx(expected_calibration_error([a.chance_right for a in answers], right))
+    assert got["ece"] == pytest.approx(expected_calibration_error([a.confidence for a in answers], right))
+    assert client.get("/api/dev", params={"run": 1}).json()["ece_corrected"] is None  # the tiny run stores none
     assert client.get("/api/dev", params={"run": 9}).status_code == 404
 
 

@@ -202,6 +202,15 @@ def copied_span(recalled: str | None, answer: str) -> list[int] | None:
     return [start, start + len(answer)]
 
 
+def _corrected_ece(model: LoadedModel, confidence: list[float], right: list[bool]) -> float | None:
+    """The ECE of the confidences through the run's stored correction (None: it stores none, or
+    its weights changed since)."""
+    correction = model.correction()
+    if correction is None or not confidence:
+        return None
+    return expected_calibration_error([correction(c) for c in confidence], right)
+
+
 def in_words(rule: Rule | None, confidence: float, given: bool, chance_right: float | None = None) -> str:
     """The abstention verdict as a student reads it: sure, or unsure and why, then how often
     answers this confident were right on held-out subjects when the run stores a correction."""
@@ -498,8 +507,9 @@ class Lab:
 
     # ---- the dev set -------------------------------------------------------------------------
     def dev(self, number: int) -> dict[str, Any]:
-        """Every dev question with its gold place, the answer, right or wrong, confidence and
-        abstention verdict; the accuracy with its 95% interval; the reliability bins."""
+        """Every dev question with its gold answer, the answer, right or wrong, confidence and
+        abstention verdict; the accuracy with its 95% interval; the reliability bins; the ECE, raw
+        and after the run's stored correction (None without one)."""
         run = self.run(number)
         with self.lock:
             if run.dev is None:
@@ -527,6 +537,7 @@ class Lab:
                          "accuracy": result.correct / result.total if result.total else 0.0,
                          "interval": [low, high], "text": result.with_interval(), "bins": bins,
                          "ece": expected_calibration_error(confidence, right) if rows else 0.0,
+                         "ece_corrected": _corrected_ece(run.model, confidence, right),
                          "kalai": {"all": kalai_scores(right), "rule": kalai_scores(right, given)}}
 
     # ---- comparing runs ----------------------------------------------------------------------

@@ -325,7 +325,8 @@ async function loadDev() {
   $("dev-accuracy").textContent = "scoring...";
   try {
     state.dev = await api(`/api/dev?run=${Number($("dev-run").value)}`);
-    $("dev-accuracy").textContent = `accuracy ${state.dev.text}; ECE ${state.dev.ece.toFixed(3)}`;
+    $("dev-accuracy").textContent = `accuracy ${state.dev.text}; ECE ${state.dev.ece.toFixed(3)}` +
+      (state.dev.ece_corrected === null ? "" : `, ${state.dev.ece_corrected.toFixed(3)} after the run's stored correction`);
     const names = Object.keys(state.dev.relations);
     $("dev-relation").replaceChildren(el("option", { value: "", textContent: "every relation" }),
       ...names.map((n) => el("option", { value: n, textContent: n })));
