@@ -185,14 +185,21 @@ def batch_independence(s: Subject) -> Check:
     return Check("", "pass", "no row's output depends on another row's input")
 
 
+def beyond_tolerance(got: Tensor, reference: Tensor) -> float | None:
+    """The largest difference of ``got`` from ``reference`` when it exceeds TOL (relative to the
+    reference's size, at least 1), else None."""
+    diff = float((got - reference).abs().max())
+    return diff if diff > TOL * max(1.0, float(reference.abs().max())) else None
+
+
 def train_equals_eval(s: Subject) -> Check:
     x = inputs(2, 8, s.config.n_embd)
     with torch.no_grad():
         evaluated = s.run(x)
         trained = s.run(x, s.layer.train())
     s.layer.eval()
-    diff = float((trained - evaluated).abs().max())
-    if diff > TOL * max(1.0, float(evaluated.abs().max())):
+    diff = beyond_tolerance(trained, evaluated)
+    if diff is not None:
         return Check("", "fail", "with dropout 0 the output differs between train() and eval() (a dropout "
                      "rate not read from the config, or other train-only behaviour)",
                      f"B=2, T=8: largest difference {diff:.3g}")
@@ -207,8 +214,8 @@ def no_dropout_in_eval(s: Subject) -> Check:
         x = inputs(2, T, s.config.n_embd)
         with torch.no_grad():
             plain, evaluated = s.run(x), s.run(x, dropping)
-        diff = float((evaluated - plain).abs().max())
-        if diff > TOL * max(1.0, float(plain.abs().max())):
+        diff = beyond_tolerance(evaluated, plain)
+        if diff is not None:
             return Check("", "fail", "built with dropout 0.5, the layer in eval() differs from dropout 0: it drops "
                          "at inference (F.dropout(x, p) needs training=self.training; nn.Dropout follows eval())",
                          f"T={T}, B=2, dropout 0.5, eval(): largest difference {diff:.3g}")
