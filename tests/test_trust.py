@@ -330,6 +330,35 @@ def test_a_stored_rule_for_other_weights_or_settings_is_not_used(recall_run, mon
         model.rule_for(AbstainPolicy(mode="names"))
 
 
+def test_the_weights_digest_is_kept_until_a_weight_changes(tiny_config):
+    import hashlib
+
+    import torch
+
+    from attnlab.model.gpt import GPT
+    from attnlab.trust.stored import weights_digest
+
+    def hashed(model):  # the digest computed from scratch, as the stored file names it
+        h = hashlib.sha256()
+        for name, tensor in sorted(model.state_dict().items()):
+            h.update(name.encode())
+            h.update(tensor.detach().contiguous().numpy().tobytes())
+        return h.hexdigest()
+
+    model = GPT(tiny_config)
+    first = weights_digest(model)
+    assert first == hashed(model) == weights_digest(model)
+    with torch.no_grad():  # an in-place edit, as the editors make
+        next(model.parameters())[0, 0] += 1.0
+    assert weights_digest(model) == hashed(model) != first
+    other = GPT(tiny_config)
+    other.load_state_dict(model.state_dict())  # weights copied in: the same digest
+    assert weights_digest(other) == weights_digest(model)
+    with torch.no_grad():
+        model.load_state_dict(GPT(tiny_config).state_dict())  # weights replaced wholesale
+    assert weights_digest(model) == hashed(model) != weights_digest(other)
+
+
 def test_a_stored_rule_of_another_format_is_refitted_and_said_so(tmp_path, caplog):
     from attnlab.trust.stored import FORMAT, read_stored
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +31,25 @@ FIT_FIELDS = ("holdout_file", "holdout_fraction", "keep_right")
 
 def weights_digest(model) -> str:
     """sha256 over the model's tensors in name order: the identity of the weights a rule was
-    fitted for (an edited or further trained model has other weights)."""
+    fitted for (an edited or further trained model has other weights).
+
+    Kept per model while no tensor changes (each tensor's storage and version counter, which
+    every in-place change bumps): a served model checks its stored correction at every batch,
+    and hashing every weight each time would cost more than the batch's bookkeeping."""
+    state = sorted(model.state_dict().items())
+    key = tuple((name, t.data_ptr(), t._version) for name, t in state)
+    kept = _DIGESTS.get(model)
+    if kept is not None and kept[0] == key:
+        return kept[1]
     h = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
+    for name, tensor in state:
         h.update(name.encode())
         h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
+    _DIGESTS[model] = (key, h.hexdigest())
+    return _DIGESTS[model][1]
+
+
+_DIGESTS: "weakref.WeakKeyDictionary[Any, tuple[tuple, str]]" = weakref.WeakKeyDictionary()
 
 
 def stored_path(run: str | os.PathLike) -> Path:
