@@ -37,7 +37,10 @@ from attnlab.data.datasets import read_qa  # noqa: E402
 
 
 def start_server(run: str, threads: int, cache: bool = True) -> tuple[subprocess.Popen, str, int]:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("OMP_NUM_THREADS", None)
+    if threads:  # else as users start it: the server picks each batch's threads by the others' load
+        env["OMP_NUM_THREADS"] = str(threads)
     proc = subprocess.Popen([sys.executable, "-m", "attnlab", "serve", run, "--port", "0", "--rate-limit", "0",
                              "--out-dir", str(REPO / "runs" / "serve-load"), *([] if cache else ["--answer-cache", "0"])],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
@@ -102,13 +105,25 @@ def post(host: str, port: int, path: str, body: dict) -> dict:
     return data
 
 
-def phase(host: str, port: int, questions: list[str], args, with_trace: bool) -> dict:
-    """CLIENTS askers for SECONDS (and a tracer beside them when ``with_trace``)."""
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds a process has used so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def phase(host: str, port: int, questions: list[str], args, with_trace: bool, server: int) -> dict:
+    """CLIENTS askers for SECONDS (and a tracer beside them when ``with_trace``), and the cores'
+    worth of CPU the server and the clients' process each used meanwhile: on a small machine
+    the clients take a share of the cores the server would answer with."""
     latencies: list[float] = []
     errors: list[str] = []
     traces: list[float] = []
     cached: list[bool] = []
     began = time.monotonic()
+    cpu_before = cpu_seconds(server), cpu_seconds(os.getpid())
     until = began + args.seconds
     workers = [threading.Thread(target=client, args=(host, port, questions, k * 25, until, latencies, errors, cached))
                for k in range(args.clients)]
@@ -119,8 +134,10 @@ def phase(host: str, port: int, questions: list[str], args, with_trace: bool) ->
         w.start()
     for w in workers:
         w.join()
-    return {"elapsed": time.monotonic() - began, "latencies": latencies, "errors": errors, "traces": traces,
-            "cached": cached}
+    elapsed = time.monotonic() - began
+    server_cpu, client_cpu = (cpu_seconds(p) - b for p, b in zip((server, os.getpid()), cpu_before))
+    return {"elapsed": elapsed, "latencies": latencies, "errors": errors, "traces": traces,
+            "cached": cached, "server_cores": server_cpu / elapsed, "client_cores": client_cpu / elapsed}
 
 
 def row(name: str, clients: int, result: dict) -> list:
@@ -130,7 +147,8 @@ def row(name: str, clients: int, result: dict) -> list:
     traced = f"{len(result['traces'])}" if result["traces"] else "-"
     hits = f"{100 * sum(result['cached']) / len(result['cached']):.0f}%" if result["cached"] else "-"
     return [name, clients, f"{elapsed:.1f}", n, f"{n / elapsed:.1f}", f"{statistics.median(ms):.0f}" if ms else "-",
-            f"{p99:.0f}", len(result["errors"]), hits, traced]
+            f"{p99:.0f}", len(result["errors"]), hits, traced, f"{result['server_cores']:.2f}",
+            f"{result['client_cores']:.2f}"]
 
 
 def main() -> None:
@@ -138,7 +156,8 @@ def main() -> None:
     parser.add_argument("--run", default="models/cpu")
     parser.add_argument("--clients", type=int, default=30)
     parser.add_argument("--seconds", type=float, default=60.0, help="each phase's length")
-    parser.add_argument("--server-threads", type=int, default=1, help="OMP_NUM_THREADS of the server")
+    parser.add_argument("--server-threads", type=int, default=0,
+                        help="OMP_NUM_THREADS of the server (0, the default: unset, as users start it)")
     parser.add_argument("--trace-samples", type=int, default=10, help="noise samples of each trace (the page's default)")
     parser.add_argument("--job-facts", type=int, default=1,
                         help="the fact set (its number on the page) the training phase learns (1: examples/facts/islands)")
@@ -158,7 +177,7 @@ def main() -> None:
             if name == "job":  # a training job of the budget the phase lasts (at least a minute)
                 job = post(host, port, "/api/jobs", {"fact_set": args.job_facts,
                                                      "minutes": max(1.0, min(15.0, args.seconds / 60 + 0.5))})
-            result = phase(host, port, questions, args, with_trace=name == "trace")
+            result = phase(host, port, questions, args, with_trace=name == "trace", server=proc.pid)
             if job is not None:
                 post(host, port, f"/api/jobs/{job['id']}/cancel", {})
                 notes.append(f"- job phase: `{job['fact_set']}` learned in a {job['minutes']:g}-minute job "
@@ -172,9 +191,10 @@ def main() -> None:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
     text = table(["phase", "clients", "seconds", "answers", "requests/s", "p50 ms", "p99 ms", "errors", "cached",
-                  "traces"], rows)
+                  "traces", "server cores", "client cores"], rows)
     text += "\n\n" + "\n".join([
-        f"- `attnlab serve {args.run}` on 127.0.0.1 (a separate process, OMP_NUM_THREADS={args.server_threads}, "
+        f"- `attnlab serve {args.run}` on 127.0.0.1 (a separate process, "
+        f"{f'OMP_NUM_THREADS={args.server_threads}' if args.server_threads else 'threads chosen by the load, as users start it'}, "
         f"--rate-limit 0, the default abstention rule, {'no answer cache' if args.no_cache else 'its answer cache on'}); "
         "each client posts /api/ask with the next of the "
         f"{len(questions)} dev questions as soon as its last answer arrives, over one kept-open connection",
@@ -186,6 +206,10 @@ def main() -> None:
         "- cached: the share of answers given from the server's answer cache (a question its run was asked "
         "before, in any earlier phase too); the clients start 25 questions apart in the dev set, so after "
         "about 25 asks each one asks what another asked before. Only a --no-cache run is compute speed alone",
+        "- server cores, client cores: the CPU time the server process and the clients' process used over the "
+        "phase, in cores' worth (a training job's own process is in neither). The clients run on the same machine "
+        "(loopback): what they use is taken from the cores the server answers with, where a class's browsers "
+        "run on machines of their own",
         f"- server stopped by SIGINT (Ctrl-C): exit code {proc.returncode}",
         *notes,
     ])

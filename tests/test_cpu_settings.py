@@ -205,6 +205,7 @@ def test_small_inference_runs_on_one_thread_and_large_on_the_free_cores(monkeypa
     from attnlab.core import cpu_settings
 
     monkeypatch.setattr(cpu_settings, "_cores", lambda: 4)
+    monkeypatch.setattr(cpu_settings, "_load_watch", None)  # a one-shot process: nothing measured
     monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
     assert cpu_settings.inference_thread_count(1, load=0.0) == 1
     assert cpu_settings.inference_thread_count(cpu_settings.SMALL_WORK - 1, load=0.0) == 1
@@ -222,3 +223,35 @@ def test_small_inference_runs_on_one_thread_and_large_on_the_free_cores(monkeypa
     with cpu_settings.inference_threads(1) as threads:
         assert threads == 4
     assert calls == []
+
+
+def test_a_process_that_watches_the_load_answers_on_every_core_the_others_leave(monkeypatch):
+    """The server (``watch_load``): even a few questions take each core no other process used
+    over the last interval, and none that one did; re-measured once an interval has passed."""
+    import types
+
+    import torch
+
+    from attnlab.core import cpu_settings
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    monkeypatch.setenv("ATTNLAB_ADAPTIVE_THREADS", "1")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cpu_settings, "_load_watch", None)
+    samples = iter([(0.0, 0.0, 0.0), (10.0, 10.0, 10.0), (20.0, 32.0, 20.0)])
+    monkeypatch.setattr(cpu_settings.AdaptiveThreads, "_sample", lambda self: next(samples))
+    clock = [0.0]
+    monkeypatch.setattr(cpu_settings, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    assert cpu_settings.watch_load(interval=1.0)
+    watch = cpu_settings._load_watch
+    watch.cores = 4
+    clock[0] = 10.0  # the others used nothing: every core
+    assert cpu_settings.inference_thread_count(1) == 4
+    clock[0] = 10.5  # within the interval: the last measure stands
+    assert cpu_settings.inference_thread_count(1) == 4
+    clock[0] = 20.0  # the others used 1.2 cores' worth over ten seconds: three left
+    assert cpu_settings.inference_thread_count(1) == 3
+    assert cpu_settings.inference_thread_count(1000) == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setattr(cpu_settings, "_load_watch", None)
+    assert not cpu_settings.watch_load()  # the user's thread count: nothing watched

@@ -115,12 +115,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     jobs = None
     try:
         _say("reading PyTorch and the lab")
+        from ..core import cpu_settings
         from ..serve.app import create_app
 
         choices = fact_choices(args)
         lab = build_lab(args)
         jobs = build_jobs(args, lab, choices)
         app = create_app(lab, rate=args.rate_limit, jobs=jobs)
+        cpu_settings.watch_load()  # each batch's threads follow what other processes leave free
         port = sock.getsockname()[1]
         shown = f"[{args.host}]" if ":" in args.host else args.host
         print(f"attnlab lab at http://{shown}:{port}/ (Ctrl-C stops it)", flush=True)

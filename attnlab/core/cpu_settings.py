@@ -137,6 +137,7 @@ class AdaptiveThreads:
         self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._last = self._sample()
         self._wait = min(interval, 0.5)  # the first look comes soon: a run should start right
+        self._free = self.max_threads  # the last measure's threads (free_threads)
 
     @staticmethod
     def enabled() -> bool:
@@ -167,12 +168,22 @@ class AdaptiveThreads:
         """Re-set torch's thread count if an interval has passed; the count in use."""
         if self._last is None or time.monotonic() - self._last[0] < self._wait:
             return torch.get_num_threads()
-        sample, self._wait = self._sample(), self.interval
-        threads = self.threads_for(self.others(self._last, sample))
-        self._last = sample
+        threads = self.free_threads()
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
         return threads
+
+    def free_threads(self) -> int:
+        """Threads for the cores the others left free over the last interval, measured again
+        when an interval has passed since the last measure (torch's count is not touched)."""
+        if self._last is None:
+            return self.max_threads
+        if time.monotonic() - self._last[0] >= self._wait:
+            sample, self._wait = self._sample(), self.interval
+            if sample is not None:
+                self._free = self.threads_for(self.others(self._last, sample))
+                self._last = sample
+        return self._free
 
 
 # ---- inference: threads by the work's size and the machine's load --------------------------------
@@ -184,15 +195,37 @@ def _cores() -> int:
 
 
 def inference_thread_count(items: int, load: float | None = None) -> int:
-    """Threads for answering ``items`` questions: one for small work (a question's matrices are
-    too small to share, and a thread that shares a core with another process stalls every
-    parallel region at its barrier, as AdaptiveThreads says), else one per core the others'
-    load (``load``, default: the 1-minute load average, os.getloadavg) leaves free."""
+    """Threads for answering ``items`` questions.
+
+    In a long-running process that watches the load (``watch_load``: the server), one per core
+    the other processes left free over the last second, whatever the work's size: a batch of a
+    few questions still gains from a second free core, and a core another process holds is
+    never shared (a thread that shares it stalls every parallel region at its barrier, as
+    AdaptiveThreads says). Elsewhere (a one-shot command, a library call), nothing was measured
+    before the work: one thread for small work, where a shared core would cost the most and a
+    second thread gains the least, else one per core the 1-minute load average (``load``) leaves
+    free."""
+    if _load_watch is not None and load is None:
+        return max(1, min(torch.get_num_threads(), _load_watch.free_threads()))
     if items < SMALL_WORK:
         return 1
     if load is None:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     return max(1, min(torch.get_num_threads(), _cores() - int(load + 0.5)))
+
+
+_load_watch: "AdaptiveThreads | None" = None
+
+
+def watch_load(interval: float = 1.0) -> bool:
+    """From now on, measure the other processes' load between inference calls, so that each
+    call's threads follow it (``inference_thread_count``); for a process that answers for a
+    long time, where a measure over the last ``interval`` seconds is at hand. Only while the
+    thread count is left to attnlab (``AdaptiveThreads.enabled``); True if watching."""
+    global _load_watch
+    if AdaptiveThreads.enabled() and _load_watch is None:
+        _load_watch = AdaptiveThreads(interval=interval)
+    return _load_watch is not None
 
 
 @contextlib.contextmanager
