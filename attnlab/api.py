@@ -28,6 +28,7 @@ from typing import Any, Iterable, Mapping
 import torch
 from torch import Tensor
 
+from .answering.drafts import CorpusDraft
 from .answering.evaluate import Answer, Score, answer_questions, evaluate
 from .config.settings import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TRAIN, ModelConfig, TrainConfig
 from .core import cpu_settings, logs
@@ -84,6 +85,7 @@ class LoadedModel:
     fact_set: FactSet | None = None  # what it learned (``attnlab learn`` records it), or as given to load
     stored: dict[str, Any] | None = None  # the abstention fit stored with the run (trust/stored.py), read at load
     _rules: dict[AbstainPolicy, Rule | None] = field(default_factory=dict, repr=False, compare=False)
+    _draft: CorpusDraft | bool | None = field(default=None, repr=False, compare=False)  # recall_draft's, once read
 
     @property
     def config(self) -> ModelConfig:
@@ -130,10 +132,25 @@ class LoadedModel:
         examples = [QAExample(q.strip(), None, source, first_line + i) for i, q in enumerate(questions)]
         with torch.no_grad(), cpu_settings.inference_threads(len(examples)):
             answers = self._with_chance(answer_questions(self.gpt, self.vocab, examples, batch_size=batch_size,
-                                                         strict=strict))
+                                                         strict=strict, draft=self.recall_draft()))
             if isinstance(abstain, AbstainPolicy):
                 abstain = self.rule_for(abstain)
             return answers if abstain is None else self._withhold(answers, examples, abstain, batch_size)
+
+    def recall_draft(self) -> CorpusDraft | None:
+        """Guesses of a recall model's recall, looked up in the corpus it learned (its fact
+        set's, else the course's), so that ``ask`` decodes several characters a step; None for
+        a direct model or a corpus that cannot be read. What the model recalls is its own
+        either way (answering/drafts.py)."""
+        if self.config.qa_format not in RECALLING_FORMATS:
+            return None
+        if self._draft is None:
+            corpus = self.fact_set.corpus if self.fact_set else DEFAULT_CORPUS
+            try:
+                self._draft = CorpusDraft(read_corpus(found(corpus)), self.vocab)
+            except (OSError, ValueError):  # no corpus at hand: one character a step, as before
+                self._draft = False
+        return self._draft or None
 
     def correction(self) -> Correction | None:
         """The confidence correction stored with the run (``abstention.json``) when it was fitted

@@ -41,6 +41,10 @@ def test_a_plugin_model_is_pinned_and_decodes_as_without_the_cache(name: str) ->
     # A long prompt beside a short one: the batch decodes past the block in the finished row.
     uneven = [list(range(2, 16)), [3, 4]]
     assert generate(model, uneven, 12).tokens[1] == generate(model, uneven[1:], 12).tokens[0]
+    # A draft (the recall's guesses from the corpus) never changes the tokens: a lab-interface
+    # layer checks the guesses, a course module (which cannot hide a rejected guess) ignores them.
+    guesses = lambda row, ids: [2, 2, 2]  # noqa: E731
+    assert generate(model, prompts, 6, draft=guesses).tokens == cached
 
 
 def test_a_course_module_is_wrapped_and_its_dropout_names_answer() -> None:

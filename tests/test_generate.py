@@ -213,3 +213,70 @@ def test_kept_weight_stack_follows_weights_changed_in_place() -> None:
     assert after.logprobs == generate(fresh, PROMPTS, 6).logprobs
     model.load_state_dict(other.state_dict())
     assert generate(model, PROMPTS, 6).logprobs == generate(other, PROMPTS, 6).logprobs
+
+
+def _drafts(truth: dict[int, list[int]]):
+    """Drafts for rows whose greedy continuation is ``truth[row]`` (prompt included): right,
+    wrong throughout, and right for two tokens then wrong."""
+    def right(row, ids):
+        return truth[row][len(ids):len(ids) + 5]
+
+    def wrong(row, ids):
+        return [(t + 1) % VOCAB for t in truth[row][len(ids):len(ids) + 4]]
+
+    def half(row, ids):
+        guess = truth[row][len(ids):len(ids) + 5]
+        return guess[:2] + [(t + 1) % VOCAB for t in guess[2:]]
+    return {"right": right, "wrong": wrong, "half": half}
+
+
+@pytest.mark.parametrize("kind", ["right", "wrong", "half"])
+def test_a_draft_changes_no_token_whatever_it_guesses(model: GPT, kind: str) -> None:
+    """Speculative decoding (``draft``) keeps the model's greedy tokens and their
+    log-probabilities, with a stop token and rows that fill the block, for every variant."""
+    steps = BLOCK - max(map(len, PROMPTS))
+    free = generate(model, PROMPTS, steps)
+    stop = free.tokens[0][2]
+    plain = generate(model, PROMPTS, steps + 3, stop_token=stop)
+    truth = {b: p + t for b, (p, t) in enumerate(zip(PROMPTS, plain.tokens))}
+    drafted = generate(model, PROMPTS, steps + 3, stop_token=stop, draft=_drafts(truth)[kind])
+    assert drafted.tokens == plain.tokens
+    for got, ref in zip(drafted.logprobs, plain.logprobs):
+        torch.testing.assert_close(torch.tensor(got), torch.tensor(ref), atol=1e-5, rtol=1e-5)
+
+
+def test_a_good_draft_takes_fewer_steps_and_a_bad_one_no_more() -> None:
+    model = make_model("vanilla")
+    steps = BLOCK - max(map(len, PROMPTS))
+    plain = generate(model, PROMPTS, steps)
+    truth = {b: p + t for b, (p, t) in enumerate(zip(PROMPTS, plain.tokens))}
+    calls = []
+    run = model.run
+    model.run = lambda *a, **k: calls.append(1) or run(*a, **k)
+    try:
+        for kind in ("right", "wrong"):
+            calls.clear()
+            generate(model, PROMPTS, steps, draft=_drafts(truth)[kind])
+            if kind == "right":  # five guessed a step, each right: the prompt, then a step per six
+                assert len(calls) <= 1 + -(-steps // 6)
+            else:  # one token a step, as without a draft
+                assert len(calls) == steps
+    finally:
+        del model.run
+
+
+def test_finished_rows_leave_the_drafted_batch_and_the_rest_decode_on() -> None:
+    """Rows of different lengths fill the block at different steps: once half have finished,
+    the batch keeps only the others, which still decode exactly as plain decoding does."""
+    model = make_model("rotary")
+    plain = generate(model, PROMPTS, BLOCK)
+    truth = {b: p + t for b, (p, t) in enumerate(zip(PROMPTS, plain.tokens))}
+    sizes = []
+    run = model.run
+    model.run = lambda idx, **k: sizes.append(idx.shape[0]) or run(idx, **k)
+    try:
+        drafted = generate(model, PROMPTS, BLOCK, draft=_drafts(truth)["wrong"])
+    finally:
+        del model.run
+    assert drafted.tokens == plain.tokens
+    assert sizes[0] == len(PROMPTS) and sizes[-1] < len(PROMPTS) // 2 + 1

@@ -15,6 +15,7 @@ import torch
 from ..data.datasets import QAExample
 from ..data.relations import Schema
 from ..data.vocab import Vocab
+from ..model.generate import Draft
 from ..model.gpt import GPT
 from .formats import MAX_NEW_CHARS, Answer, answer_format, extract_answer  # noqa: F401 (their home was here)
 
@@ -62,15 +63,17 @@ def answer_questions(
     use_cache: bool = True,
     progress: bool = False,
     strict: bool = True,
+    draft: Draft | None = None,
 ) -> list[Answer]:
     """Greedy answers for every question, in input order, in the model's answer format
     (``qa_format``, attnlab/answering/formats.py). Questions are batched by length so little
     padding is decoded; a row stops at its closing MASK. The answer budget is the model's
     ``answer_chars`` unless ``max_new`` is given; with ``strict=False`` a question no relation
-    matches gets an empty answer stating its problem instead of an error."""
+    matches gets an empty answer stating its problem instead of an error. ``draft`` speeds a
+    recall model's recall up (answering/drafts.py) without changing what it recalls."""
     return answer_format(model.config.qa_format).answer(model, vocab, examples, batch_size=batch_size,
                                                         max_new=max_new, use_cache=use_cache, progress=progress,
-                                                        strict=strict)
+                                                        strict=strict, draft=draft)
 
 
 def score(predictions: list[str], examples: list[QAExample]) -> Score | None:

@@ -16,7 +16,7 @@ from ..core.progress import progress_bar
 from ..data.datasets import DataError, QAExample
 from ..data.formats import QA_FORMATS, DirectText, RecallText
 from ..data.vocab import MASK_CHAR, MASK_ID, Vocab
-from ..model.generate import generate
+from ..model.generate import Draft, generate
 from ..model.gpt import GPT
 from ..data.relations import Asked, Schema
 from .knowledge import MAX_ANSWER_CHARS, answer_by_recall, recall_prompt, require_person
@@ -70,7 +70,7 @@ class DirectFormat(DirectText):
 
     def answer(self, model: GPT, vocab: Vocab, examples: list[QAExample], *, batch_size: int,
                max_new: int | None = None, use_cache: bool = True, progress: bool = False,
-               strict: bool = True) -> list[Answer]:
+               strict: bool = True, draft: Draft | None = None) -> list[Answer]:
         """Questions batched by length so little padding is decoded; a row stops at its
         closing MASK. Any question is read as it is written (``strict`` is the recall
         format's)."""
@@ -106,7 +106,7 @@ class RecallFormat(RecallText):
 
     def answer(self, model: GPT, vocab: Vocab, examples: list[QAExample], *, batch_size: int,
                max_new: int | None = None, use_cache: bool = True, progress: bool = False,
-               strict: bool = True) -> list[Answer]:
+               strict: bool = True, draft: Draft | None = None) -> list[Answer]:
         """Answers in input order. A question that matches none of the model's relations is a
         DataError naming its line, or with ``strict=False`` an empty answer with its problem
         stated (one unreadable question does not stop the others)."""
@@ -130,7 +130,7 @@ class RecallFormat(RecallText):
         ok = [i for i, a in enumerate(asked) if a is not None]
         recalled = answer_by_recall(model, vocab, [asked[i].subject for i in ok], model.config.recall_chars,
                                     batch_size=batch_size, max_answer_chars=max_new,
-                                    cues=[schema.cue(asked[i].relation) for i in ok]) if ok else []
+                                    cues=[schema.cue(asked[i].relation) for i in ok], draft=draft) if ok else []
         by_row = dict(zip(ok, recalled))
         out = []
         for i, e in enumerate(examples):

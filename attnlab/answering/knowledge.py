@@ -29,7 +29,7 @@ import torch
 from ..data.corpus import CorpusIndex, person_of, place_in_line, recall_prompt, recall_string, require_person  # noqa: F401
 from ..data.datasets import QAExample
 from ..data.relations import Schema
-from ..model.generate import Generation, generate
+from ..model.generate import Draft, Generation, generate
 from ..model.gpt import GPT, evaluating
 from ..data.vocab import MASK_ID, PAD_ID, Vocab
 
@@ -56,7 +56,8 @@ MAX_ANSWER_CHARS = 32  # the longest place read out, by every answerer (evaluate
 @torch.no_grad()
 def answer_by_recall(model: GPT, vocab: Vocab, names: list[str], recall_chars: int, *,
                      batch_size: int = 256, max_answer_chars: int | None = None,
-                     read_out: str = "span", cues: list[str | None] | None = None) -> list[RecallAnswer]:
+                     read_out: str = "span", cues: list[str | None] | None = None,
+                     draft: Draft | None = None) -> list[RecallAnswer]:
     """Recall each subject's line from ``NAME.`` (greedy), then read the answer (greedy).
 
     ``read_out="span"`` (the default) answers the run of whole words of the recalled text (after
@@ -69,7 +70,9 @@ def answer_by_recall(model: GPT, vocab: Vocab, names: list[str], recall_chars: i
     out: free reading garbles copies ("Paris" -> "Pars"; docs/guides/knowledge.md). ``"free"``
     is the unconstrained greedy read-out. A row that recalled nothing reads freely.
     ``cues`` (one per name, a fact set of several relations) name the relation to read; a
-    subject asked about several relations is recalled once.
+    subject asked about several relations is recalled once. ``draft`` (answering/drafts.py)
+    guesses the recall's next characters so that it is decoded several a step; the recall is
+    the model's greedy text either way.
 
     Confidence is the probability of the answer and its closing mark given the recalled text,
     times, when the answer is spelled out in the recalled text, the probability the model gave
@@ -81,7 +84,7 @@ def answer_by_recall(model: GPT, vocab: Vocab, names: list[str], recall_chars: i
     recalls: dict[str, tuple[list[int], int, list[float]]] = {}
     for start in range(0, len(unique), batch_size):
         part = unique[start:start + batch_size]
-        recalls.update(zip(part, _recall_batch(model, vocab, part, recall_chars)))
+        recalls.update(zip(part, _recall_batch(model, vocab, part, recall_chars, draft)))
     out: list[RecallAnswer] = []
     for start in range(0, len(names), batch_size):
         rows = [recalls[n] for n in names[start:start + batch_size]]
@@ -90,11 +93,11 @@ def answer_by_recall(model: GPT, vocab: Vocab, names: list[str], recall_chars: i
     return out
 
 
-def _recall_batch(model, vocab, names, recall_chars) -> list[tuple[list[int], int, list[float]]]:
+def _recall_batch(model, vocab, names, recall_chars, draft=None) -> list[tuple[list[int], int, list[float]]]:
     """Each name's recalled ids, its prompt's length and the log-probabilities of the recall."""
     prompts = [vocab.encode(recall_prompt(n)) for n in names]
     budget = max(1, recall_chars - min(len(p) for p in prompts))
-    first = generate(model, prompts, budget, stop_token=MASK_ID)
+    first = generate(model, prompts, budget, stop_token=MASK_ID, draft=draft)
     out = []
     for prompt, new, logps in zip(prompts, first.tokens, first.logprobs):
         text = (prompt + new)[:recall_chars]

@@ -65,13 +65,15 @@ def generate(
     stop_token: int | None = None,
     use_cache: bool = True,
     generator: torch.Generator | None = None,
-    allowed_next: Callable[[list[list[int]]], Tensor | None] | None = None,
+    allowed_next: Callable[[list[list[int]]], Tensor | None] | None = None, draft: "Draft | None" = None,
 ) -> Generation:
     """Continue each prompt by up to ``max_new_tokens`` tokens (fewer if the block is full).
     Rows stop at ``stop_token`` (kept); decoding ends when every row has stopped.
-    ``allowed_next``, given the tokens chosen so far in each row, returns a (B, V) mask of the
-    tokens each row may choose next (None: any); the log-probabilities stay the model's own."""
+    ``allowed_next``: (B, V) masks of the tokens each row may choose next, given its tokens so
+    far (None: any); ``draft``: guesses checked several a step (``_drafted``), same tokens."""
     _check_prompts(prompts, model.config.block_size)
+    if draft is not None and temperature <= 0 and use_cache and allowed_next is None and _any_mask(model):
+        return _drafted(model, prompts, max_new_tokens, stop_token, draft)
     device = next(model.parameters()).device
     block = model.config.block_size
     # Each row may grow until it fills the block, whatever the other rows' lengths.
@@ -112,6 +114,101 @@ def generate(
                 step_pos = key_buf[:, :width + 1]
     out, logps = out[:, :n], logps[:, :n]
     return _trimmed(out, logps, limits, stop_token)
+
+
+def _any_mask(model: GPT) -> bool:
+    """Whether every attention layer honours any mask of visible keys (a drafted step hides
+    rejected guesses in the middle of a row; a course-interface module cannot)."""
+    return all(getattr(m, "any_mask", True) for m in model.modules())
+
+
+Draft = Callable[[int, list[int]], list[int]]  # (row, its tokens so far) -> the tokens guessed next
+
+
+@torch.no_grad()
+def _drafted(model: GPT, prompts: list[list[int]], max_new_tokens: int, stop_token: int | None,
+             draft: Draft) -> Generation:
+    """Greedy decoding that checks guessed tokens in one pass (speculative decoding with a
+    draft that costs nothing to make, such as text looked up in the training corpus).
+
+    Each step feeds every row's last chosen token and the tokens ``draft`` guesses after it;
+    the model's own choice at each position is kept while it agrees with the guess, and its
+    choice at the first disagreement is the next token. So the tokens are the model's greedy
+    choices whatever the draft says; a good draft yields many of them a step, a bad one one
+    (as plain decoding). Rows take different numbers of guesses: the cache keeps every
+    position fed, and the positions of rejected guesses are masked out of every later step.
+    Once half the rows of the batch have finished, the batch (and its cache) keeps only the
+    others, so a few rows the draft guesses badly do not carry the whole batch along."""
+    device = next(model.parameters()).device
+    block = model.config.block_size
+    limits = [min(max_new_tokens, block - len(p)) for p in prompts]
+    out: list[list[int]] = [[] for _ in prompts]
+    logps: list[list[float]] = [[] for _ in prompts]
+    idx, seen = _left_padded(prompts, device)
+    key_pos = left_padded_positions(seen)
+    caches = [KVCache() for _ in model.blocks]
+    rows = list(range(len(prompts)))  # the prompt of each row of the batch
+    with evaluating(model):
+        logits, _ = model.run(idx, positions=key_pos, allowed=masks.padded(seen), caches=caches,
+                              key_positions=key_pos)
+        last = logits[:, -1].float().log_softmax(-1)
+        for b, r in enumerate(rows):
+            _take(out[r], logps[r], [int(last[b].argmax())], last[b:b + 1], limits[r], stop_token)
+        nxt_pos = key_pos[:, -1] + 1  # the position of each row's last chosen token
+        while True:
+            active = [b for b, r in enumerate(rows) if not _finished(out[r], limits[r], stop_token)]
+            if not active:
+                break
+            if 2 * len(active) <= len(rows):
+                keep = torch.tensor(active, device=device)
+                rows, seen, key_pos, nxt_pos = [rows[b] for b in active], seen[keep], key_pos[keep], nxt_pos[keep]
+                for cache in caches:
+                    cache.k, cache.v = cache.k[keep], cache.v[keep]
+                active = list(range(len(rows)))
+            guesses = {b: draft(rows[b], prompts[rows[b]] + out[rows[b]])[:max(0, limits[rows[b]] - len(out[rows[b]]) - 1)]
+                       for b in active}
+            feed, real = _round_input(guesses, [out[r][-1] for r in rows], device)
+            T = feed.shape[1]
+            positions = (nxt_pos[:, None] + torch.arange(T, device=device)).clamp(max=block - 1)
+            seen, key_pos = torch.cat([seen, real], 1), torch.cat([key_pos, positions], 1)
+            logits, _ = model.run(feed, positions=positions, allowed=masks.padded(seen, T), caches=caches,
+                                  key_positions=key_pos)
+            scores = logits.float().log_softmax(-1)
+            choices = scores.argmax(-1).tolist()
+            for b, g in guesses.items():
+                c, r = choices[b], rows[b]
+                agreed = next((j for j in range(len(g)) if c[j] != g[j]), len(g))
+                _take(out[r], logps[r], g[:agreed] + [c[agreed]], scores[b, :agreed + 1], limits[r], stop_token)
+                seen[b, seen.shape[1] - T + 1 + agreed:] = False  # the rejected guesses, never seen again
+                nxt_pos[b] += agreed + 1
+    return Generation(out, logps)
+
+
+def _round_input(guesses: dict[int, list[int]], last: list[int], device) -> tuple[Tensor, Tensor]:
+    """What a drafted step feeds (B, 1 + the longest guess): each guessing row's last chosen
+    token and its guesses, PAD elsewhere; and which of those positions are real tokens."""
+    T = 1 + max(len(g) for g in guesses.values())
+    feed = torch.full((len(last), T), PAD_ID, dtype=torch.long, device=device)
+    real = torch.zeros(len(last), T, dtype=torch.bool, device=device)
+    for b, g in guesses.items():
+        feed[b, :1 + len(g)] = torch.tensor([last[b], *g], device=device)
+        real[b, :1 + len(g)] = True
+    return feed, real
+
+
+def _take(out: list[int], logps: list[float], chosen: list[int], scores: Tensor, limit: int,
+          stop_token: int | None) -> None:
+    """Append ``chosen`` (and their log-probabilities from ``scores`` (n, V)) to a row, up to its
+    limit and its stop token."""
+    for j, token in enumerate(chosen):
+        if len(out) >= limit or (stop_token is not None and out and out[-1] == stop_token):
+            return
+        out.append(token)
+        logps.append(float(scores[j, token]))
+
+
+def _finished(out: list[int], limit: int, stop_token: int | None) -> bool:
+    return len(out) >= limit or (stop_token is not None and bool(out) and out[-1] == stop_token)
 
 
 def _room(valid: Tensor, steps: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:

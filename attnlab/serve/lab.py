@@ -518,7 +518,7 @@ class Lab:
 
     def _score_dev(self, run: Run) -> tuple[list[Answer], dict[str, Any]]:
         examples = self.facts_of(run).dev
-        answers = answer_questions(run.model.gpt, run.model.vocab, examples)
+        answers = answer_questions(run.model.gpt, run.model.vocab, examples, draft=run.model.recall_draft())
         given = self._given(run.model, run.rule, answers)
         right = [a.answer == e.answer for a, e in zip(answers, examples)]
         confidence = [a.confidence for a in answers]

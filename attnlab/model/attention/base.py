@@ -77,6 +77,9 @@ class Attention(FastPath, nn.Module):
     # Whether the scores depend on content only (no position enters the layer), so that with
     # --positions none and --no-causal the whole network is permutation-equivariant.
     permutation_equivariant: ClassVar[bool] = True
+    # Whether the layer honours any mask of visible keys (``allowed``); decoding with a draft
+    # (model/generate.py) hides rejected guesses in the middle of a row's keys.
+    any_mask: ClassVar[bool] = True
     # This variant's parameters (names within the layer) exempt from weight decay, besides
     # biases and other vectors (the optimiser never decays those): GPT.no_weight_decay.
     no_decay: ClassVar[tuple[str, ...]] = ()

@@ -208,6 +208,7 @@ class CourseAttention(Attention):
     source: Path = Path()
     fusable = False
     permutation_equivariant = False
+    any_mask = False  # a run of keys ending at the query only (``_by_runs``)
 
     def __init__(self, config: ModelConfig):
         nn.Module.__init__(self)
