@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import report, table  # noqa: E402
+from _common import REPO, report, table  # noqa: E402
 
 import attnlab  # noqa: E402
 from attnlab.answering.evaluate import answer_questions  # noqa: E402
@@ -73,14 +73,15 @@ def main(argv: list[str] | None = None) -> None:
     model = attnlab.load(args.run, device="cpu")
     if model.recall_draft() is None:
         raise SystemExit(f"{args.run}: not a recall model with a readable corpus: nothing to draft")
-    dev = model.fact_set.dev if model.fact_set else Path(attnlab.__file__).parents[1] / "data" / "birth_dev.tsv"
+    dev = Path(model.fact_set.dev if model.fact_set else REPO / "data" / "birth_dev.tsv").resolve()
+    shown = dev.relative_to(REPO) if dev.is_relative_to(REPO) else dev
     examples = read_qa(dev, labelled=True)
     answer_questions(model.gpt, model.vocab, examples[:4], draft=model.recall_draft())  # warm-up
     rows = [side_by_side(model, examples, int(b), args.rounds) for b in args.batches.split(",")]
     row, notes = whole_file(model, examples, args.batch_size)
     text = table(["questions a batch", "batches", "plain ms", "drafted ms", "plain / drafted"], rows + [row])
     text += "\n\n" + "\n".join([
-        f"- `{args.run}`, its dev questions ({dev}); a batch's time is the median over its rounds; plain: the "
+        f"- `{args.run}`, its dev questions ({shown}); a batch's time is the median over its rounds; plain: the "
         "recall decoded one character a step; drafted: the corpus's guesses checked several a step",
         *notes,
     ])
