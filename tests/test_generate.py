@@ -147,13 +147,13 @@ def growing_loop(model: GPT, prompts: list[list[int]], max_new: int, stop_token=
     faster loop must equal bit for bit."""
     from attnlab.data.vocab import PAD_ID
     from attnlab.model.attention import KVCache, masks
-    from attnlab.model.generate import _left_padded, _pick, _trimmed
+    from attnlab.model.generate import left_padded, _pick, _trimmed
     from attnlab.model.positions import left_padded_positions
 
     block = model.config.block_size
     limits = torch.tensor([min(max_new, block - len(p)) for p in prompts])
     B = len(prompts)
-    idx, valid = _left_padded(prompts, torch.device("cpu"))
+    idx, valid = left_padded(prompts, torch.device("cpu"))
     positions = left_padded_positions(valid)
     caches = [KVCache() for _ in model.blocks]
     out, logps = torch.empty(B, 0, dtype=torch.long), torch.empty(B, 0)

@@ -153,6 +153,26 @@ def test_span_read_out_scores_only_the_likeliest_openings(tiny_config):
     assert read.tokens[0][0] == opening
 
 
+def test_span_read_out_of_a_batch_is_each_row_read_alone(tiny_config):
+    """Contexts of different lengths read together, a few a pass, some with no word to read:
+    each row's span and log-probabilities are those it gets alone."""
+    texts = ["Ann Lee. Ann Lee was born in New Paris, a town .⁇birthplace⁇",
+             "Bo Kim. Bo Kim was born in Oslo .⁇birthplace⁇",
+             "Cy Dunmore-Hall. Cy was born in Rome or in Lima, they say .⁇birthplace⁇",
+             "Di Ng. .⁇birthplace⁇"]
+    vocab = Vocab.from_text("".join(texts).replace("⁇", ""))
+    torch.manual_seed(1)
+    model = GPT(dataclasses.replace(tiny_config, vocab_size=len(vocab), block_size=128, n_embd=32,
+                                    qa_format="recall", recall_chars=80)).eval()
+    contexts = [vocab.encode(t) for t in texts]
+    sources = [vocab.encode(t[t.index(".") + 1:t.index("⁇")]) for t in texts]
+    together = read_best_spans(model, vocab, contexts, sources, 16, rows_per_pass=3)
+    for c, s, tokens, logprobs in zip(contexts, sources, together.tokens, together.logprobs):
+        alone = read_best_spans(model, vocab, [c], [s], 16)
+        assert tokens == alone.tokens[0]
+        assert logprobs == pytest.approx(alone.logprobs[0], abs=1e-5)
+
+
 def test_mix_people_keeps_the_first_n_trainees_held_out_and_unlisted_people(tiny_data):
     from attnlab.data.datasets import read_text
     from attnlab.training.pipeline import _lm_batches

@@ -29,7 +29,9 @@ import torch
 from ..data.corpus import CorpusIndex, person_of, place_in_line, recall_prompt, recall_string, require_person  # noqa: F401
 from ..data.datasets import QAExample
 from ..data.relations import Schema
-from ..model.generate import Draft, Generation, generate
+from ..model.attention import KVCache, masks
+from ..model.generate import Draft, Generation, generate, left_padded
+from ..model.positions import left_padded_positions
 from ..model.gpt import GPT, evaluating
 from ..data.vocab import MASK_ID, PAD_ID, Vocab
 
@@ -167,22 +169,23 @@ def read_best_spans(model: GPT, vocab: Vocab, contexts: list[list[int]], sources
     cue), the whole-word span of its ``source`` (what was recalled after the prompt) that the
     model finds most likely as the answer: the span's characters and the closing mark, scored
     together. Returned as ``generate`` returns a read (the span and ``⁇``, with the model's
-    log-probability of each); a row whose source has no word is read freely."""
+    log-probability of each); a row whose source has no word is read freely.
+
+    ``rows_per_pass`` contexts at a time go through the model once, keeping their keys and
+    values: the last position gives the answer's first character (which chooses the spans to
+    score), and the spans are then scored against the kept context, never computing it again."""
     chooser = WholeWords(vocab)
-    first = _last_log_probs(model, contexts)
     tokens: list[list[int] | None] = [None] * len(contexts)
     logprobs: list[list[float] | None] = [None] * len(contexts)
-    rows = []
-    for r, (context, source) in enumerate(zip(contexts, sources)):
-        room = model.config.block_size - len(context)
-        candidates = chooser.candidates(source, min(max_answer_chars, room), first[r], openings)
-        if candidates:
-            rows.append((r, candidates))
-    for start in range(0, len(rows), rows_per_pass):
-        part = rows[start:start + rows_per_pass]
-        for (r, _), (span, logps) in zip(part, _score_spans(model, chooser, [contexts[r] for r, _ in part],
-                                                             [c for _, c in part])):
-            tokens[r], logprobs[r] = span + [MASK_ID], logps
+    for start in range(0, len(contexts), rows_per_pass):
+        part = list(range(start, min(start + rows_per_pass, len(contexts))))
+        read = _KeptContexts(model, [contexts[r] for r in part])
+        runs = [chooser.candidates(sources[r], min(max_answer_chars, model.config.block_size - len(contexts[r])),
+                                   read.first[i], openings) for i, r in enumerate(part)]
+        if any(runs):
+            for r, best in zip(part, read.best_spans(runs, chooser)):
+                if best is not None:
+                    tokens[r], logprobs[r] = best[0] + [MASK_ID], best[1]
     free = [r for r, t in enumerate(tokens) if t is None]
     if free:
         read = generate(model, [contexts[r] for r in free], max_answer_chars + 1, stop_token=MASK_ID)
@@ -191,20 +194,51 @@ def read_best_spans(model: GPT, vocab: Vocab, contexts: list[list[int]], sources
     return Generation(tokens, logprobs)
 
 
-def _last_log_probs(model: GPT, contexts: list[list[int]], batch_size: int = 64) -> torch.Tensor:
-    """(B, V) log-probabilities of the character after each context."""
-    out = []
-    for start in range(0, len(contexts), batch_size):
-        part = contexts[start:start + batch_size]
-        longest = max(len(c) for c in part)
-        idx = torch.full((len(part), longest), PAD_ID, dtype=torch.long)
-        for b, c in enumerate(part):
-            idx[b, :len(c)] = torch.tensor(c)
+class _KeptContexts:
+    """A few contexts run through the model once (left-padded), their keys and values kept:
+    ``first`` (B, V) holds the log-probabilities of the character after each context."""
+
+    def __init__(self, model: GPT, contexts: list[list[int]]):
+        self.model, self.lengths = model, [len(c) for c in contexts]
+        device = next(model.parameters()).device
+        idx, self.valid = left_padded(contexts, device)
+        self.positions = left_padded_positions(self.valid)
+        self.caches = [KVCache() for _ in model.blocks]
         with evaluating(model):
-            logits, _ = model(idx.to(next(model.parameters()).device))
-        ends = torch.tensor([len(c) - 1 for c in part])
-        out.append(logits[torch.arange(len(part)), ends.to(logits.device)].float().log_softmax(-1).cpu())
-    return torch.cat(out)
+            logits, _ = model.run(idx, positions=self.positions, allowed=masks.padded(self.valid),
+                                  caches=self.caches, key_positions=self.positions)
+        self.first = logits[:, -1].float().log_softmax(-1).cpu()
+
+    def best_spans(self, runs: list[list[list[int]]], chooser: "WholeWords"
+                   ) -> list[tuple[list[int], list[float]] | None]:
+        """Each context's likeliest whole-word prefix of its ``runs`` (None: no runs): every run
+        follows its context in one pass, seeing the context and itself only, numbered on from
+        the context as if it alone followed it."""
+        device = self.valid.device
+        B, C = self.valid.shape
+        R = max(1, max(sum(len(run) for run in rows) for rows in runs))
+        feed = torch.full((B, R), PAD_ID, dtype=torch.long)
+        positions = torch.zeros(B, R, dtype=torch.long)
+        allowed = torch.zeros(B, R, C + R, dtype=torch.bool)
+        allowed[:, :, C:] = torch.eye(R, dtype=torch.bool)  # padding sees itself
+        for b, rows in enumerate(runs):
+            toks = [t for run in rows for t in run]
+            if toks:
+                n = len(toks)
+                group = torch.tensor([k for k, run in enumerate(rows) for _ in run])
+                at = torch.arange(n)
+                feed[b, :n] = torch.tensor(toks)
+                positions[b, :n] = self.lengths[b] + torch.tensor([j for run in rows for j in range(len(run))])
+                allowed[b, :n, :C] = self.valid[b].cpu()
+                allowed[b, :n, C:C + n] = (at[None, :] <= at[:, None]) & (group[None, :] == group[:, None])
+        with evaluating(self.model):
+            logits, _ = self.model.run(feed.to(device), positions=positions.to(device),
+                                       allowed=allowed[:, None].to(device), caches=self.caches,
+                                       key_positions=torch.cat([self.positions, positions.to(device)], 1))
+        logp = logits.float().log_softmax(-1).cpu()
+        # The first character's distribution, then the runs': as one row whose context ends at 0.
+        return [_best_of_row(torch.cat([self.first[b:b + 1], logp[b]]), 1, rows, chooser) if rows else None
+                for b, rows in enumerate(runs)]
 
 
 class WholeWords:
@@ -244,39 +278,6 @@ class WholeWords:
             if self.ends(source, start + n):
                 return n
         return 0
-
-
-def _score_spans(model: GPT, chooser: WholeWords, contexts: list[list[int]],
-                 runs: list[list[list[int]]]) -> list[tuple[list[int], list[float]]]:
-    """Each row's best span: one forward pass over the context followed by all its runs, each
-    run seeing the context and itself only (numbered on from the context, as if it alone
-    followed it), scored at every whole-word prefix with the closing mark."""
-    rows = [_tree_row(c, r) for c, r in zip(contexts, runs)]
-    width = max(len(t) for t, _, _ in rows)
-    B = len(rows)
-    idx = torch.full((B, width), PAD_ID, dtype=torch.long)
-    pos = torch.zeros(B, width, dtype=torch.long)
-    allowed = torch.eye(width, dtype=torch.bool).repeat(B, 1, 1)  # padding sees itself
-    for b, (toks, positions, mask) in enumerate(rows):
-        n = len(toks)
-        idx[b, :n], pos[b, :n], allowed[b, :n, :n] = torch.tensor(toks), torch.tensor(positions), mask
-    device = next(model.parameters()).device
-    with evaluating(model):
-        logits, _ = model.run(idx.to(device), positions=pos.to(device), allowed=allowed[:, None].to(device))
-    logp = logits.float().log_softmax(-1).cpu()
-    return [_best_of_row(logp[b], len(c), r, chooser) for b, (c, r) in enumerate(zip(contexts, runs))]
-
-
-def _tree_row(context: list[int], runs: list[list[int]]) -> tuple[list[int], list[int], torch.Tensor]:
-    """Tokens, positions and the (T, T) attention mask of a context followed by its runs."""
-    C = len(context)
-    group = [-1] * C + [k for k, run in enumerate(runs) for _ in run]
-    toks = context + [t for run in runs for t in run]
-    positions = list(range(C)) + [C + j for run in runs for j in range(len(run))]
-    g = torch.tensor(group)
-    at = torch.arange(len(toks))
-    causal = at[None, :] <= at[:, None]
-    return toks, positions, causal & ((g[None, :] < 0) | (g[None, :] == g[:, None]))
 
 
 def _best_of_row(logp: torch.Tensor, C: int, runs: list[list[int]], chooser: WholeWords) -> tuple[list[int], list[float]]:

@@ -79,7 +79,7 @@ def generate(
     # Each row may grow until it fills the block, whatever the other rows' lengths.
     limits = torch.tensor([min(max_new_tokens, block - len(p)) for p in prompts], device=device)
     B, steps = len(prompts), int(limits.max())
-    idx, valid = _left_padded(prompts, device)
+    idx, valid = left_padded(prompts, device)
     P = valid.shape[1]
     out, logps, seen, key_buf = _room(valid, steps)
     caches = [KVCache() for _ in model.blocks] if use_cache else None
@@ -144,7 +144,7 @@ def _drafted(model: GPT, prompts: list[list[int]], max_new_tokens: int, stop_tok
     limits = [min(max_new_tokens, block - len(p)) for p in prompts]
     out: list[list[int]] = [[] for _ in prompts]
     logps: list[list[float]] = [[] for _ in prompts]
-    idx, seen = _left_padded(prompts, device)
+    idx, seen = left_padded(prompts, device)
     key_pos = left_padded_positions(seen)
     caches = [KVCache() for _ in model.blocks]
     rows = list(range(len(prompts)))  # the prompt of each row of the batch
@@ -234,7 +234,7 @@ def _check_prompts(prompts: list[list[int]], block: int) -> None:
         raise ValueError(f"a prompt of {longest} tokens exceeds the model's block_size {block}")
 
 
-def _left_padded(prompts: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
+def left_padded(prompts: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
     """(B, P) token ids, prompts right-aligned after PAD, and (B, P) which of them are real."""
     longest = max(len(p) for p in prompts)
     idx = torch.full((len(prompts), longest), PAD_ID, dtype=torch.long, device=device)
