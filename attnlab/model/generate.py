@@ -201,13 +201,14 @@ def _take(out: list[int], logps: list[float], chosen: list[int], scores: Tensor,
     """Append ``chosen`` (and their log-probabilities from ``scores`` (n, V)) to a row, up to its
     limit and its stop token."""
     for j, token in enumerate(chosen):
-        if len(out) >= limit or (stop_token is not None and out and out[-1] == stop_token):
+        if _finished(out, limit, stop_token):
             return
         out.append(token)
         logps.append(float(scores[j, token]))
 
 
 def _finished(out: list[int], limit: int, stop_token: int | None) -> bool:
+    """Whether a row has its limit of tokens or ends with the stop token."""
     return len(out) >= limit or (stop_token is not None and bool(out) and out[-1] == stop_token)
 
 
