@@ -173,6 +173,46 @@ def test_span_read_out_of_a_batch_is_each_row_read_alone(tiny_config):
         assert logprobs == pytest.approx(alone.logprobs[0], abs=1e-5)
 
 
+def test_span_read_out_scores_few_runs_and_answers_as_scoring_every_run(monkeypatch):
+    """The shipped model's recalls of a few dev people: the read-out scores the likeliest
+    opening's runs, then only runs whose first character beats the best span found; its spans
+    and log-probabilities are those that scoring every candidate run in one pass gives, from
+    fewer scored characters."""
+    from pathlib import Path
+
+    from attnlab.answering import knowledge
+    from attnlab.model.checkpoint import load_model
+
+    shipped = Path(__file__).resolve().parents[1] / "models" / "cpu"
+    model, vocab, _ = load_model(shipped, device="cpu")
+    names = ["Ralf Wadephul", "Alfred Mele", "Gustav Ludwig Hertz", "Jan Lenica", "Lindsay Lohan", "Rumi"]
+    with torch.no_grad():
+        recalls = knowledge._recall_batch(model, vocab, names, model.config.recall_chars)
+    contexts = [text + [MASK_ID] for text, _, _ in recalls]
+    sources = [text[n:] for text, n, _ in recalls]
+    scored: list[int] = []
+    score_all = knowledge._KeptContexts.best_spans
+
+    def counting(self, runs, chooser):
+        scored.append(sum(len(run) for rows in runs for run in rows))
+        return score_all(self, runs, chooser)
+
+    monkeypatch.setattr(knowledge._KeptContexts, "best_spans", counting)
+    read = read_best_spans(model, vocab, contexts, sources, model.config.answer_chars, rows_per_pass=len(names))
+    bounded = sum(scored)
+    with torch.no_grad():
+        kept = knowledge._KeptContexts(model, contexts)
+        chooser = WholeWords(vocab)
+        runs = [chooser.candidates(s, min(model.config.answer_chars, model.config.block_size - len(c)),
+                                   kept.first[i], knowledge.SPAN_OPENINGS)
+                for i, (c, s) in enumerate(zip(contexts, sources))]
+        every = score_all(kept, runs, chooser)
+    assert bounded < sum(len(run) for rows in runs for run in rows)
+    for tokens, logprobs, (span, expected) in zip(read.tokens, read.logprobs, every):
+        assert tokens == span + [MASK_ID]
+        assert logprobs == pytest.approx(expected, abs=1e-4)
+
+
 def test_mix_people_keeps_the_first_n_trainees_held_out_and_unlisted_people(tiny_data):
     from attnlab.data.datasets import read_text
     from attnlab.training.pipeline import _lm_batches

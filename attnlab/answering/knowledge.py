@@ -182,16 +182,35 @@ def read_best_spans(model: GPT, vocab: Vocab, contexts: list[list[int]], sources
         read = _KeptContexts(model, [contexts[r] for r in part])
         runs = [chooser.candidates(sources[r], min(max_answer_chars, model.config.block_size - len(contexts[r])),
                                    read.first[i], openings) for i, r in enumerate(part)]
-        if any(runs):
-            for r, best in zip(part, read.best_spans(runs, chooser)):
-                if best is not None:
-                    tokens[r], logprobs[r] = best[0] + [MASK_ID], best[1]
+        for r, best in zip(part, _likeliest_spans(read, runs, chooser)):
+            if best is not None:
+                tokens[r], logprobs[r] = best[0] + [MASK_ID], best[1]
     free = [r for r, t in enumerate(tokens) if t is None]
     if free:
         read = generate(model, [contexts[r] for r in free], max_answer_chars + 1, stop_token=MASK_ID)
         for r, t, lp in zip(free, read.tokens, read.logprobs):
             tokens[r], logprobs[r] = t, lp
     return Generation(tokens, logprobs)
+
+
+def _likeliest_spans(read: "_KeptContexts", runs: list[list[list[int]]], chooser: "WholeWords"
+                     ) -> list[tuple[list[int], list[float]] | None]:
+    """Each row's likeliest span of its ``runs``, scoring as few runs as the answer allows: the
+    runs that open with the row's likeliest opening first, then only those whose first
+    character alone is likelier than the best span found (a span's log-probability is its first
+    character's plus terms that are never positive, so no other run can beat it). The answer is
+    the one scoring every run gives; most rows need the first pass only."""
+    def score(first_runs: list[list[list[int]]]) -> list[tuple[list[int], list[float]] | None]:
+        return read.best_spans(first_runs, chooser) if any(first_runs) else [None] * len(first_runs)
+
+    top = [max((read.first[i][run[0]].item() for run in rows if run), default=-math.inf)
+           for i, rows in enumerate(runs)]
+    best = score([[run for run in rows if run and read.first[i][run[0]].item() == top[i]]
+                  for i, rows in enumerate(runs)])
+    bound = [sum(b[1]) if b is not None else -math.inf for b in best]
+    later = score([[run for run in rows if run and top[i] > read.first[i][run[0]].item() > bound[i]]
+                   for i, rows in enumerate(runs)])
+    return [b if a is None or (b is not None and sum(b[1]) >= sum(a[1])) else a for b, a in zip(best, later)]
 
 
 class _KeptContexts:
@@ -216,6 +235,8 @@ class _KeptContexts:
         the context as if it alone followed it."""
         device = self.valid.device
         B, C = self.valid.shape
+        for cache in self.caches:  # the context's keys and values only, not an earlier call's runs
+            cache.truncate(C)
         R = max(1, max(sum(len(run) for run in rows) for rows in runs))
         feed = torch.full((B, R), PAD_ID, dtype=torch.long)
         positions = torch.zeros(B, R, dtype=torch.long)

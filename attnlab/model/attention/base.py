@@ -62,6 +62,12 @@ class KVCache:
     def length(self) -> int:
         return 0 if self.k is None else self.k.shape[2]
 
+    def truncate(self, length: int) -> None:
+        """Forget every position from ``length`` on (what a caller appended to score and no
+        longer needs); the storage is kept for the next append."""
+        if self.k is not None and length < self.length:
+            self.k, self.v = self.k[:, :, :length], self.v[:, :, :length]
+
 
 class Attention(FastPath, nn.Module):
     """Multi-head attention with the parts that vary left to subclasses; ``self.fast`` (set with
