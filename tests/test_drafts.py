@@ -79,3 +79,40 @@ def test_asking_with_the_corpus_s_guesses_answers_as_without_in_fewer_steps(stor
 def test_a_direct_model_has_no_guesses(tmp_path):
     model = attnlab.load(train_tiny(tmp_path / "direct", recall=False), device="cpu")
     assert model.config.qa_format == "direct" and model.recall_draft() is None
+
+
+def test_a_drafted_recall_keeps_each_row_s_keys_and_values_as_a_plain_pass_computes_them(stored):
+    """``generate(keep_cache=True)``: each row's kept keys and values are those one forward pass
+    over its prompt and new tokens gives, for as many positions as were fed."""
+    import torch
+
+    from attnlab.model.attention import KVCache
+    from attnlab.model.generate import generate
+
+    model, lines = stored
+    gpt, vocab = model.gpt, model.vocab
+    prompts = [vocab.encode(line.split(".")[0] + ".") for line in lines[:4]] + [vocab.encode("Zed Q.")]
+    read = generate(gpt, prompts, 40, stop_token=MASK_ID, draft=model.recall_draft(), keep_cache=True)
+    assert read.kept is not None and len(read.kept) == len(prompts)
+    for prompt, tokens, kept in zip(prompts, read.tokens, read.kept):
+        n = kept[0][0].shape[1]
+        assert len(prompt) <= n <= len(prompt) + len(tokens)
+        caches = [KVCache() for _ in gpt.blocks]
+        with torch.no_grad():
+            gpt.run(torch.tensor([(prompt + tokens)[:n]]), caches=caches)
+        for (k, v), cache in zip(kept, caches):
+            assert torch.allclose(k, cache.k[0], atol=1e-5) and torch.allclose(v, cache.v[0], atol=1e-5)
+
+
+def test_the_read_out_starts_from_the_recall_s_kept_keys_and_values(stored, monkeypatch):
+    """Asked with guesses, the read-out reuses what the recall computed (and answers as
+    without guesses: the test above)."""
+    from attnlab.answering import knowledge
+
+    model, lines = stored
+    used = []
+    aligned = knowledge._left_aligned
+    monkeypatch.setattr(knowledge, "_left_aligned", lambda *a: used.append(1) or aligned(*a))
+    name = lines[0].split(".")[0]
+    model.ask([f"Where was {name} born?"], abstain=None)
+    assert used

@@ -188,8 +188,8 @@ def test_span_read_out_scores_few_runs_and_answers_as_scoring_every_run(monkeypa
     names = ["Ralf Wadephul", "Alfred Mele", "Gustav Ludwig Hertz", "Jan Lenica", "Lindsay Lohan", "Rumi"]
     with torch.no_grad():
         recalls = knowledge._recall_batch(model, vocab, names, model.config.recall_chars)
-    contexts = [text + [MASK_ID] for text, _, _ in recalls]
-    sources = [text[n:] for text, n, _ in recalls]
+    contexts = [r.text + [MASK_ID] for r in recalls]
+    sources = [r.text[r.prompt_len:] for r in recalls]
     scored: list[int] = []
     score_all = knowledge._KeptContexts.best_spans
 

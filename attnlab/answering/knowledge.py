@@ -83,41 +83,55 @@ def answer_by_recall(model: GPT, vocab: Vocab, names: list[str], recall_chars: i
     budget = max_answer_chars or model.config.answer_chars
     cues = cues if cues is not None else [None] * len(names)
     unique = list(dict.fromkeys(names))
-    recalls: dict[str, tuple[list[int], int, list[float]]] = {}
+    recalls: dict[str, Recalled] = {}
     for start in range(0, len(unique), batch_size):
         part = unique[start:start + batch_size]
         recalls.update(zip(part, _recall_batch(model, vocab, part, recall_chars, draft)))
     out: list[RecallAnswer] = []
     for start in range(0, len(names), batch_size):
         rows = [recalls[n] for n in names[start:start + batch_size]]
-        out += _read_places(model, vocab, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
-                            budget, read_out, cues[start:start + batch_size])
+        out += _read_places(model, vocab, [r.text for r in rows], [r.prompt_len for r in rows],
+                            [r.logps for r in rows], budget, read_out, cues[start:start + batch_size],
+                            [r.kept for r in rows])
     return out
 
 
-def _recall_batch(model, vocab, names, recall_chars, draft=None) -> list[tuple[list[int], int, list[float]]]:
-    """Each name's recalled ids, its prompt's length and the log-probabilities of the recall."""
+@dataclass(frozen=True)
+class Recalled:
+    """A subject's recall: its ids (prompt first), the prompt's length, the log-probabilities of
+    the recalled characters, and the keys and values the recall computed for its first ids
+    (``generate``'s kept cache; None where decoding kept none)."""
+
+    text: list[int]
+    prompt_len: int
+    logps: list[float]
+    kept: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+
+
+def _recall_batch(model, vocab, names, recall_chars, draft=None) -> list[Recalled]:
+    """Each name's recall (``Recalled``)."""
     prompts = [vocab.encode(recall_prompt(n)) for n in names]
     budget = max(1, recall_chars - min(len(p) for p in prompts))
-    first = generate(model, prompts, budget, stop_token=MASK_ID, draft=draft)
+    first = generate(model, prompts, budget, stop_token=MASK_ID, draft=draft, keep_cache=draft is not None)
     out = []
-    for prompt, new, logps in zip(prompts, first.tokens, first.logprobs):
+    for b, (prompt, new, logps) in enumerate(zip(prompts, first.tokens, first.logprobs)):
         text = (prompt + new)[:recall_chars]
         if MASK_ID in text:
             text = text[: text.index(MASK_ID)]
-        out.append((text, len(prompt), logps[:max(0, len(text) - len(prompt))]))
+        out.append(Recalled(text, len(prompt), logps[:max(0, len(text) - len(prompt))],
+                            first.kept[b] if first.kept else None))
     return out
 
 
 def _read_places(model, vocab, texts, prompt_lens, recall_logps, max_answer_chars, read_out,
-                 cues=None) -> list[RecallAnswer]:
+                 cues=None, kept=None) -> list[RecallAnswer]:
     """The second step of a recall answer: ``⁇`` after each text, the relation's ``cue⁇`` if
-    any, then the answer."""
+    any, then the answer; ``kept``: the recall's keys and values of each text, where at hand."""
     cues = cues or [None] * len(texts)
     seconds = [text + [MASK_ID] + (vocab.encode(cue) + [MASK_ID] if cue else []) for text, cue in zip(texts, cues)]
     sources = [text[n:] for text, n in zip(texts, prompt_lens)]
     if read_out == "span":
-        second = read_best_spans(model, vocab, seconds, sources, max_answer_chars)
+        second = read_best_spans(model, vocab, seconds, sources, max_answer_chars, kept=kept)
     else:
         spans = SpanConstraint(sources, vocab) if read_out == "copy" else None
         second = generate(model, seconds, max_answer_chars + 1, stop_token=MASK_ID, allowed_next=spans)
@@ -164,7 +178,8 @@ def read_out_given_lines(model: GPT, vocab: Vocab, index: CorpusIndex, examples:
 
 @torch.no_grad()
 def read_best_spans(model: GPT, vocab: Vocab, contexts: list[list[int]], sources: list[list[int]],
-                    max_answer_chars: int, *, openings: int = SPAN_OPENINGS, rows_per_pass: int = 8) -> Generation:
+                    max_answer_chars: int, *, openings: int = SPAN_OPENINGS, rows_per_pass: int = 8,
+                    kept: list[list[tuple[torch.Tensor, torch.Tensor]] | None] | None = None) -> Generation:
     """The ``"span"`` read-out: for each context (the recalled text, ``⁇`` and the relation's
     cue), the whole-word span of its ``source`` (what was recalled after the prompt) that the
     model finds most likely as the answer: the span's characters and the closing mark, scored
@@ -173,13 +188,15 @@ def read_best_spans(model: GPT, vocab: Vocab, contexts: list[list[int]], sources
 
     ``rows_per_pass`` contexts at a time go through the model once, keeping their keys and
     values: the last position gives the answer's first character (which chooses the spans to
-    score), and the spans are then scored against the kept context, never computing it again."""
+    score), and the spans are then scored against the kept context, never computing it again.
+    ``kept`` (per context, per layer, the keys and values of its first positions, as
+    ``generate(keep_cache=True)`` returns them) spares computing those as well."""
     chooser = WholeWords(vocab)
     tokens: list[list[int] | None] = [None] * len(contexts)
     logprobs: list[list[float] | None] = [None] * len(contexts)
     for start in range(0, len(contexts), rows_per_pass):
         part = list(range(start, min(start + rows_per_pass, len(contexts))))
-        read = _KeptContexts(model, [contexts[r] for r in part])
+        read = _KeptContexts(model, [contexts[r] for r in part], [kept[r] for r in part] if kept else None)
         runs = [chooser.candidates(sources[r], min(max_answer_chars, model.config.block_size - len(contexts[r])),
                                    read.first[i], openings) for i, r in enumerate(part)]
         for r, best in zip(part, _likeliest_spans(read, runs, chooser)):
@@ -217,14 +234,27 @@ class _KeptContexts:
     """A few contexts run through the model once (left-padded), their keys and values kept:
     ``first`` (B, V) holds the log-probabilities of the character after each context."""
 
-    def __init__(self, model: GPT, contexts: list[list[int]]):
+    def __init__(self, model: GPT, contexts: list[list[int]],
+                 kept: list[list[tuple[torch.Tensor, torch.Tensor]] | None] | None = None):
         self.model, self.lengths = model, [len(c) for c in contexts]
         device = next(model.parameters()).device
-        idx, self.valid = left_padded(contexts, device)
+        if kept is None or any(k is None for k in kept):
+            kept = [[] for _ in contexts]
+        # Each context's first positions whose keys and values are at hand (never its last: the
+        # answer's first character is read there), then the rest fed; both left-padded.
+        have = [min(k[0][0].shape[1] if k else 0, len(c) - 1) for k, c in zip(kept, contexts)]
+        H = max(have)
+        idx, fed = left_padded([c[n:] for c, n in zip(contexts, have)], device)
+        held = torch.arange(H, device=device)[None, :] >= H - torch.tensor(have, device=device)[:, None]
+        self.valid = torch.cat([held, fed], 1)
         self.positions = left_padded_positions(self.valid)
         self.caches = [KVCache() for _ in model.blocks]
+        if H:
+            for layer, cache in enumerate(self.caches):
+                cache.k, cache.v = (_left_aligned([k[layer][i][:, :n] for k, n in zip(kept, have)], H)
+                                    for i in (0, 1))
         with evaluating(model):
-            logits, _ = model.run(idx, positions=self.positions, allowed=masks.padded(self.valid),
+            logits, _ = model.run(idx, positions=self.positions[:, H:], allowed=masks.padded(self.valid, idx.shape[1]),
                                   caches=self.caches, key_positions=self.positions)
         self.first = logits[:, -1].float().log_softmax(-1).cpu()
 
@@ -260,6 +290,16 @@ class _KeptContexts:
         # The first character's distribution, then the runs': as one row whose context ends at 0.
         return [_best_of_row(torch.cat([self.first[b:b + 1], logp[b]]), 1, rows, chooser) if rows else None
                 for b, rows in enumerate(runs)]
+
+
+def _left_aligned(parts: list[torch.Tensor], width: int) -> torch.Tensor:
+    """(B, h, width, e) from each row's (h, n, e), right-aligned after zeros (masked out)."""
+    like = next(p for p in parts if p.shape[1])
+    out = like.new_zeros(len(parts), like.shape[0], width, like.shape[2])
+    for b, p in enumerate(parts):
+        if p.shape[1]:
+            out[b, :, width - p.shape[1]:] = p
+    return out
 
 
 class WholeWords:

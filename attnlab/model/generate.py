@@ -26,6 +26,10 @@ from ..data.vocab import PAD_ID, Vocab
 class Generation:
     tokens: list[list[int]]  # new tokens per prompt (stopped rows end at their stop token)
     logprobs: list[list[float]]  # log-probability of each chosen token under the model
+    # With ``keep_cache``: per prompt, per layer, the keys and values (h, n, e) of its first n
+    # tokens (the prompt and the new tokens but the last, which was never fed), so that a
+    # caller reading on from the text need not compute them again.
+    kept: list[list[tuple[Tensor, Tensor]]] | None = None
 
 
 def filter_logits(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -66,14 +70,17 @@ def generate(
     use_cache: bool = True,
     generator: torch.Generator | None = None,
     allowed_next: Callable[[list[list[int]]], Tensor | None] | None = None, draft: "Draft | None" = None,
+    keep_cache: bool = False,
 ) -> Generation:
     """Continue each prompt by up to ``max_new_tokens`` tokens (fewer if the block is full).
     Rows stop at ``stop_token`` (kept); decoding ends when every row has stopped.
     ``allowed_next``: (B, V) masks of the tokens each row may choose next, given its tokens so
-    far (None: any); ``draft``: guesses checked several a step (``_drafted``), same tokens."""
+    far (None: any); ``draft``: guesses checked several a step (``_drafted``), same tokens;
+    ``keep_cache``: return each row's keys and values (``Generation.kept``) where the decoding
+    kept them (a drafted one; else ``kept`` is None)."""
     _check_prompts(prompts, model.config.block_size)
     if draft is not None and temperature <= 0 and use_cache and allowed_next is None and _any_mask(model):
-        return _drafted(model, prompts, max_new_tokens, stop_token, draft)
+        return _drafted(model, prompts, max_new_tokens, stop_token, draft, keep_cache)
     device = next(model.parameters()).device
     block = model.config.block_size
     # Each row may grow until it fills the block, whatever the other rows' lengths.
@@ -127,7 +134,7 @@ Draft = Callable[[int, list[int]], list[int]]  # (row, its tokens so far) -> the
 
 @torch.no_grad()
 def _drafted(model: GPT, prompts: list[list[int]], max_new_tokens: int, stop_token: int | None,
-             draft: Draft) -> Generation:
+             draft: Draft, keep_cache: bool = False) -> Generation:
     """Greedy decoding that checks guessed tokens in one pass (speculative decoding with a
     draft that costs nothing to make, such as text looked up in the training corpus).
 
@@ -138,7 +145,8 @@ def _drafted(model: GPT, prompts: list[list[int]], max_new_tokens: int, stop_tok
     (as plain decoding). Rows take different numbers of guesses: the cache keeps every
     position fed, and the positions of rejected guesses are masked out of every later step.
     Once half the rows of the batch have finished, the batch (and its cache) keeps only the
-    others, so a few rows the draft guesses badly do not carry the whole batch along."""
+    others, so a few rows the draft guesses badly do not carry the whole batch along; with
+    ``keep_cache`` a row's real positions are kept as it leaves the batch (``Generation.kept``)."""
     device = next(model.parameters()).device
     block = model.config.block_size
     limits = [min(max_new_tokens, block - len(p)) for p in prompts]
@@ -148,6 +156,11 @@ def _drafted(model: GPT, prompts: list[list[int]], max_new_tokens: int, stop_tok
     key_pos = left_padded_positions(seen)
     caches = [KVCache() for _ in model.blocks]
     rows = list(range(len(prompts)))  # the prompt of each row of the batch
+    kept: list[list[tuple[Tensor, Tensor]]] = [[] for _ in prompts]
+
+    def keep(leaving: list[int]) -> None:
+        for b in leaving if keep_cache else ():
+            kept[rows[b]] = [(c.k[b][:, seen[b]], c.v[b][:, seen[b]]) for c in caches]
     with evaluating(model):
         logits, _ = model.run(idx, positions=key_pos, allowed=masks.padded(seen), caches=caches,
                               key_positions=key_pos)
@@ -158,12 +171,15 @@ def _drafted(model: GPT, prompts: list[list[int]], max_new_tokens: int, stop_tok
         while True:
             active = [b for b, r in enumerate(rows) if not _finished(out[r], limits[r], stop_token)]
             if not active:
+                keep(list(range(len(rows))))
                 break
             if 2 * len(active) <= len(rows):
-                keep = torch.tensor(active, device=device)
-                rows, seen, key_pos, nxt_pos = [rows[b] for b in active], seen[keep], key_pos[keep], nxt_pos[keep]
+                keep([b for b in range(len(rows)) if b not in set(active)])
+                keep_rows = torch.tensor(active, device=device)
+                rows, seen, key_pos, nxt_pos = ([rows[b] for b in active], seen[keep_rows], key_pos[keep_rows],
+                                                nxt_pos[keep_rows])
                 for cache in caches:
-                    cache.k, cache.v = cache.k[keep], cache.v[keep]
+                    cache.k, cache.v = cache.k[keep_rows], cache.v[keep_rows]
                 active = list(range(len(rows)))
             guesses = {b: draft(rows[b], prompts[rows[b]] + out[rows[b]])[:max(0, limits[rows[b]] - len(out[rows[b]]) - 1)]
                        for b in active}
@@ -181,7 +197,7 @@ def _drafted(model: GPT, prompts: list[list[int]], max_new_tokens: int, stop_tok
                 _take(out[r], logps[r], g[:agreed] + [c[agreed]], scores[b, :agreed + 1], limits[r], stop_token)
                 seen[b, seen.shape[1] - T + 1 + agreed:] = False  # the rejected guesses, never seen again
                 nxt_pos[b] += agreed + 1
-    return Generation(out, logps)
+    return Generation(out, logps, kept if keep_cache else None)
 
 
 def _round_input(guesses: dict[int, list[int]], last: list[int], device) -> tuple[Tensor, Tensor]:
