@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
@@ -195,6 +197,31 @@ def test_busy_time_of_the_allowed_cores_from_proc_stat():
     assert busy_seconds(stat, None, 100) == 4.5
     assert busy_seconds(stat, {1}, 100) == 3.0
     assert busy_seconds("intr 1\n", None, 100) is None
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="no /proc on this OS: helpers' CPU time is not read")
+def test_a_helper_process_s_cpu_time_counts_as_this_process_s_own(monkeypatch):
+    """The lab's trace worker is this process's work, not another's load: its CPU seconds are
+    added to this process's own; a helper that exited is dropped."""
+    from attnlab.core import cpu_settings
+
+    monkeypatch.setattr(cpu_settings, "_family", set())
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                             "while time.process_time() - t < 0.5: pass"])
+    cpu_settings.count_as_own(busy.pid)
+    tick = os.sysconf("SC_CLK_TCK")
+    busy.wait(60)
+    assert cpu_settings.family_seconds(tick) == 0.0  # exited (reaped): nothing to read, dropped
+    assert busy.pid not in cpu_settings._family
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        cpu_settings.count_as_own(spinner.pid)
+        before = cpu_settings.family_seconds(tick)
+        time.sleep(0.6)
+        assert cpu_settings.family_seconds(tick) > before + 0.2
+    finally:
+        spinner.kill()
+        spinner.wait(60)
 
 
 def test_small_inference_runs_on_one_thread_and_large_on_the_free_cores(monkeypatch):

@@ -38,7 +38,9 @@ def tiny_run(tmp_path_factory):
 
 @pytest.fixture
 def lab(tmp_path, tiny_run):
-    return make_lab(tmp_path, tiny_run)
+    made = make_lab(tmp_path, tiny_run)
+    yield made
+    made.close()
 
 
 @pytest.fixture
@@ -407,29 +409,26 @@ def test_an_edit_names_its_relation_and_refuses_one_the_run_lacks(client):
 
 
 def test_a_trace_does_not_hold_asks_back(lab, monkeypatch):
-    """A trace runs on a copy of the model under its own lock: while one is running, asks are
-    answered (and the served model is never the one traced)."""
+    """While a trace is being computed (in the worker), asks are answered: the lab waits for a
+    trace under its own lock, never the one asks take."""
     import threading
 
-    from attnlab.facts import trace as tracing
+    started, release = threading.Event(), threading.Event()
+    run = lab._trace_worker.run
 
-    started, release, traced = threading.Event(), threading.Event(), []
-    real = tracing.trace
-
-    def slow(model, *args, **kwargs):
-        traced.append(model)
+    def slow(*args, **kwargs):
         started.set()
         assert release.wait(120)
-        return real(model, *args, **{**kwargs, "samples": 1})
+        return run(*args, **kwargs)
 
-    monkeypatch.setattr(tracing, "trace", slow)
+    monkeypatch.setattr(lab._trace_worker, "run", slow)
     worker = threading.Thread(target=lab.trace, args=(RALF, 0, 1))
     worker.start()
     try:
         assert started.wait(120)
         asked = lab.ask(RALF, [0])  # answered while the trace is still running
         assert asked["answers"][0]["answer"] == lab.runs[0].model.ask([RALF])[0].answer
-        assert traced[0] is not lab.runs[0].model.gpt
+        assert worker.is_alive()
     finally:
         release.set()
         worker.join(300)
@@ -495,24 +494,62 @@ def test_one_question_asked_twice_in_a_batch_is_computed_once(lab, monkeypatch):
     assert (asked[2].answer.answer, asked[2].answer.confidence) == (asked[0].answer.answer, asked[0].answer.confidence)
 
 
-def test_a_trace_runs_on_a_thread_of_lower_priority(lab, monkeypatch):
-    """The scheduler gives the CPU to asks before traces (Linux sets a thread's niceness)."""
+def test_a_trace_runs_in_a_process_of_lower_priority(lab):
+    """The scheduler gives the CPU to asks before traces, and a trace's Python never holds the
+    server's interpreter lock: it runs in the trace worker's process (Linux niceness)."""
+    import os
+    import sys
+
+    got = lab.trace(RALF, 0, 1)
+    pid, niceness = lab._trace_worker.about()
+    assert got["answer"] and pid != os.getpid()
+    assert lab._trace_worker._holds[0] == 0  # the run's model stays there for the next trace
+    from attnlab.core import cpu_settings
+
+    assert pid in cpu_settings._family  # its CPU time is the server's own, not another's load
+    if sys.platform == "linux":
+        assert niceness > os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def test_a_model_the_worker_cannot_load_is_traced_on_a_thread_of_lower_priority(lab, monkeypatch):
+    """A model that cannot cross to the worker (an attention class it cannot import) is traced
+    in the server's process, on a copy, on a thread the scheduler puts after the asks."""
     import os
     import sys
     import threading
 
     from attnlab.facts import trace as tracing
+    from attnlab.serve.trace_worker import NotPortable
+
+    def refused(run):
+        raise NotPortable("a class the worker cannot import")
 
     seen = []
     real = tracing.trace
 
     def watched(model, *args, **kwargs):
-        seen.append((threading.current_thread() is not threading.main_thread(),
+        seen.append((model, threading.current_thread() is not threading.main_thread(),
                      os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) if sys.platform == "linux" else None))
         return real(model, *args, **kwargs)
 
+    monkeypatch.setattr(lab, "_portable", refused)
     monkeypatch.setattr(tracing, "trace", watched)
     got = lab.trace(RALF, 0, 1)
-    assert got["answer"] and seen[0][0]
+    assert got["answer"] == real(lab.runs[0].model.gpt, lab.runs[0].model.vocab, RALF, samples=1).point.answer
+    model, on_a_thread, niceness = seen[0]
+    assert on_a_thread and model is not lab.runs[0].model.gpt
     if sys.platform == "linux":
-        assert seen[0][1] > os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        assert niceness > os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+def test_a_trace_worker_that_died_is_started_again(lab):
+    """A worker killed between traces (out of memory, say) costs nothing but a new start: the
+    next trace gives the same answer from a new worker."""
+    import os
+    import signal
+
+    first = lab.trace(RALF, 0, 1)
+    pid, _ = lab._trace_worker.about()
+    os.kill(pid, signal.SIGKILL)
+    again = lab.trace(RALF, 0, 1)
+    assert again["recovered"] == first["recovered"] and lab._trace_worker.about()[0] != pid

@@ -112,7 +112,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"warning: --host {args.host}: anyone who can reach this machine can use the lab "
               "(no login); the default 127.0.0.1 keeps it to this machine", file=sys.stderr)
     sock = _bound_socket(args.host, args.port)  # a port in use is refused before the slow part
-    jobs = None
+    jobs = lab = None
     try:
         _say("reading PyTorch and the lab")
         from ..core import cpu_settings
@@ -120,6 +120,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         choices = fact_choices(args)
         lab = build_lab(args)
+        lab.warm_traces()  # the trace worker imports PyTorch while the server starts, not at the first trace
         jobs = build_jobs(args, lab, choices)
         app = create_app(lab, rate=args.rate_limit, jobs=jobs)
         cpu_settings.watch_load()  # each batch's threads follow what other processes leave free
@@ -133,6 +134,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sock.close()
         if jobs is not None:
             jobs.close()
+        if lab is not None:
+            lab.close()
     print("stopped", flush=True)
     return 0
 

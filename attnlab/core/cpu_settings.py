@@ -87,6 +87,30 @@ def busy_seconds(proc_stat: str, cores: set[int] | None, tick: int) -> float | N
     return total / tick if seen else None
 
 
+# Helper processes of this one (the lab's trace worker): their CPU time counts as this process's
+# own, since their work is this process's, not another's load on the cores.
+_family: set[int] = set()
+
+
+def count_as_own(pid: int) -> None:
+    """Count the CPU time of helper process ``pid`` as this process's own (``AdaptiveThreads``)."""
+    _family.add(pid)
+
+
+def family_seconds(tick: int) -> float:
+    """CPU seconds so far of the helper processes still running (Linux /proc/PID/stat)."""
+    total = 0.0
+    for pid in list(_family):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after the command name, from field 3 on
+        except (OSError, IndexError):
+            _family.discard(pid)  # gone
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime and stime, fields 14 and 15
+    return total
+
+
 _adapt_threads = False
 
 
@@ -123,7 +147,7 @@ class AdaptiveThreads:
 
     The other processes' load is the busy CPU time of the cores this process may run on (Linux
     /proc/stat: user, nice, system, irq, softirq and a virtual machine's steal time) less this
-    process's own CPU time, over the last interval. Where /proc/stat does not exist nothing changes. A user who fixes
+    process's own CPU time and its helpers' (``count_as_own``), over the last interval. Where /proc/stat does not exist nothing changes. A user who fixes
     the thread count (OMP_NUM_THREADS, torch.set_num_threads before the run) keeps it:
     ``enabled()`` says whether adapting is allowed.
     """
@@ -153,7 +177,7 @@ class AdaptiveThreads:
             return None
         if busy is None:
             return None
-        return time.monotonic(), busy, time.process_time()
+        return time.monotonic(), busy, time.process_time() + family_seconds(self._tick)
 
     def others(self, before: tuple[float, float, float], after: tuple[float, float, float]) -> float:
         """Cores' worth of CPU time other processes used between two samples."""

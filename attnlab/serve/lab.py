@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, Hashable
 
 from ..trust.abstention import Rule, decide, people_of
+from ..trust.stored import weights_digest
+from .trace_worker import NotPortable, TraceWorker, portable
 from ..api import LoadedModel
 from ..trust.calibration import expected_calibration_error, kalai_scores, reliability_bins
 from ..data.datasets import QAExample
@@ -295,6 +297,9 @@ class Lab:
         self._trace_copies: dict[int, Any] = {}
         # Traces run on a thread of their own at a lower priority: they share the CPU with asks,
         # and the scheduler gives it to the asks first.
+        # Traces run in a process of their own at a lower priority (trace_worker.py), else (a
+        # model that cannot be sent there) on a thread of lower priority: asks get the CPU first.
+        self._trace_worker = TraceWorker(TRACE_NICENESS)
         self._tracer = ThreadPoolExecutor(1, thread_name_prefix="attnlab-trace", initializer=lower_priority)
         self._waiting: list[_Asked] = []  # questions not yet answered (ask)
         self._waiting_lock = threading.Lock()
@@ -475,9 +480,10 @@ class Lab:
     def trace(self, text: str, number: int, samples: int = TRACE_SAMPLES) -> dict[str, Any]:
         """The causal trace of the question (facts/trace.py, with `attnlab trace`'s defaults):
         recovered probability of the clean answer for each kind, layer and position of the input
-        the answer is produced from, and the strongest state in a sentence. It runs on a copy of
-        the run's model, one trace at a time, so asks are not held back while it runs, and on a
-        thread of lower priority (``lower_priority``), so the CPU goes to asks first."""
+        the answer is produced from, and the strongest state in a sentence. It runs in the trace
+        worker's process (trace_worker.py), one trace at a time, at a lower priority, so asks
+        are not held back while it runs and get the CPU first; a model that cannot be sent there
+        is traced on a copy, on a thread of lower priority (``lower_priority``)."""
         from ..facts import trace as tracing
         from ..facts.settings import TraceSettings
 
@@ -487,14 +493,31 @@ class Lab:
         question = self.question_for(text, run)
         settings = TraceSettings().to_dict() | {"samples": samples}
         with self.trace_lock:
-            model = self._trace_copy(number)
-            t = self._tracer.submit(lambda: tracing.trace(model, run.model.vocab, question, **settings)).result()
+            try:
+                t = self._trace_worker.run((number, weights_digest(run.model.gpt)), lambda: self._portable(run),
+                                           tracing.trace, question, **settings)
+            except NotPortable:  # traced here, on a copy, on a thread of lower priority
+                model = self._trace_copy(number)
+                t = self._tracer.submit(lambda: tracing.trace(model, run.model.vocab, question, **settings)).result()
         p = t.point
         recovered = {k: [[round(float(x), 5) for x in row] for row in v] for k, v in t.recovered.items()}
         return {"question": question, "answer": p.answer, "chars": list(p.context),
                 "name_start": p.name_start, "name_end": p.name_end, "clean": t.clean,
                 "corrupted": t.corrupted, "samples": t.samples, "noise": t.noise, "scale": [0.0, t.clean],
                 "recovered": recovered, "strongest": strongest_sentence(t, tracing.strongest(t.recovered, list(p.context)))}
+
+    def _portable(self, run: "Run") -> bytes:
+        """The run's model as the trace worker loads it (under the lock, as a copy is made)."""
+        with self.lock:
+            return portable(run.model.gpt, run.model.vocab)
+
+    def warm_traces(self) -> None:
+        """Start the trace worker now, without waiting for it."""
+        self._trace_worker.warm()
+
+    def close(self) -> None:
+        """Stop the trace worker (the server calls this as it stops)."""
+        self._trace_worker.close()
 
     def _trace_copy(self, number: int):
         """The run's model copied once (under the lock, so no ask runs while it is copied)."""
