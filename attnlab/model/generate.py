@@ -63,9 +63,7 @@ def generate(
     prompts: list[list[int]],
     max_new_tokens: int,
     *,
-    temperature: float = 0.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
+    temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
     stop_token: int | None = None,
     use_cache: bool = True,
     generator: torch.Generator | None = None,
@@ -76,8 +74,7 @@ def generate(
     Rows stop at ``stop_token`` (kept); decoding ends when every row has stopped.
     ``allowed_next``: (B, V) masks of the tokens each row may choose next, given its tokens so
     far (None: any); ``draft``: guesses checked several a step (``_drafted``), same tokens;
-    ``keep_cache``: return each row's keys and values (``Generation.kept``) where the decoding
-    kept them (a drafted one; else ``kept`` is None)."""
+    ``keep_cache``: a drafted decoding returns each row's keys and values (``Generation.kept``)."""
     _check_prompts(prompts, model.config.block_size)
     if draft is not None and temperature <= 0 and use_cache and allowed_next is None and _any_mask(model):
         return _drafted(model, prompts, max_new_tokens, stop_token, draft, keep_cache)
@@ -157,10 +154,6 @@ def _drafted(model: GPT, prompts: list[list[int]], max_new_tokens: int, stop_tok
     caches = [KVCache() for _ in model.blocks]
     rows = list(range(len(prompts)))  # the prompt of each row of the batch
     kept: list[list[tuple[Tensor, Tensor]]] = [[] for _ in prompts]
-
-    def keep(leaving: list[int]) -> None:
-        for b in leaving if keep_cache else ():
-            kept[rows[b]] = [(c.k[b][:, seen[b]], c.v[b][:, seen[b]]) for c in caches]
     with evaluating(model):
         logits, _ = model.run(idx, positions=key_pos, allowed=masks.padded(seen), caches=caches,
                               key_positions=key_pos)
@@ -170,17 +163,12 @@ def _drafted(model: GPT, prompts: list[list[int]], max_new_tokens: int, stop_tok
         nxt_pos = key_pos[:, -1] + 1  # the position of each row's last chosen token
         while True:
             active = [b for b, r in enumerate(rows) if not _finished(out[r], limits[r], stop_token)]
-            if not active:
-                keep(list(range(len(rows))))
-                break
-            if 2 * len(active) <= len(rows):
-                keep([b for b in range(len(rows)) if b not in set(active)])
-                keep_rows = torch.tensor(active, device=device)
-                rows, seen, key_pos, nxt_pos = ([rows[b] for b in active], seen[keep_rows], key_pos[keep_rows],
-                                                nxt_pos[keep_rows])
-                for cache in caches:
-                    cache.k, cache.v = cache.k[keep_rows], cache.v[keep_rows]
+            if not active or 2 * len(active) <= len(rows):
+                rows, seen, key_pos, nxt_pos = _compacted(rows, active, seen, key_pos, nxt_pos, caches,
+                                                          kept if keep_cache else None)
                 active = list(range(len(rows)))
+            if not active:
+                break
             guesses = {b: draft(rows[b], prompts[rows[b]] + out[rows[b]])[:max(0, limits[rows[b]] - len(out[rows[b]]) - 1)]
                        for b in active}
             feed, real = _round_input(guesses, [out[r][-1] for r in rows], device)
@@ -198,6 +186,18 @@ def _drafted(model: GPT, prompts: list[list[int]], max_new_tokens: int, stop_tok
                 seen[b, seen.shape[1] - T + 1 + agreed:] = False  # the rejected guesses, never seen again
                 nxt_pos[b] += agreed + 1
     return Generation(out, logps, kept if keep_cache else None)
+
+
+def _compacted(rows: list[int], active: list[int], seen: Tensor, key_pos: Tensor, nxt_pos: Tensor,
+               caches: list[KVCache], kept: list | None) -> tuple[list[int], Tensor, Tensor, Tensor]:
+    """A drafted batch with its ``active`` rows only (their cache too); the keys and values of
+    the real positions of the rows leaving go to ``kept`` (when given), by prompt."""
+    for b in (b for b in range(len(rows)) if b not in set(active)) if kept is not None else ():
+        kept[rows[b]] = [(c.k[b][:, seen[b]], c.v[b][:, seen[b]]) for c in caches]
+    keep = torch.tensor(active, dtype=torch.long, device=seen.device)
+    for cache in caches:
+        cache.k, cache.v = cache.k[keep], cache.v[keep]
+    return [rows[b] for b in active], seen[keep], key_pos[keep], nxt_pos[keep]
 
 
 def _round_input(guesses: dict[int, list[int]], last: list[int], device) -> tuple[Tensor, Tensor]:
