@@ -253,8 +253,9 @@ def test_small_inference_runs_on_one_thread_and_large_on_the_free_cores(monkeypa
 
 
 def test_a_process_that_watches_the_load_answers_on_every_core_the_others_leave(monkeypatch):
-    """The server (``watch_load``): even a few questions take each core no other process used
-    over the last interval, and none that one did; re-measured once an interval has passed."""
+    """The server (``watch_load``): a large batch takes each core no other process used over the
+    last interval, and none that one did, re-measured once an interval has passed; a small one
+    takes one thread, as everywhere."""
     import types
 
     import torch
@@ -272,13 +273,15 @@ def test_a_process_that_watches_the_load_answers_on_every_core_the_others_leave(
     assert cpu_settings.watch_load(interval=1.0)
     watch = cpu_settings._load_watch
     watch.cores = 4
+    big = cpu_settings.SMALL_WORK
     clock[0] = 10.0  # the others used nothing: every core
-    assert cpu_settings.inference_thread_count(1) == 4
+    assert cpu_settings.inference_thread_count(big) == 4
+    assert cpu_settings.inference_thread_count(big - 1) == 1
     clock[0] = 10.5  # within the interval: the last measure stands
-    assert cpu_settings.inference_thread_count(1) == 4
+    assert cpu_settings.inference_thread_count(big) == 4
     clock[0] = 20.0  # the others used 1.2 cores' worth over ten seconds: three left
-    assert cpu_settings.inference_thread_count(1) == 3
     assert cpu_settings.inference_thread_count(1000) == 3
+    assert cpu_settings.inference_thread_count(1) == 1
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     monkeypatch.setattr(cpu_settings, "_load_watch", None)
     assert not cpu_settings.watch_load()  # the user's thread count: nothing watched

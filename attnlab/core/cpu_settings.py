@@ -211,7 +211,7 @@ class AdaptiveThreads:
 
 
 # ---- inference: threads by the work's size and the machine's load --------------------------------
-SMALL_WORK = 64  # questions answered together: below this, one thread
+SMALL_WORK = 64  # questions answered together: below this, one thread (benchmarks/serve_load.py --server-threads)
 
 
 def _cores() -> int:
@@ -221,18 +221,18 @@ def _cores() -> int:
 def inference_thread_count(items: int, load: float | None = None) -> int:
     """Threads for answering ``items`` questions.
 
-    In a long-running process that watches the load (``watch_load``: the server), one per core
-    the other processes left free over the last second, whatever the work's size: a batch of a
-    few questions still gains from a second free core, and a core another process holds is
-    never shared (a thread that shares it stalls every parallel region at its barrier, as
-    AdaptiveThreads says). Elsewhere (a one-shot command, a library call), nothing was measured
-    before the work: one thread for small work, where a shared core would cost the most and a
-    second thread gains the least, else one per core the 1-minute load average (``load``) leaves
-    free."""
-    if _load_watch is not None and load is None:
-        return max(1, min(torch.get_num_threads(), _load_watch.free_threads()))
+    Small work (under SMALL_WORK questions) runs on one thread everywhere: its matrices are too
+    small for a second thread to pay for the work of splitting them, and a second core is then
+    left to whatever else runs (a server's traces and training jobs, its clients). Larger work
+    takes one thread per core the other processes leave free (a core another process holds is
+    never shared: a thread that shares it stalls every parallel region at its barrier, as
+    AdaptiveThreads says): in a long-running process that watches the load (``watch_load``: the
+    server) as measured over the last second, elsewhere (a one-shot command, a library call) by
+    the 1-minute load average (``load``)."""
     if items < SMALL_WORK:
         return 1
+    if _load_watch is not None and load is None:
+        return max(1, min(torch.get_num_threads(), _load_watch.free_threads()))
     if load is None:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     return max(1, min(torch.get_num_threads(), _cores() - int(load + 0.5)))
