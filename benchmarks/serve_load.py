@@ -199,15 +199,15 @@ def main() -> None:
         "each client posts /api/ask with the next of the "
         f"{len(questions)} dev questions as soon as its last answer arrives, over one kept-open connection",
         "- asks: one model computation at a time (the lab's lock), questions that arrive meanwhile answered "
-        f"together in one batch; traces ({args.trace_samples} noise samples each, back to back) run on a copy of "
-        "the model under their own lock, so they share the CPU with asks but never hold them back",
+        f"together in one batch; traces ({args.trace_samples} noise samples each, back to back) run in the "
+        "server's trace worker, a process of lower priority, so they share the CPU with asks but never hold them back",
         f"- machine load (1-minute load average) {load_before:.1f} before, {load_after:.1f} at the end, on "
         f"{os.cpu_count()} CPU cores ({cpu_name()}): other processes share them, and the numbers move with that",
         "- cached: the share of answers given from the server's answer cache (a question its run was asked "
         "before, in any earlier phase too); the clients start 25 questions apart in the dev set, so after "
         "about 25 asks each one asks what another asked before. Only a --no-cache run is compute speed alone",
         "- server cores, client cores: the CPU time the server process and the clients' process used over the "
-        "phase, in cores' worth (a training job's own process is in neither). The clients run on the same machine "
+        "phase, in cores' worth (a training job's process and the trace worker are in neither). The clients run on the same machine "
         "(loopback): what they use is taken from the cores the server answers with, where a class's browsers "
         "run on machines of their own",
         f"- server stopped by SIGINT (Ctrl-C): exit code {proc.returncode}",
