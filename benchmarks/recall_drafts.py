@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     text = table(["questions a batch", "batches", "plain ms", "drafted ms", "plain / drafted"], rows + [row])
     text += "\n\n" + "\n".join([
         f"- `{args.run}`, its dev questions ({shown}); a batch's time is the median over its rounds; plain: the "
-        "recall decoded one character a step; drafted: the corpus's guesses checked several a step",
+        "recall decoded one character a step; drafted: the corpus's guesses checked several a step and the "
+        "read-out started from the recall's keys and values",
         *notes,
     ])
     report("recall_drafts", text, write=not args.no_write,
