@@ -11,6 +11,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -21,10 +22,11 @@ from tests.conftest import REPO  # noqa: E402
 from tests.serve_lab import SHIPPED, small_dev  # noqa: E402
 
 
-def _start(tmp_path, *flags: str) -> tuple[subprocess.Popen, str]:
+def _start(tmp_path, *flags: str, program: tuple[str, ...] = (sys.executable, "-m", "attnlab")
+           ) -> tuple[subprocess.Popen, str]:
     """The program serving models/cpu on a free port; returns it and its printed URL."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab", "serve", str(SHIPPED), "--port", "0",
+    proc = subprocess.Popen([*program, "serve", str(SHIPPED), "--port", "0",
                              "--abstain", "off", "--eval-file", str(small_dev(tmp_path)),
                              "--out-dir", str(tmp_path / "out"), *flags],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -76,6 +78,45 @@ def test_serve_prints_the_url_answers_and_stops_on_ctrl_c(tmp_path):
     assert code == 0, err
     assert out.strip().endswith("stopped") and "Traceback" not in err
     assert "warning" not in err  # 127.0.0.1: nothing to warn about
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="no /proc on this OS: a process's children are not listed")
+def test_serve_traces_in_its_worker_process_and_stops_it_with_itself(tmp_path):
+    """The program as users start it (its console script, else python -m): a causal trace is
+    computed in a worker process of its own, and Ctrl-C stops the worker with the server."""
+    import time
+
+    script = Path(sys.executable).parent / "attnlab"
+    proc, url = _start(tmp_path, program=(str(script),) if script.exists() else (sys.executable, "-m", "attnlab"))
+    try:
+        request = urllib.request.Request(url + "api/trace", data=json.dumps({"question": "Ralf Wadephul", "samples": 1}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=300) as response:
+            trace = json.load(response)
+        assert trace["answer"] == _ask(url, "Ralf Wadephul")["answer"] and trace["recovered"]["residual"]
+        workers = _children(proc.pid)
+        assert workers  # the trace worker (started as the server starts)
+    finally:
+        code, out, err = _stop(proc)
+    assert code == 0 and "Traceback" not in err, err
+    for _ in range(100):
+        if not any(Path(f"/proc/{w}").exists() for w in workers):
+            break
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{w}").exists() for w in workers)
 
 
 def test_serve_warns_when_it_listens_beyond_this_machine(tmp_path):
