@@ -30,7 +30,8 @@ Counts carry Wilson 95% intervals.
 
 Output: OUT/report.json and a section of docs/benchmarks.md (``edit-oracle-SET``).
 
-Run: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/edit_oracle.py --facts data --minutes 15 --out runs/oracle
+Run: .venv/bin/python benchmarks/edit_oracle.py --facts data --minutes 15 --out runs/oracle  (the machine to itself: the
+trainings are budgeted in minutes, as `attnlab learn` is)
 """
 
 from __future__ import annotations
