@@ -494,7 +494,9 @@ class Lab:
         settings = TraceSettings().to_dict() | {"samples": samples}
         with self.trace_lock:
             try:
-                t = self._trace_worker.run((number, weights_digest(run.model.gpt)), lambda: self._portable(run),
+                # keyed by the model object as well: an edit's codebook is not in the weights' digest
+                key = (number, id(run.model.gpt), weights_digest(run.model.gpt))
+                t = self._trace_worker.run(key, lambda: self._portable(run),
                                            tracing.trace, question, **settings)
             except NotPortable:  # traced here, on a copy, on a thread of lower priority
                 model = self._trace_copy(number)
