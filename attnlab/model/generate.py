@@ -192,7 +192,8 @@ def _compacted(rows: list[int], active: list[int], seen: Tensor, key_pos: Tensor
                caches: list[KVCache], kept: list | None) -> tuple[list[int], Tensor, Tensor, Tensor]:
     """A drafted batch with its ``active`` rows only (their cache too); the keys and values of
     the real positions of the rows leaving go to ``kept`` (when given), by prompt."""
-    for b in (b for b in range(len(rows)) if b not in set(active)) if kept is not None else ():
+    staying = set(active)
+    for b in (b for b in range(len(rows)) if b not in staying) if kept is not None else ():
         kept[rows[b]] = [(c.k[b][:, seen[b]], c.v[b][:, seen[b]]) for c in caches]
     keep = torch.tensor(active, dtype=torch.long, device=seen.device)
     for cache in caches:

@@ -295,8 +295,6 @@ class Lab:
         self.lock = threading.Lock()  # one model computation at a time
         self.trace_lock = threading.Lock()  # one causal trace at a time, on a copy of the model
         self._trace_copies: dict[int, Any] = {}
-        # Traces run on a thread of their own at a lower priority: they share the CPU with asks,
-        # and the scheduler gives it to the asks first.
         # Traces run in a process of their own at a lower priority (trace_worker.py), else (a
         # model that cannot be sent there) on a thread of lower priority: asks get the CPU first.
         self._trace_worker = TraceWorker(TRACE_NICENESS)
