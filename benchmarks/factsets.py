@@ -14,18 +14,20 @@ A fact set is a folder holding
 - ``facts.toml``: ``name``, ``description`` and one ``[[relation]]`` table (``name``,
   ``question`` with a ``{subject}`` slot) per question form.
 
-Kinds (the three differ from the birthplace set, which is about people):
+Kinds (the four differ from the birthplace set, which is about people):
 
 - ``towns`` (default 3000 subjects): invented towns; ``country`` and ``river``.
 - ``species`` (default 3000): invented animals; ``habitat``, ``diet`` and ``discoverer``.
+- ``firms`` (default 3000): invented firms; ``city`` and ``founded`` (a year, among other years).
 - ``example`` (default 300): invented islands, shorter documents; ``sea`` and ``capital``
   (committed at examples/facts/islands/).
 
 Every document states each fact once, in one of several wordings, and also names other values of
 the same type in other wordings (distractors: a trading partner's country, a canal's river, a
-relative's habitat, a later student of the animal, a neighbouring sea, a port that is not the
-capital), with filler sentences for length; the order of the sentences is shuffled per document,
-so the value to answer is found by the sentence's wording, not its place. Answers are drawn
+relative's habitat, a later student of the animal, a firm's branch city or the year it was sold, a
+neighbouring sea, a port that is not the capital), with filler sentences for length; the order of
+the sentences is shuffled per document, so the value to answer is found by the sentence's
+wording, not its place. Answers are drawn
 from tens to hundreds of values so that always giving the most frequent one scores a few per cent.
 
 Output is a function of the kind, --subjects and --seed only (one ``random.Random(seed)``, no
@@ -451,6 +453,110 @@ _SP_WORLD = [
 ]
 
 
+# ------------------------------------------------------------------------------ firms
+
+_FIRM_TRUE_CITY = [
+    "{F} is based in {C}.",
+    "Its head office is in {C}.",
+    "The firm has its headquarters in {C}.",
+    "It is run from offices in {C}.",
+    "{F} has been based in {C} since {year}.",
+    "The company's main offices stand in {C}.",
+]
+_FIRM_OTHER_CITY = [
+    "It opened a branch in {X} in {year}.",
+    "Its largest works are near {X}.",
+    "Most of its goods are sold in {X}.",
+    "It moved its offices out of {X} long ago.",
+    "A rival firm in {X} copied its designs.",
+]
+_FIRM_TRUE_YEAR = [
+    "It was founded in {Y}.",
+    "{F} was set up in {Y}.",
+    "The company dates from {Y}.",
+    "It began trading in {Y}.",
+    "The firm was founded in {Y} by {founder}.",
+]
+_FIRM_OTHER_YEAR = [
+    "It was sold to a larger firm in {X}.",
+    "Its first works burned down in {X}.",
+    "Its founder died in {X}.",
+    "It built its second works in {X}.",
+    "It first sold its goods abroad in {X}.",
+]
+_FIRM_FILLER = [
+    "It employs about {staff} people.",
+    "It is known for its {product}.",
+    "Its goods carry a {colour} label.",
+    "It is still owned by one family.",
+    "Its works run day and night.",
+]
+_FIRM_PRODUCT = ["copper kettles", "wool cloth", "steam pumps", "glass bottles", "clocks", "rope", "paper",
+                 "soap", "bicycles", "pianos", "lamps", "boots", "biscuits", "matches", "nails", "sewing machines"]
+_FIRM_COLOUR = ["red", "green", "blue", "black", "gold", "white", "brown", "grey"]
+_FIRM_SUFFIX = ["Mills", "Works", "and Sons", "Brothers", "Trading", "Foundry", "Brewery", "Press", "Company"]
+_FIRM_YEARS = (1700, 1979)  # founding years; other years of a document reach to 1995
+
+_firm_word = _syllables(
+    ["hal", "bren", "cor", "dun", "ed", "fal", "gar", "hol", "ker", "lan", "mor", "nel", "ost", "pil", "quin",
+     "rad", "sel", "tor", "ul", "ver", "wes", "yor", "ab", "bel", "cal", "dra"],
+    ["", "", "e", "i", "o", "a", "ar", "en", "u", "or"],
+    ["vorn", "ley", "dale", "mont", "wick", "ing", "stone", "more", "field", "ton", "ridge", "hurst", "by", "well",
+     "cott", "shaw", "mere", "combe", "lock", "bury", "den", "forth", "gill", "stead"])
+_city_word = _syllables(
+    ["car", "tel", "mar", "bos", "dar", "el", "fen", "gil", "has", "is", "jor", "kel", "lor", "mes", "nor",
+     "ot", "pra", "rel", "sto", "tam", "ux", "vel", "wen", "zor"],
+    ["", "a", "e", "i", "o", "an", "is"],
+    ["by", "mor", "gate", "ham", "port", "sk", "stad", "ville", "vik", "ria", "lo", "nas", "don"])
+
+
+def _firms(rng: random.Random, n: int, n_cities: int = 120) -> FactSet:
+    fixed = _word_set(*_FIRM_TRUE_CITY, *_FIRM_OTHER_CITY, *_FIRM_TRUE_YEAR, *_FIRM_OTHER_YEAR, *_FIRM_FILLER,
+                      *_FIRM_PRODUCT, *_FIRM_COLOUR, *_FIRM_SUFFIX, *_FIRM_WORLD, _FIRM_ASKED, *_FIRST_NAMES)
+    names = Names(rng, fixed)
+    cities = [names.token(_city_word, "city") for _ in range(n_cities)]
+    years = [str(y) for y in range(_FIRM_YEARS[0], _FIRM_YEARS[1] + 1)]
+    city_of, year_of = _weighted_pool(rng, cities), _weighted_pool(rng, years)
+    founders = [f"{rng.choice(_FIRST_NAMES)} {names.token(_surname_word, 'person')}" for _ in range(300)]
+    subjects = []
+    for _ in range(n):
+        token = names.token(_firm_word, "firm")
+        name = f"{token} {rng.choice(_FIRM_SUFFIX)}" if rng.random() < 0.75 else token
+        city, founded = city_of(), year_of()
+
+        def build(name=name, city=city, founded=founded) -> list[str]:
+            def fill(t: str, **kw: str) -> str:
+                other_year = _other(rng, [str(y) for y in range(_FIRM_YEARS[0], 1996)], [founded])
+                return t.format(F=name, year=other_year, staff=f"{rng.randrange(20, 9000, 10):,}",
+                                product=rng.choice(_FIRM_PRODUCT), colour=rng.choice(_FIRM_COLOUR),
+                                founder=rng.choice(founders), **kw)
+            s = [fill(rng.choice(_FIRM_TRUE_CITY), C=city), fill(rng.choice(_FIRM_TRUE_YEAR), Y=founded)]
+            which = rng.choice(["both", "both", "both", "city", "year"])  # at least one
+            if which != "year":
+                s.append(fill(rng.choice(_FIRM_OTHER_CITY), X=_other(rng, cities, [city])))
+            if which != "city":
+                s.append(fill(rng.choice(_FIRM_OTHER_YEAR), X=_other(rng, years + ["1980", "1990"], [founded])))
+            s += [fill(t) for t in rng.sample(_FIRM_FILLER, rng.randint(1, 2))]
+            return s
+
+        subjects.append(Subject(name, _document(rng, name, build, 150, 290), {"city": city, "founded": founded}))
+    other = [_FIRM_ASKED] + _other_lines(rng, max(3, n // 50) - 1, lambda: rng.choice(_FIRM_WORLD).format(
+        C=rng.choice(cities), Y=rng.choice(years)))
+    return FactSet("firms", "Invented firms: the city each is based in and the year it was founded, with "
+                   "other cities and years named in the documents as distractors.",
+                   [("city", "Which city is {subject} based in?"), ("founded", "In which year was {subject} founded?")],
+                   subjects, other, {"city": cities, "founded": [str(y) for y in range(_FIRM_YEARS[0], 1996)]})
+
+
+_FIRM_ASKED = "Which firm is the oldest? In which city it began nobody agrees."
+_FIRM_WORLD = [
+    "{C} grew rich on trade in the last century.",
+    "Many firms of the region were founded after {Y}.",
+    "The railway reached {C} before any other city of the region.",
+    "Most of the old works have since closed.",
+]
+
+
 # ------------------------------------------------------------------------------ example: islands
 
 _IS_TRUE_SEA = [
@@ -539,6 +645,7 @@ _IS_WORLD = [
 KINDS: dict[str, tuple[Callable[[random.Random, int], FactSet], int]] = {
     "towns": (_towns, 3000),
     "species": (_species, 3000),
+    "firms": (_firms, 3000),
     "example": (_islands, 300),
 }
 

@@ -10,7 +10,8 @@ three seeds becomes a change there).
     .venv/bin/python benchmarks/learn_probe.py runs/sets/species --out runs/probe-c \\
         --from-pretrained runs/probe-b/pretrain --set finetune.read_out_swaps=2
 
-``--set STAGE.FIELD=VALUE`` (STAGE: pretrain or finetune, FIELD a TrainConfig field) and
+``--set STAGE.FIELD=VALUE`` (STAGE: pretrain or finetune, FIELD a TrainConfig field; or
+``model.FIELD``, a ModelConfig field such as model.attention=rotary or model.n_layer=4) and
 ``--set recipe.NAME=VALUE`` (a constant of learn.py, e.g. recipe.FORMAT_SUBJECTS=1000) may be
 repeated. Prints one line: the changes, then each relation's dev count out of N with its 95%
 interval, then all relations; the run's results.json holds the rest.
@@ -32,12 +33,13 @@ from attnlab.data import factset
 
 def parse_changes(pairs: list[str]) -> dict[str, dict[str, str]]:
     """``["finetune.epochs=3", ...]`` as {stage: {field: text}}; a malformed pair is an error."""
-    changes: dict[str, dict[str, str]] = {"pretrain": {}, "finetune": {}, "recipe": {}}
+    changes: dict[str, dict[str, str]] = {"pretrain": {}, "finetune": {}, "recipe": {}, "model": {}}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         stage, dot, field = key.partition(".")
         if not (sep and dot and field) or stage not in changes:
-            raise SystemExit(f"--set {pair!r}: expected STAGE.FIELD=VALUE with STAGE pretrain, finetune or recipe")
+            raise SystemExit(f"--set {pair!r}: expected STAGE.FIELD=VALUE with STAGE pretrain, finetune, model "
+                             "or recipe")
         changes[stage][field] = value
     return changes
 
@@ -50,7 +52,7 @@ def typed(current, text: str):
 
 
 def changed_recipe(recipe, changes: dict[str, dict[str, str]], pretrain_passes: float = 0.0):
-    """``recipe`` with the stages' fields changed; ``pretrain_passes`` fixes pretraining's work
+    """``recipe`` with the stages' (and the model's) fields changed; ``pretrain_passes`` fixes pretraining's work
     (its epochs) in place of its minutes."""
     stages = {}
     for stage in ("pretrain", "finetune"):
@@ -60,6 +62,12 @@ def changed_recipe(recipe, changes: dict[str, dict[str, str]], pretrain_passes: 
             raise SystemExit(f"--set {stage}.{sorted(unknown)[0]}: not a training setting")
         config = dataclasses.replace(config, **{k: typed(getattr(config, k), v) for k, v in changes[stage].items()})
         stages[stage] = config
+    model_changes = changes.get("model", {})
+    unknown = set(model_changes) - {f.name for f in dataclasses.fields(recipe.model)}
+    if unknown:
+        raise SystemExit(f"--set model.{sorted(unknown)[0]}: not a model setting")
+    stages["model"] = dataclasses.replace(recipe.model, **{k: typed(getattr(recipe.model, k), v)
+                                                           for k, v in model_changes.items()})
     if pretrain_passes:
         stages["pretrain"] = dataclasses.replace(stages["pretrain"], minutes=0.0, epochs=pretrain_passes)
     return dataclasses.replace(recipe, **stages)

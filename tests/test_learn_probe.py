@@ -24,6 +24,9 @@ def test_a_probe_changes_the_fields_it_names_and_nothing_else(tmp_path):
     assert (probe.finetune.epochs, probe.finetune.replay_lines, probe.pretrain.seed) == (3, True, 7)
     assert (probe.pretrain.epochs, probe.pretrain.minutes) == (35, 0.0)
     assert probe.finetune.learning_rate == recipe.finetune.learning_rate and probe.model == recipe.model
+    deeper = learn_probe.changed_recipe(recipe, learn_probe.parse_changes(["model.n_layer=5", "model.attention=rotary"]))
+    assert (deeper.model.n_layer, deeper.model.attention) == (5, "rotary")
+    assert deeper.model.recall_chars == recipe.model.recall_chars and deeper.pretrain == recipe.pretrain
 
 
 def test_malformed_or_unknown_changes_are_refused(tmp_path):
@@ -32,6 +35,9 @@ def test_malformed_or_unknown_changes_are_refused(tmp_path):
     with pytest.raises(SystemExit, match="not a training setting"):
         learn_probe.changed_recipe(learn.recipe_for(factset.load(write_set(tmp_path / "towns")), 5), {
             "pretrain": {}, "finetune": {"epoks": "3"}, "recipe": {}})
+    with pytest.raises(SystemExit, match="not a model setting"):
+        learn_probe.changed_recipe(learn.recipe_for(factset.load(write_set(tmp_path / "towns")), 5), {
+            "pretrain": {}, "finetune": {}, "recipe": {}, "model": {"n_layers": "5"}})
     with pytest.raises(SystemExit, match="no such constant"):
         learn_probe.set_recipe_constants({"NOT_A_CONSTANT": "1"})
 
