@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ from attnlab.experiments import comparison, records
 from attnlab.experiments import compare as experiments
 from attnlab.experiments.results import Compared, Row, comparison_record, comparison_table
 from tests.test_variants import run_cli, write_data
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("k, n, expected", [
@@ -318,6 +321,29 @@ def test_an_option_added_since_a_record_keeps_its_key_only_at_its_old_behaviour(
         assert records.settings_key(at_old) == key  # the record made before the option still matches
         changed = {**settings, "finetune": {"seed": 0, option: 8 if isinstance(old, int) and not isinstance(old, bool) else True}}
         assert records.settings_key(changed) != key
+
+
+def test_a_model_setting_added_since_a_record_keeps_its_key_only_at_its_old_value():
+    settings = {"preset": "tiny", "attnlab": "0.3.0", "model": {"attention": "vanilla"}, "pretrain": {"seed": 0}}
+    key = records.settings_key(settings)
+    now = {**settings, "model": {"attention": "vanilla", "answer_chars": 32, "relations": []}}
+    assert records.settings_key(now) == key  # the course's one question, the old answer budget
+    for changed in ({"answer_chars": 18}, {"relations": [["country", "Which country is {subject} in?"]]}):
+        assert records.settings_key({**settings, "model": {"attention": "vanilla", **changed}}) != key
+
+
+def test_the_committed_compare_records_are_found_by_todays_settings(tmp_path, capsys):
+    """The variants guide's table is gathered from benchmarks/records/compare, training nothing:
+    today's cpu15 settings at the records' training options find each recorded seed."""
+    from attnlab import cli
+
+    out = tmp_path / "table"
+    argv = ["compare", "--preset", "cpu15", "--variants", "vanilla", "--seeds", "3", "--no-scratch", "--compile",
+            "off", "--amp", "off", "--holdout-fraction", "0", "--read-out-swaps", "0", "--records",
+            str(REPO / "benchmarks" / "records" / "compare"), "--gather", "--out-dir", str(out)]
+    assert cli.main(argv) == 0
+    text = capsys.readouterr()
+    assert "missing" not in text.out + text.err and "419, 415, 413 of 500" in text.out
 
 
 def test_a_run_made_before_an_option_existed_resumes_at_the_options_old_behaviour(tmp_path):

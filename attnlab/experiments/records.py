@@ -32,6 +32,9 @@ NOT_RESULTS = frozenset({"device", "log_every", "checkpoint_every", "tensorboard
 # as before the option existed: at that value it stays out of the key, so older records still
 # match; any other value changes the key.
 ADDED_SINCE = {"read_out_swaps": 0, "swap_distractors": False, "replay_lines": False, "minutes": 0.0}
+# Model settings added since, likewise: a model of the course's one question with the answer
+# budget that was a constant (answering/formats.py MAX_NEW_CHARS) is the model of older records.
+MODEL_ADDED_SINCE = {"answer_chars": 32, "relations": []}
 TRAIN_STAGES = ("pretrain", "finetune", "finetune_scratch")
 
 
@@ -39,6 +42,11 @@ def as_before(option: str, value: Any) -> bool:
     """Whether a training option added since records were first kept has the value that trains
     as if it did not exist (so a record or run without it was made the same way)."""
     return option in ADDED_SINCE and value == ADDED_SINCE[option]
+def _same(value: Any, old: Any) -> bool:
+    """``value`` equals ``old``, a tuple of pairs and JSON's list of lists alike."""
+    return json.loads(json.dumps(value)) == old
+
+
 FORMAT = 1  # of the record file; a record of another format is not read
 
 
@@ -50,6 +58,9 @@ def result_settings(settings: dict[str, Any]) -> dict[str, Any]:
         if key in TRAIN_STAGES and isinstance(value, dict):
             value = {k: v for k, v in value.items()
                      if k not in NOT_RESULTS and not as_before(k, v)}
+        elif key == "model" and isinstance(value, dict):
+            value = {k: v for k, v in value.items()
+                     if not (k in MODEL_ADDED_SINCE and _same(v, MODEL_ADDED_SINCE[k]))}
         elif key == "data" and isinstance(value, dict):
             value = {role: f.get("sha256") if isinstance(f, dict) else f for role, f in value.items()}
         kept[key] = value
