@@ -38,13 +38,11 @@ MODEL_ADDED_SINCE = {"answer_chars": 32, "relations": []}
 TRAIN_STAGES = ("pretrain", "finetune", "finetune_scratch")
 
 
-def as_before(option: str, value: Any) -> bool:
-    """Whether a training option added since records were first kept has the value that trains
-    as if it did not exist (so a record or run without it was made the same way)."""
-    return option in ADDED_SINCE and value == ADDED_SINCE[option]
-def _same(value: Any, old: Any) -> bool:
-    """``value`` equals ``old``, a tuple of pairs and JSON's list of lists alike."""
-    return json.loads(json.dumps(value)) == old
+def as_before(option: str, value: Any, added: dict[str, Any] = ADDED_SINCE) -> bool:
+    """Whether a training option (a model setting, with ``added=MODEL_ADDED_SINCE``) added since
+    records were first kept has the value that trains as if it did not exist (so a record or run
+    without it was made the same way). Compared as JSON holds it (a tuple of pairs as lists)."""
+    return option in added and json.loads(json.dumps(value)) == added[option]
 
 
 FORMAT = 1  # of the record file; a record of another format is not read
@@ -60,7 +58,7 @@ def result_settings(settings: dict[str, Any]) -> dict[str, Any]:
                      if k not in NOT_RESULTS and not as_before(k, v)}
         elif key == "model" and isinstance(value, dict):
             value = {k: v for k, v in value.items()
-                     if not (k in MODEL_ADDED_SINCE and _same(v, MODEL_ADDED_SINCE[k]))}
+                     if not as_before(k, v, MODEL_ADDED_SINCE)}
         elif key == "data" and isinstance(value, dict):
             value = {role: f.get("sha256") if isinstance(f, dict) else f for role, f in value.items()}
         kept[key] = value
