@@ -516,6 +516,7 @@ def _firms(rng: random.Random, n: int, n_cities: int = 120) -> FactSet:
     names = Names(rng, fixed)
     cities = [names.token(_city_word, "city") for _ in range(n_cities)]
     years = [str(y) for y in range(_FIRM_YEARS[0], _FIRM_YEARS[1] + 1)]
+    mentioned = [str(y) for y in range(_FIRM_YEARS[0], 1996)]  # any year a document may name
     city_of, year_of = _weighted_pool(rng, cities), _weighted_pool(rng, years)
     founders = [f"{rng.choice(_FIRST_NAMES)} {names.token(_surname_word, 'person')}" for _ in range(300)]
     subjects = []
@@ -526,7 +527,7 @@ def _firms(rng: random.Random, n: int, n_cities: int = 120) -> FactSet:
 
         def build(name=name, city=city, founded=founded) -> list[str]:
             def fill(t: str, **kw: str) -> str:
-                other_year = _other(rng, [str(y) for y in range(_FIRM_YEARS[0], 1996)], [founded])
+                other_year = _other(rng, mentioned, [founded])
                 return t.format(F=name, year=other_year, staff=f"{rng.randrange(20, 9000, 10):,}",
                                 product=rng.choice(_FIRM_PRODUCT), colour=rng.choice(_FIRM_COLOUR),
                                 founder=rng.choice(founders), **kw)
@@ -545,7 +546,7 @@ def _firms(rng: random.Random, n: int, n_cities: int = 120) -> FactSet:
     return FactSet("firms", "Invented firms: the city each is based in and the year it was founded, with "
                    "other cities and years named in the documents as distractors.",
                    [("city", "Which city is {subject} based in?"), ("founded", "In which year was {subject} founded?")],
-                   subjects, other, {"city": cities, "founded": [str(y) for y in range(_FIRM_YEARS[0], 1996)]})
+                   subjects, other, {"city": cities, "founded": mentioned})
 
 
 _FIRM_ASKED = "Which firm is the oldest? In which city it began nobody agrees."
