@@ -153,8 +153,11 @@ def _year(rng: random.Random, lo: int = 1100, hi: int = 1890) -> int:
     return rng.randint(lo, hi)
 
 
-def _other_lines(rng: random.Random, k: int, draw: Callable[[], str]) -> list[str]:
-    """``k`` different lines about no subject (fewer if ``draw`` cannot make that many)."""
+def _world_lines(rng: random.Random, n: int, asked: str, draw: Callable[[], str]) -> list[str]:
+    """The lines about no subject of a set of ``n`` subjects: ``asked`` (the line that puts the
+    questions' characters in the corpus), then ``max(3, n // 50) - 1`` different lines ``draw``
+    makes (fewer if it cannot make that many)."""
+    k = max(3, n // 50) - 1
     lines: list[str] = []
     for _ in range(50 * k):
         line = draw()
@@ -162,7 +165,7 @@ def _other_lines(rng: random.Random, k: int, draw: Callable[[], str]) -> list[st
             lines.append(line)
         if len(lines) == k:
             break
-    return lines
+    return [asked] + lines
 
 
 def _document(rng: random.Random, name: str, build: Callable[[], list[str]], lo: int, hi: int) -> str:
@@ -280,7 +283,7 @@ def _towns(rng: random.Random, n: int, n_countries: int = 40, n_rivers: int = 15
             return s
 
         subjects.append(Subject(name, _document(rng, name, build, 140, 280), {"country": country, "river": river}))
-    other = [_TOWN_ASKED] + _other_lines(rng, max(3, n // 50) - 1, lambda: rng.choice(_TOWN_WORLD).format(
+    other = _world_lines(rng, n, _TOWN_ASKED, lambda: rng.choice(_TOWN_WORLD).format(
         C=rng.choice(countries), R=rng.choice(rivers), X=rng.choice(countries)))
     return FactSet("towns", "Invented towns: the country each lies in and the river through it, "
                    "with other countries and rivers named in the documents as distractors.",
@@ -434,7 +437,7 @@ def _species(rng: random.Random, n: int, n_habitats: int = 100, n_diets: int = 1
 
         subjects.append(Subject(name, _document(rng, name, build, 140, 280),
                                 {"habitat": habitat, "diet": diet, "discoverer": person}))
-    other = [_SP_ASKED] + _other_lines(rng, max(3, n // 50) - 1, lambda: rng.choice(_SP_WORLD).format(
+    other = _world_lines(rng, n, _SP_ASKED, lambda: rng.choice(_SP_WORLD).format(
         H=rng.choice(habitats), P=rng.choice(people)))
     return FactSet("species", "Invented animal species: where each lives, what it eats and who first described "
                    "it, with other habitats, foods and naturalists named in the documents as distractors.",
@@ -541,7 +544,7 @@ def _firms(rng: random.Random, n: int, n_cities: int = 120) -> FactSet:
             return s
 
         subjects.append(Subject(name, _document(rng, name, build, 150, 290), {"city": city, "founded": founded}))
-    other = [_FIRM_ASKED] + _other_lines(rng, max(3, n // 50) - 1, lambda: rng.choice(_FIRM_WORLD).format(
+    other = _world_lines(rng, n, _FIRM_ASKED, lambda: rng.choice(_FIRM_WORLD).format(
         C=rng.choice(cities), Y=rng.choice(years)))
     return FactSet("firms", "Invented firms: the city each is based in and the year it was founded, with "
                    "other cities and years named in the documents as distractors.",
@@ -625,8 +628,7 @@ def _islands(rng: random.Random, n: int, n_seas: int = 30) -> FactSet:
             return s
 
         subjects.append(Subject(name, _document(rng, name, build, 95, 150), {"sea": sea, "capital": capital}))
-    other = [_IS_ASKED] + _other_lines(rng, max(3, n // 50) - 1,
-                                       lambda: rng.choice(_IS_WORLD).format(S=rng.choice(seas)))
+    other = _world_lines(rng, n, _IS_ASKED, lambda: rng.choice(_IS_WORLD).format(S=rng.choice(seas)))
     return FactSet("islands", "A small teaching set of invented islands: the sea each lies in and its capital, "
                    "with another sea or a port that is not the capital named as a distractor.",
                    [("sea", "Which sea is {subject} in?"), ("capital", "What is the capital of {subject}?")],
