@@ -127,6 +127,8 @@ class LoadedModel:
             questions, (bytes, bytearray, Mapping)) else None  # a dict's keys are no questions
         if questions is None:
             raise TypeError(f"ask takes a question (str) or a list of them, got {type(questions_in).__name__}")
+        if abstain is not None and not isinstance(abstain, (Rule, AbstainPolicy)):
+            raise TypeError(f"abstain takes None (answer everything), a Rule or an AbstainPolicy, got {abstain!r}")
         for i, q in enumerate(questions):
             _check_question(q, source, first_line + i)
         examples = [QAExample(q.strip(), None, source, first_line + i) for i, q in enumerate(questions)]

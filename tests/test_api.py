@@ -109,6 +109,9 @@ def test_ask_can_abstain_from_python(run):
     assert [a.answer for a in model.ask(QUESTIONS, abstain=Rule(confidence=0.0))] == [a.answer for a in plain]
     withheld = model.ask(QUESTIONS, abstain=Rule(confidence=1.01))  # no answer is that sure
     assert [a.answer for a in withheld] == ["", ""] and [a.withheld for a in withheld] == [a.answer for a in plain]
+    for wrong in (False, 0.8, "off"):  # not a rule: said so before any model work, not deep in it
+        with pytest.raises(TypeError, match="abstain takes None \\(answer everything\\), a Rule or an AbstainPolicy"):
+            model.ask(QUESTIONS, abstain=wrong)
 
 
 def test_the_fitted_rule_is_the_one_ask_fits(run, capsys):
