@@ -144,6 +144,41 @@ def test_an_edit_of_one_relation_leaves_the_subjects_other_relation_as_it_was(is
             assert g.kept_relations == [other] and new in g.target.text
 
 
+def test_a_quoting_models_edit_quotes_the_edited_sentence_and_keeps_the_other_relation():
+    """A model that quotes the stating sentence before each answer (ModelConfig.quote) is edited
+    in its own format: the edit input and the other relation's text carry the sentence as the
+    edited recall states it, and the other relation's answer stays."""
+    from attnlab.answering.evaluate import answer_questions
+    from attnlab.data.datasets import QAExample
+    from attnlab.data.corpus import CorpusIndex
+    from attnlab.data.formats import text_format
+    from attnlab.data.relations import Schema
+    from tests.tiny_runs import memorise
+
+    lines = [f"{i}. It lies in the {SEAS[k % 4]}. Its capital is {CAPITALS[k]}." for k, i in enumerate(ISLES)]
+    asked = [QAExample(dict(ISLE_RELATIONS)[r].format(subject=i), a, "train.tsv", 1)
+             for k, i in enumerate(ISLES) for r, a in (("sea", SEAS[k % 4]), ("capital", CAPITALS[k]))]
+    vocab = Vocab.from_text("\n".join(lines) + "?" + "".join(q for _, q in ISLE_RELATIONS) + "seacapital")
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=len(vocab), block_size=160, n_layer=2, n_head=2, n_embd=48, dropout=0.0,
+                         qa_format="recall", recall_chars=64, answer_chars=10, relations=ISLE_RELATIONS, quote=True)
+    model = GPT(config)
+    schema = Schema.from_list(ISLE_RELATIONS)
+    texts = [text_format("recall").example_text(e, 64, CorpusIndex(lines), schema=schema, quote=True)[0] for e in asked]
+    memorise(model, vocab, texts, steps=1000)
+    ask = lambda m, isle, r: answer_questions(m, vocab, [QAExample(dict(ISLE_RELATIONS)[r].format(subject=isle),  # noqa: E731
+                                                                   None, "<test>", 1)])[0]
+    assert (ask(model, "Ara", "sea").answer, ask(model, "Ara", "sea").quoted) == ("North Sea", "It lies in the North Sea")
+    target = editing.edit_input(model, vocab, "Ara", "Red Sea", "sea")
+    assert target.text.endswith(f"{MASK_CHAR}sea{MASK_CHAR}It lies in the Red Sea{MASK_CHAR}Red Sea{MASK_CHAR}")
+    assert target.place_at[-1] == len(target.text) - len("Red Sea") - 1  # the new place, after the quote
+    [other] = gated_editing.other_relation_texts(model, vocab, target, "sea")
+    assert other.endswith(f"{MASK_CHAR}capital{MASK_CHAR}Its capital is Lima{MASK_CHAR}Lima{MASK_CHAR}")
+    negatives = gated_editing.Negatives.of(model, vocab, texts, 1)
+    edited, _ = gated_editing.gated_edit(model, vocab, "Ara", "Red Sea", negatives, owner=1, relation="sea")
+    assert ask(edited, "Ara", "sea").answer == "Red Sea" and ask(edited, "Ara", "capital").answer == "Lima"
+
+
 def test_attnlab_edit_changes_one_relation_of_a_model_of_several(isles, tmp_path, capsys, monkeypatch):
     """The command line edits one relation (--relation), reports the subject's other relations
     before and after, records the relation with the edit, and refuses an edit that names none;

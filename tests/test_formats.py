@@ -14,7 +14,7 @@ from attnlab.config.settings import ModelConfig
 from attnlab.data.corpus import CorpusIndex
 from attnlab.data.datasets import DataError, QAExample
 from attnlab.data.formats import QA_FORMATS, TEXT_FORMATS, text_format
-from attnlab.data.vocab import MASK_CHAR, PAD_ID, Vocab
+from attnlab.data.vocab import MASK_CHAR, MASK_ID, PAD_ID, Vocab
 from attnlab.model.gpt import GPT
 from tests.tiny_runs import memorise
 
@@ -126,3 +126,85 @@ def test_whole_words_are_found_whole_and_the_longest_first():
     assert contains_words("born in New York.", "New York") and not contains_words("Boniface", "Bon")
     assert not contains_words("anything", "")
     assert whole_words("a.b").search("axb") is None  # a value is matched as written, never as a pattern
+
+
+# ---- a quoting model (ModelConfig.quote): the stating sentence before the value ----------------
+
+FIRM = ("Kerenton. Its works burned down in 1761. The firm was founded in 1813 by Bram Veliberg. "
+        "1900 is the year it moved. It is based in Isimor.")
+
+
+def test_the_quote_is_the_sentence_that_states_the_value_within_the_recall():
+    from attnlab.data.corpus import quote_of
+
+    assert quote_of(FIRM, "Kerenton", "1813", 200, True) == "The firm was founded in 1813 by Bram Veliberg"
+    assert quote_of(FIRM, "Kerenton", "1761", 200, True) == "Its works burned down in 1761"
+    assert quote_of(FIRM, "Kerenton", "1900", 200, True) == "1900 is the year it moved"  # the value first
+    assert quote_of(FIRM, "Kerenton", "Isimor", 200, True) == "It is based in Isimor"  # the last sentence
+    cut = FIRM.index("Bram") + 2
+    assert quote_of(FIRM, "Kerenton", "1813", cut, True) == "The firm was founded in 1813 by Br"  # the recall ends it
+    assert quote_of(FIRM, "Kerenton", "Isimor", cut, True) == ""  # past the recall: nothing to quote
+    assert quote_of(FIRM, "Kerenton", "Lima", 200, True) == ""  # not in the line
+    assert quote_of(FIRM, "Kerenton", "1813", 200, False) is None  # a model that does not quote
+
+
+def test_a_quoting_models_training_strings_put_the_sentence_between_the_cue_and_the_value():
+    from attnlab.data.relations import Schema
+
+    schema = Schema.from_list([["founded", "When was {subject} founded?"], ["city", "Where is {subject}?"]])
+    recall = text_format("recall")
+    ex = QAExample("When was Kerenton founded?", "1813", "train.tsv", 1)
+    sentence = "The firm was founded in 1813 by Bram Veliberg"
+    text, given = recall.example_text(ex, 200, CorpusIndex([FIRM]), True, schema, quote=True)
+    assert text == FIRM + MASK_CHAR + "founded" + MASK_CHAR + sentence + MASK_CHAR + "1813" + MASK_CHAR
+    assert given == len(FIRM) + len("founded") + 1  # the quote is scored: choosing it is the read-out
+    assert recall.example_text(ex, 200, CorpusIndex([FIRM]), schema=schema)[0].count(MASK_CHAR) == 3  # off: as before
+    texts = recall.training_texts([FIRM], [ex], 200, schema, quote=True)
+    assert texts[-1] == text
+    one = recall.training_texts(LINES, [_qa("Bela Kron", "Lima")], 60, quote=True)  # one relation, no cue
+    assert one[1] == LINES[1] + MASK_CHAR + "Bela Kron was born in Lima" + MASK_CHAR + "Lima" + MASK_CHAR
+
+
+def test_a_swapped_copy_quotes_the_sentence_where_the_new_value_stands():
+    from attnlab.data.objectives import swapped_place_read_outs
+    from attnlab.data.relations import Schema
+
+    schema = Schema.from_list([["founded", "When was {subject} founded?"], ["city", "Where is {subject}?"]])
+    other = "Moring Mills. It was founded in 1748. It is based in Zorsk."
+    examples = [QAExample("When was Kerenton founded?", "1813", "train.tsv", 1),
+                QAExample("When was Moring Mills founded?", "1748", "train.tsv", 2)]
+    vocab = Vocab.from_text(FIRM + other + "founded city" + "When was?")
+    copies = swapped_place_read_outs(examples, CorpusIndex([FIRM, other]), vocab, 400, 200, 1, 0, schema,
+                                     quote=True)
+    texts = [vocab.decode(s.ids) for s in copies]
+    assert texts[0].split(MASK_CHAR)[2:4] == ["The firm was founded in 1748 by Bram Veliberg", "1748"]
+    assert texts[1].split(MASK_CHAR)[2:4] == ["It was founded in 1813", "1813"]
+    assert all(s.unscored == t.index(MASK_CHAR) + len("founded") + 1 for s, t in zip(copies, texts))
+
+
+def test_a_quoting_model_answers_after_its_quote_and_reports_it():
+    vocab = Vocab.from_text("\n".join(LINES) + "Where?")
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=len(vocab), block_size=120, n_layer=2, n_head=2, n_embd=48, dropout=0.0,
+                            qa_format="recall", recall_chars=40, quote=True))
+    fmt = answer_format("recall")
+    texts = fmt.training_texts(LINES, [_qa("Ada Brook", "Paris"), _qa("Bela Kron", "Lima")], 40, quote=True)
+    memorise(model, vocab, texts, steps=300)
+    answers = answer_questions(model, vocab, [_qa("Ada Brook", None), _qa("Bela Kron", None)])
+    assert [(a.answer, a.quoted) for a in answers] == [("Paris", "Ada Brook was born in Paris"),
+                                                        ("Lima", "Bela Kron was born in Lima")]
+    assert all(0 < a.confidence <= 1 for a in answers)
+
+
+def test_a_quote_may_be_empty_and_is_whole_words_of_the_recall():
+    from attnlab.answering.knowledge import SpanConstraint
+
+    vocab = Vocab.from_text("ab cd.")
+    source = vocab.encode("ab cd.")
+    quoting = SpanConstraint([source], vocab, may_be_empty=True)
+    first = quoting([[]])[0]
+    assert first[MASK_ID] and first[vocab.stoi["a"]] and first[vocab.stoi["c"]]
+    assert not first[vocab.stoi["b"]]  # not a word's start
+    assert not SpanConstraint([source], vocab)([[]])[0][MASK_ID]  # an answer is never empty
+    nothing = SpanConstraint([[]], vocab, may_be_empty=True)([[]])[0]
+    assert nothing.sum() == 1 and nothing[MASK_ID]  # nothing recalled: an empty quote

@@ -43,6 +43,7 @@ class Answer:
     # The confidence through the run's stored correction: how often answers of this confidence
     # were right on training subjects held out of finetuning (None: the run stores none).
     chance_right: float | None = None
+    quoted: str | None = None  # a quoting model (``quote``): the sentence it wrote before the answer
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ class RecallFormat(RecallText):
                 out.append(Answer(e.question, "", 0.0, False, problem=problems[i]))
             else:
                 out.append(Answer(e.question, r.answer, r.confidence, r.complete, r.recalled,
-                                  relation=asked[i].relation.name))
+                                  relation=asked[i].relation.name, quoted=r.quoted))
         return out
 
     def answer_one(self, model: GPT, vocab: Vocab, question: str, name: str) -> Answer:
@@ -148,7 +149,8 @@ class RecallFormat(RecallText):
         asked = schema.parse(question)
         relation = asked.relation if asked else schema.relations[0]
         r = answer_by_recall(model, vocab, [name], model.config.recall_chars, cues=[schema.cue(relation)])[0]
-        return Answer(question, r.answer, r.confidence, r.complete, r.recalled, relation=relation.name)
+        return Answer(question, r.answer, r.confidence, r.complete, r.recalled, relation=relation.name,
+                      quoted=r.quoted)
 
     def reading(self, question: str, name: str | None, answer: Answer, recall_chars: int) -> Reading:
         """The recalled line: its opening ``NAME.`` given, the rest written, and its closing

@@ -44,6 +44,7 @@ class RecallAnswer:
     confidence: float  # see answer_by_recall
     complete: bool  # the answer was closed by ⁇ within the budget
     recalled: str  # what the model wrote about the person before answering
+    quoted: str | None = None  # a quoting model: the sentence it quoted before the answer
 
 
 READ_OUTS = ("span", "copy", "free")
@@ -79,7 +80,10 @@ def answer_by_recall(model: GPT, vocab: Vocab, names: list[str], recall_chars: i
     Confidence is the probability of the answer and its closing mark given the recalled text,
     times, when the answer is spelled out in the recalled text, the probability the model gave
     those characters while recalling: an answer read from a confidently remembered line is
-    surer than one read from a line the model was unsure of."""
+    surer than one read from a line the model was unsure of. A model that quotes
+    (``quote``) first writes the sentence of its recall that states the answer, as whole words
+    of the recalled text (or nothing), greedily; the answer is read after it and the quote's
+    probability joins its confidence."""
     budget = max_answer_chars or model.config.answer_chars
     cues = cues if cues is not None else [None] * len(names)
     unique = list(dict.fromkeys(names))
@@ -130,23 +134,43 @@ def _read_places(model, vocab, texts, prompt_lens, recall_logps, max_answer_char
     cues = cues or [None] * len(texts)
     seconds = [text + [MASK_ID] + (vocab.encode(cue) + [MASK_ID] if cue else []) for text, cue in zip(texts, cues)]
     sources = [text[n:] for text, n in zip(texts, prompt_lens)]
+    quotes: list[tuple[list[int], list[float]] | None] = [None] * len(texts)
+    if model.config.quote:
+        quotes = _quotes(model, seconds, sources, vocab, model.config.recall_chars)
+        seconds = [s + q for s, (q, _) in zip(seconds, quotes)]
     if read_out == "span":
         second = read_best_spans(model, vocab, seconds, sources, max_answer_chars, kept=kept)
     else:
         spans = SpanConstraint(sources, vocab) if read_out == "copy" else None
         second = generate(model, seconds, max_answer_chars + 1, stop_token=MASK_ID, allowed_next=spans)
     answers = []
-    for text, prompt_len, logps_recall, toks, logps in zip(texts, prompt_lens, recall_logps,
-                                                           second.tokens, second.logprobs):
+    for text, prompt_len, logps_recall, toks, logps, quote in zip(texts, prompt_lens, recall_logps,
+                                                                  second.tokens, second.logprobs, quotes):
         recalled = vocab.decode(text)
         complete = bool(toks) and toks[-1] == MASK_ID
         answer = vocab.decode(toks[:-1] if complete else toks)
-        log_conf = sum(logps)
+        log_conf = sum(logps) + (sum(quote[1]) if quote else 0.0)
         at = recalled.find(answer, prompt_len) if answer else -1
         if at >= 0 and logps_recall:  # the characters of the answer as the model recalled them
             log_conf += sum(logps_recall[at - prompt_len: at - prompt_len + len(answer)])
-        answers.append(RecallAnswer(answer, math.exp(log_conf) if complete else 0.0, complete, recalled))
+        quoted = vocab.decode(quote[0][:-1]) if quote else None
+        answers.append(RecallAnswer(answer, math.exp(log_conf) if complete else 0.0, complete, recalled, quoted))
     return answers
+
+
+def _quotes(model, contexts, sources, vocab, max_chars) -> list[tuple[list[int], list[float]]]:
+    """Each context's quote: the sentence a quoting model writes before the answer (whole words
+    of its source, or none), greedily, with its closing mark (set where the budget ran out) and
+    the log-probability of each character the model chose."""
+    read = generate(model, contexts, max_chars + 1, stop_token=MASK_ID,
+                    allowed_next=SpanConstraint(sources, vocab, may_be_empty=True))
+    out = []
+    for toks, logps in zip(read.tokens, read.logprobs):
+        if toks and toks[-1] == MASK_ID:
+            out.append((list(toks), list(logps)))
+        else:
+            out.append((list(toks) + [MASK_ID], list(logps)))
+    return out
 
 
 @torch.no_grad()
@@ -368,8 +392,9 @@ class SpanConstraint:
     the previous one by a token (as ``generate`` calls it) filters those instead of scanning the
     source again; any other call is answered from scratch, with the same result."""
 
-    def __init__(self, sources: list[list[int]], vocab: Vocab):
+    def __init__(self, sources: list[list[int]], vocab: Vocab, *, may_be_empty: bool = False):
         self.sources = sources
+        self.may_be_empty = may_be_empty  # the closing mark may come first (an empty quote)
         self.vocab_size = len(vocab)
         self.words = WholeWords(vocab)
         # a span may not run past a source's last word character: from there no word ends,
@@ -383,12 +408,15 @@ class SpanConstraint:
         rows, tokens = [], []
         for row, (source, so_far) in enumerate(zip(self.sources, chosen)):
             starts = self._starts(row, so_far)
+            if not starts and self.may_be_empty and not so_far:  # nothing to quote: close at once
+                mask[row, MASK_ID] = True
+                continue
             if not starts:  # nothing recalled to copy from: read freely
                 mask[row] = True
                 continue
             n = len(so_far)
             allowed = {source[s + n] for s in starts if s + n <= self.last_word[row]}
-            if n and any(self._ends[row][s + n] for s in starts):
+            if (n and any(self._ends[row][s + n] for s in starts)) or (not n and self.may_be_empty):
                 allowed.add(MASK_ID)
             rows += [row] * len(allowed)
             tokens += allowed

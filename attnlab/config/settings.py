@@ -131,6 +131,8 @@ class ModelConfig(_Serialisable):
                            "before answering (training lines are cut there)", bound=b.POSITIVE_INT)
     answer_chars: int = _f(32, "the longest answer the model reads out (a fact set's training answers set it)",
                            bound=b.POSITIVE_INT)
+    quote: bool = _f(False, "recall format: before its answer the model quotes the sentence of its recall that "
+                     "states it, so that the sentence, not the value's first characters, chooses the value")
     relations: tuple = _f((), "the question forms of the model's fact set, [name, question template] pairs "
                           "(empty: the course's one question, 'Where was {subject} born?')", cli=False,
                           relations=True)

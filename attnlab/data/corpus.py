@@ -87,10 +87,50 @@ def place_in_line(line: str, name: str, place: str) -> int:
     return line.find(place, len(recall_prompt(name))) if place else -1
 
 
-def recall_string(line: str, recall_chars: int, place: str | None = None, cue: str | None = None) -> str:
+def recall_string(line: str, recall_chars: int, place: str | None = None, cue: str | None = None,
+                  quote: str | None = None) -> str:
     """A training string: the line cut at ``recall_chars``, ``⁇``, and ``place⁇`` if given,
-    preceded by ``cue⁇`` (the relation's name) in a fact set of several relations."""
+    preceded by ``cue⁇`` (the relation's name) in a fact set of several relations and by
+    ``quote⁇`` (``sentence_quote``) in a model that quotes."""
     text = line[:recall_chars] + MASK_CHAR
-    if place is None:
-        return text
-    return text + (cue + MASK_CHAR if cue else "") + place + MASK_CHAR
+    return text if place is None else text + answer_tail(place, cue, quote)
+
+
+def answer_tail(place: str, cue: str | None = None, quote: str | None = None) -> str:
+    """What follows a recall's closing mark: ``cue⁇`` (several relations), ``quote⁇`` (a quoting
+    model), ``place⁇``."""
+    return (cue + MASK_CHAR if cue else "") + (quote + MASK_CHAR if quote is not None else "") + place + MASK_CHAR
+
+
+_WORD = re.compile(r"[^\W_]+")  # a word: a run of letters and digits, as the span read-out counts them
+_SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
+
+
+def sentence_quote(text: str, at: int, length: int, floor: int) -> str:
+    """The sentence of ``text`` holding the value at ``at`` (``length`` characters), from its
+    first word to its last (none before ``floor``): what a quoting model writes before a value.
+    A small character model copies a value from its first characters, and values of one kind
+    often share those (years open with 1 or 2): the sentence that states the fact differs from
+    the others from its first words on, so the choice of value is made there."""
+    ends = [m.end() for m in _SENTENCE_END.finditer(text, floor, at)]
+    start = max([floor] + ends)
+    stop = _SENTENCE_END.search(text, at + length)
+    words = list(_WORD.finditer(text, start, stop.start() if stop else len(text)))
+    return text[words[0].start():words[-1].end()] if words else ""
+
+
+def quote_in(recalled: str, start: int, place: str) -> str:
+    """The quote of ``place`` in a recalled text, searched from ``start`` (past the prompt)."""
+    at = recalled.find(place, start) if place else -1
+    return sentence_quote(recalled, at, len(place), start) if at >= 0 else ""
+
+
+def quote_of(line: str, name: str, place: str, recall_chars: int, quote: bool) -> str | None:
+    """What a quoting model writes before ``place`` when it recalled ``line``: None when it does
+    not quote, empty when the place is not within the recalled characters."""
+    if not quote:
+        return None
+    at = place_in_line(line, name, place)
+    if at < 0 or at + len(place) > recall_chars:
+        return ""
+    return sentence_quote(line[:recall_chars], at, len(place), len(recall_prompt(name)))

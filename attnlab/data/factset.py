@@ -29,7 +29,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .corpus import CorpusIndex
+from .corpus import CorpusIndex, quote_of
 from .datasets import DataError, QAExample, documents, read_corpus, read_qa
 from .relations import Relation, Schema
 
@@ -256,17 +256,19 @@ class Sizes:
         return self.answers - sum(end <= recall_chars for end in self.ends)
 
 
-def sizes(facts: FactSet, *, coverage: float = 0.95, most: int = 320) -> Sizes:
+def sizes(facts: FactSet, *, coverage: float = 0.95, most: int = 320, quote: bool = False) -> Sizes:
     """The recall length that reaches the end of ``coverage`` of the training answers in their
     subject's document (at most ``most``), the longest answer with a margin, and the block that
-    holds the recall, the cue and the answer."""
+    holds the recall, the cue, the quote of a quoting model (``ModelConfig.quote``: the longest
+    training answer's sentence) and the answer."""
     index = CorpusIndex(documents(read_corpus(facts.corpus)))
-    ends, answers = [], []
+    ends, answers, found = [], [], []
     for ex in read_qa(facts.train, labelled=True):
         asked = facts.schema.require(ex)
         line = index.line_of(asked.subject) or ""
         at = line.find(ex.answer, len(asked.subject) + 1)
         answers.append(len(ex.answer))
+        found.append((line, asked.subject, ex.answer))
         if at >= 0:
             ends.append(at + len(ex.answer))
     ends.sort()
@@ -274,6 +276,7 @@ def sizes(facts: FactSet, *, coverage: float = 0.95, most: int = 320) -> Sizes:
     recall = max(32, min(most, reach))
     answer = max(answers) + 8
     cue = max(len(n) for n in facts.schema.names) + 1 if facts.schema.cued else 0
-    block = recall + cue + answer + 3
+    quoted = max((len(quote_of(*one, recall, True)) + 1 for one in found), default=1) if quote else 0
+    block = recall + cue + quoted + answer + 3
     reached = sum(end <= recall for end in ends)
     return Sizes(recall, answer, -(-block // 16) * 16, len(answers) - reached, len(answers), tuple(ends))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .corpus import CorpusIndex, place_in_line, recall_string, whole_words
+from .corpus import CorpusIndex, place_in_line, recall_prompt, sentence_quote, recall_string, whole_words
 from .datasets import DataError, QAExample
 from .relations import COURSE, Schema
 from .formats import text_format
@@ -49,14 +49,14 @@ def corpus_sequences(docs: list[str], vocab: Vocab, block_size: int, qa_format: 
 
 def qa_sequences(examples: list[QAExample], vocab: Vocab, block_size: int, qa_format: str,
                  recall_chars: int, index: CorpusIndex | None, *, read_out_only: bool = False,
-                 schema: Schema = COURSE) -> list[Sequence]:
+                 schema: Schema = COURSE, quote: bool = False) -> list[Sequence]:
     """The QA examples in the answer format ``qa_format`` (data/formats.py): ``question⁇place⁇``
     with the question unscored (SPEC 2), or the person's recall string with the place (every
     character scored; with ``read_out_only`` only the place and its closing mark)."""
     fmt = text_format(qa_format)
     out = []
     for ex in examples:
-        text, unscored = fmt.example_text(ex, recall_chars, index, read_out_only, schema)
+        text, unscored = fmt.example_text(ex, recall_chars, index, read_out_only, schema, quote)
         if len(text) > block_size + 1:
             raise DataError(ex.source, ex.line, f"the example is {len(text)} characters, longer than "
                             f"block_size + 1 = {block_size + 1}")
@@ -66,7 +66,8 @@ def qa_sequences(examples: list[QAExample], vocab: Vocab, block_size: int, qa_fo
 
 def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab: Vocab, block_size: int,
                             recall_chars: int, per_person: float, seed: int,
-                            schema: Schema = COURSE, *, distractors: bool = False) -> list[Sequence]:
+                            schema: Schema = COURSE, *, distractors: bool = False,
+                            quote: bool = False) -> list[Sequence]:
     """Read-out examples made from training people's own lines: each line with its place
     replaced by another of the training file's places (``per_person`` draws; a fraction draws
     once more for that share of the people, chosen by the seed), cut at ``recall_chars``, then
@@ -106,7 +107,8 @@ def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab
             else:
                 new = rng.choice(others)
                 swapped = line[:at] + new + line[at + len(ex.answer):]
-            text = recall_string(swapped, recall_chars, new, cue)
+            said = sentence_quote(swapped[:recall_chars], slot, len(new), len(recall_prompt(name))) if quote else None
+            text = recall_string(swapped, recall_chars, new, cue, said)
             given = len(swapped[:recall_chars]) + (len(cue) + 1 if cue else 0)
             if slot + len(new) <= recall_chars and len(text) <= block_size + 1:
                 out.append(Sequence(vocab.encode(text, source=ex.source, line=ex.line), given))

@@ -74,6 +74,9 @@ CALIBRATION_SUBJECTS = 100
 # Pretraining passes below which the recipe's answers stayed at the most-frequent baseline on
 # the sets it was tried on (the notebook): a budget that fits fewer is told so before the first step.
 LEAST_PASSES = 20
+# Whether the model quotes the sentence that states an answer before writing it
+# (ModelConfig.quote): the sentence, not the value's first characters, then chooses the value.
+QUOTE = True
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,8 @@ class Recipe:
     def describe(self) -> str:
         m = self.model
         return (f"{m.n_layer} layers x {m.n_embd} wide, {m.recall_chars} characters recalled, answers up to "
-                f"{m.answer_chars}, block {m.block_size}; {self.format_subjects} training subjects teach the "
+                f"{m.answer_chars}{', after quoting their sentence' if m.quote else ''}, block {m.block_size}; "
+                f"{self.format_subjects} training subjects teach the "
                 f"answer format; pretraining fitted to {self.pretrain_minutes:g} minutes")
 
 
@@ -103,7 +107,7 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     pretrained on, the other training subjects' documents are left out of pretraining and only
     teach reading; the more characters a pass reads per minute of the budget, the fewer layers
     (LAYERS_BY_LOAD: in a short budget more passes store more than depth)."""
-    sizes = factsets.sizes(facts)
+    sizes = factsets.sizes(facts, quote=QUOTE)
     base = get_preset(BASE_PRESET)
     train = read_qa(facts.train, labelled=True)
     subjects = list(dict.fromkeys(facts.schema.require(e).subject for e in train))
@@ -114,7 +118,7 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     layers = layers_for(pass_characters(docs, kept[n_format:], sizes.recall_chars) / minutes)
     model = ModelConfig(**{**base.model, "n_layer": layers, "recall_chars": sizes.recall_chars,
                            "answer_chars": sizes.answer_chars, "block_size": sizes.block_size,
-                           "relations": facts.schema.to_list()})
+                           "relations": facts.schema.to_list(), "quote": QUOTE})
     pre_minutes = round(max(0.05, minutes - after_pretraining(minutes)), 2)
     pre = dataclasses.replace(base.pretrain, seed=seed, minutes=pre_minutes, epochs=400, mix_people=n_format,
                               mix_ratio=min(100.0, n_format / len(docs)), mix_overlap="drop", holdout_fraction=holdout,

@@ -48,6 +48,7 @@ from ..model.hooks import capturing, hook_point
 from .errors import EditError
 from ..data.vocab import MASK_CHAR, PAD_ID, Vocab
 from ..data.datasets import QAExample
+from ..data.corpus import quote_in
 
 
 # Where the key of an edit is read: ROME's subject's last token (the name's last character), or
@@ -126,7 +127,8 @@ def stat_texts(model, docs: list[str], limit: int, seed: int, trained: list[QAEx
 
     docs = [d for d in docs if d.strip()]
     texts = text_format(model.config.qa_format).training_texts(docs, trained or [], model.config.recall_chars,
-                                                               Schema.from_list(model.config.relations))
+                                                               Schema.from_list(model.config.relations),
+                                                               model.config.quote)
     if limit and len(texts) > limit:
         texts = random.Random(seed).sample(texts, limit)
     return texts
@@ -265,11 +267,13 @@ def edit_input(model: GPT, vocab: Vocab, name: str, place: str, relation: str | 
         text = (text[:at] + place + text[end:])[:model.config.recall_chars]
         spots.append(at)
     cued = _cue_text(model, _relation(model, relation))
-    spots.append(len(text) + 1 + len(cued))
+    # a quoting model writes the edited sentence before the new place, as it was trained to
+    said = quote_in(text, read.prompt_len, place) + MASK_CHAR if model.config.quote else ""
+    spots.append(len(text) + 1 + len(cued) + len(said))
     given = (len(text),) if read.given else ()  # a closing mark the answerer set closes the edited text
     given += tuple(range(len(text) + 1, len(text) + 1 + len(cued)))  # the cue and its mark: the answerer's
-    return EditInput(text + MASK_CHAR + cued + place + MASK_CHAR, read.prompt_len, read.name_start + len(name) - 1,
-                     got.answer, name, given, tuple(spots), len(place))
+    return EditInput(text + MASK_CHAR + cued + said + place + MASK_CHAR, read.prompt_len,
+                     read.name_start + len(name) - 1, got.answer, name, given, tuple(spots), len(place))
 
 
 def _cue_text(model: GPT, relation) -> str:
@@ -629,7 +633,8 @@ def trajectory(model: GPT, vocab: Vocab, example, answer) -> tuple[list[int], li
                                                          answer, model.config.recall_chars)
     # The relation's cue (a recall model of several relations) is given, as the answerer gives it.
     head, chosen = read.text + MASK_CHAR + (_cue_text(model, asked.relation) if asked else ""), list(read.written)
-    tail = answer.answer + (MASK_CHAR if answer.complete else "")
+    said = answer.quoted + MASK_CHAR if answer.quoted is not None else ""  # a quoting model's choice too
+    tail = said + answer.answer + (MASK_CHAR if answer.complete else "")
     chosen += range(len(head), len(head) + len(tail))
     return vocab.encode(head + tail), chosen
 

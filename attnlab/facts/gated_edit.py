@@ -44,6 +44,7 @@ from ..model.hooks import hook_point
 from .edit import EditInput, _right_padded, _target, answer_of, edit_input, place_span
 from .errors import EditError, EditFailed  # noqa: F401 (EditFailed: also imported from here)
 from ..data.vocab import MASK_CHAR, PAD_ID, Vocab
+from ..data.corpus import answer_tail, quote_in
 
 from .settings import DEFAULT_METHOD, METHODS  # noqa: E402,F401 (defined with the settings, without torch)
 
@@ -119,8 +120,14 @@ def other_relation_texts(model, vocab: Vocab, target: EditInput, relation: str |
     if relation is None or not schema.cued or not text_format(model.config.qa_format).recalls:
         return []
     recalled = target.text[:target.text.index(MASK_CHAR)]
-    return [recalled + MASK_CHAR + r.name + MASK_CHAR + answer_of(model, vocab, target.name, r.name) + MASK_CHAR
-            for r in schema.relations if r.name != relation]
+    texts = []
+    for r in schema.relations:
+        if r.name != relation:
+            answer = answer_of(model, vocab, target.name, r.name)
+            # a quoting model quotes the answer's sentence as the edited recall now writes it
+            quote = quote_in(recalled, target.prompt_len, answer) if model.config.quote else None
+            texts.append(recalled + MASK_CHAR + answer_tail(answer, r.name, quote))
+    return texts
 
 
 def kept(text: str, target: EditInput) -> bool:
@@ -209,8 +216,8 @@ def _rows(vocab: Vocab, target: EditInput, prompt: str | None, place: str, devic
         rows.append(_target(vocab.encode(prompt + place), len(prompt), device))
     first = len(rows)
     for text, keep in others:
-        answer = text.split(MASK_CHAR)[-2]
-        rows.append(_target(vocab.encode(text), len(text) - (len(answer) + 1 if keep else 0), device))
+        written = text.split(MASK_CHAR)[2:]  # after the recall and the cue: the quote (if any) and the answer
+        rows.append(_target(vocab.encode(text), len(text) - (len(MASK_CHAR.join(written)) if keep else 0), device))
     width = max(x.shape[1] for x, _ in rows)
     x = torch.full((len(rows), width), PAD_ID, dtype=torch.long, device=device)
     y = torch.full((len(rows), width), PAD_ID, dtype=torch.long, device=device)

@@ -164,7 +164,8 @@ def check_texts(model: GPT, vocab: Vocab, questions: list, corpus_lines: list[st
     texts = []
     for ex in questions:
         try:
-            text, _ = fmt.example_text(ex, model.config.recall_chars, index, schema=schema)
+            text, _ = fmt.example_text(ex, model.config.recall_chars, index, schema=schema,
+                                       quote=model.config.quote)
         except DataError:  # a recall model asked about a person with no line
             text = schema.require(ex).subject + "." if fmt.recalls else ex.question + MASK_CHAR
         texts.append(text[: model.config.block_size])

@@ -206,7 +206,7 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
             log(f"--mix-people {config.mix_people}: {len(left_out):,} lines of other training-file people left out")
         if schema.cued and text_format(fmt).recalls:
             mix = one_fact_per_subject(mix, schema)
-        qa = qa_sequences(mix, vocab, block, fmt, K, index, schema=schema)
+        qa = qa_sequences(mix, vocab, block, fmt, K, index, schema=schema, quote=model_config.quote)
         count = round(config.mix_ratio * len(docs))
         if text_format(fmt).recalls and count >= len(qa):
             # A recall example holds the person's line: it stands in for the plain line.
@@ -216,7 +216,8 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
         described = f"{len(sequences) - count:,} lines + {count:,} QA examples of {mix_qa} per epoch"
         if config.read_out_swaps:
             swaps = swapped_place_read_outs(mix, index, vocab, block, K, config.read_out_swaps, config.seed,
-                                            schema, distractors=config.swap_distractors)
+                                            schema, distractors=config.swap_distractors,
+                                            quote=model_config.quote)
             sequences += swaps
             described += f" + {len(swaps):,} swapped-place read-outs of its people"
     rows = pack(sequences, block)
@@ -377,12 +378,12 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
     lines = documents(read_text(corpus))
     index = CorpusIndex(lines)
     sequences = qa_sequences(examples, vocab, config.block_size, config.qa_format, config.recall_chars, index,
-                             schema=schema)
+                             schema=schema, quote=config.quote)
     sequences += qa_sequences(readers, vocab, config.block_size, config.qa_format, config.recall_chars, index,
-                              read_out_only=True, schema=schema)
+                              read_out_only=True, schema=schema, quote=config.quote)
     sequences += swapped_place_read_outs(examples + readers, index, vocab, config.block_size, config.recall_chars,
                                          train_config.read_out_swaps, train_config.seed, schema,
-                                         distractors=train_config.swap_distractors)
+                                         distractors=train_config.swap_distractors, quote=config.quote)
     if train_config.replay_lines:  # read-out examples alone wear the stored lines away
         sequences += corpus_sequences(lines, vocab, config.block_size, config.qa_format,
                                       config.recall_chars)
