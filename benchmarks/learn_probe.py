@@ -45,8 +45,9 @@ def parse_changes(pairs: list[str]) -> dict[str, dict[str, str]]:
 
 
 def typed(current, text: str):
-    """``text`` read as the type of ``current`` (booleans from 1/0/true/false)."""
-    if isinstance(current, bool):
+    """``text`` read as the type of ``current`` (booleans from 1/0/true/false; a setting that is
+    None, decided by a rule, takes a boolean)."""
+    if isinstance(current, bool) or current is None:
         return text.lower() in ("1", "true", "yes")
     return type(current)(text)
 

@@ -326,9 +326,10 @@ def test_an_option_added_since_a_record_keeps_its_key_only_at_its_old_behaviour(
 def test_a_model_setting_added_since_a_record_keeps_its_key_only_at_its_old_value():
     settings = {"preset": "tiny", "attnlab": "0.3.0", "model": {"attention": "vanilla"}, "pretrain": {"seed": 0}}
     key = records.settings_key(settings)
-    now = {**settings, "model": {"attention": "vanilla", "answer_chars": 32, "relations": []}}
-    assert records.settings_key(now) == key  # the course's one question, the old answer budget
-    for changed in ({"answer_chars": 18}, {"relations": [["country", "Which country is {subject} in?"]]}):
+    now = {**settings, "model": {"attention": "vanilla", "answer_chars": 32, "relations": [], "quote": False}}
+    assert records.settings_key(now) == key  # the course's one question, the old answer budget, no quote
+    for changed in ({"answer_chars": 18}, {"relations": [["country", "Which country is {subject} in?"]]},
+                    {"quote": True}):
         assert records.settings_key({**settings, "model": {"attention": "vanilla", **changed}}) != key
 
 

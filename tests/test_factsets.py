@@ -148,6 +148,16 @@ def test_sizes_come_from_the_data(tmp_path):
     assert sizes.answer_chars >= len("Orna") and sizes.block_size % 16 == 0
     assert sizes.block_size >= sizes.recall_chars + len("country") + sizes.answer_chars + 3
     assert (sizes.out_of_reach, sizes.answers) == (0, 6)
+    # a quoting model's block also holds the longest training answer's sentence and its mark
+    from attnlab.data.corpus import CorpusIndex, quote_of
+    from attnlab.data.datasets import documents, read_qa, read_text
+
+    index = CorpusIndex(documents(read_text(facts.corpus)))
+    quotes = [quote_of(index.line_of(facts.schema.require(e).subject), facts.schema.require(e).subject, e.answer,
+                       sizes.recall_chars, True) for e in read_qa(facts.train, labelled=True)]
+    quoting = factset.sizes(facts, quote=True)
+    assert max(map(len, quotes)) > 0 and quoting.recall_chars == sizes.recall_chars
+    assert quoting.block_size >= sizes.recall_chars + len("country") + 1 + max(map(len, quotes)) + 1 + sizes.answer_chars
 
 
 def test_answers_the_copy_cannot_reach_are_counted_and_said(tmp_path):

@@ -208,3 +208,18 @@ def test_a_quote_may_be_empty_and_is_whole_words_of_the_recall():
     assert not SpanConstraint([source], vocab)([[]])[0][MASK_ID]  # an answer is never empty
     nothing = SpanConstraint([[]], vocab, may_be_empty=True)([[]])[0]
     assert nothing.sum() == 1 and nothing[MASK_ID]  # nothing recalled: an empty quote
+    bounded = SpanConstraint([source, source], vocab, may_be_empty=True, longest=[1, 5])
+    after_a = bounded([vocab.encode("a"), vocab.encode("a")])
+    assert after_a[0].sum() == 1 and after_a[0][MASK_ID]  # its room spent: closed, mid-word or not
+    assert after_a[1][vocab.stoi["b"]] and not after_a[1][MASK_ID]  # room left: the word goes on
+
+
+def test_a_quote_leaves_the_answer_room_in_the_block():
+    """A quoting model whose quote would run to the end of its block closes it where the
+    answer's room begins, and still answers."""
+    vocab = Vocab.from_text("\n".join(LINES) + "Where?")
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=len(vocab), block_size=60, n_layer=1, n_head=1, n_embd=16, dropout=0.0,
+                            qa_format="recall", recall_chars=40, answer_chars=8, quote=True))
+    (answer,) = answer_questions(model, vocab, [_qa("Ada Brook", None)])  # untrained: quotes at random
+    assert len(answer.recalled) + 1 + len(answer.quoted) + 1 + len(answer.answer) + 1 <= 60 + 1

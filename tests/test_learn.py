@@ -63,6 +63,8 @@ def test_ask_and_evaluate_use_the_runs_own_fact_set(learned, capsys):
     assert rows[0]["relation"] == "river" and rows[0]["problem"] is None
     assert rows[0]["question"] == "Which river flows through Dunmoor?"  # the corpus's spelling
     assert rows[1]["answer"] is None and rows[1]["problem"].startswith("I can't parse this")
+    # the towns' values open with different letters: learned without quoting, nothing quoted
+    assert rows[0]["quoted"] is None and rows[1]["quoted"] is None
     predictions = out.parent / "p.txt"
     assert cli.main(["evaluate", str(out), "--eval-file", str(facts / "dev.tsv"), "--predictions",
                      str(predictions), "--abstain", "off"]) == 0
@@ -98,6 +100,8 @@ def test_the_recipe_is_derived_from_the_data(tmp_path):
     recipe = recipe_for(facts, 15)
     assert recipe.model.relations == tuple(tuple(p) for p in facts.schema.to_list())
     assert recipe.model.recall_chars == factset.sizes(facts).recall_chars
+    # values that open differently: no quote (factset.shared_openings), the block without one
+    assert not recipe.model.quote and recipe.model.block_size == factset.sizes(facts).block_size
     assert recipe.format_subjects == 3  # every training subject: fewer than the recipe's cap
     assert recipe.pretrain.minutes < 15 and recipe.pretrain.mix_people == 3
     # finetuning reads swapped copies and is fitted to what pretraining leaves of the budget
@@ -215,3 +219,29 @@ def test_a_subject_is_never_both_held_out_and_trained_on():
     assert {subject(e) for e in kept} == {"a", "b", "c"}
     assert len(kept) == 6
     assert finetuning_people(examples, 0.4) == examples[:5]  # by lines without a subject reader
+
+
+def test_a_set_whose_values_share_their_openings_is_learned_quoting(tmp_path, monkeypatch):
+    """Years of one firm open alike (1813, 1900): the read-out cannot choose among them by their
+    first character, so the recipe quotes the stating sentence first; the block holds it."""
+    from attnlab.experiments import learn
+
+    firms = [("Ardco", "Velm", "1813", "1900"), ("Brisk", "Tarn", "1900", "1761"), ("Colt", "Velm", "1761", "1813"),
+             ("Dunn", "Sorn", "1813", "1761"), ("Esk", "Tarn", "1900", "1813")]
+    toml = ('name = "firms"\ndescription = "invented firms"\n'
+            '[[relation]]\nname = "city"\nquestion = "Which city is {subject} based in?"\n'
+            '[[relation]]\nname = "founded"\nquestion = "When was {subject} founded?"\n')
+    corpus = "\n".join(f"{f}. Its works burned in {other}. It was founded in {y}. It is based in {c}."
+                        for f, c, y, other in firms) + "\n"
+
+    def qa(part):
+        return "".join(f"Which city is {f} based in?\t{c}\nWhen was {f} founded?\t{y}\n" for f, c, y, _ in part)
+
+    facts = factset.load(write_set(tmp_path / "firms", toml=toml, corpus=corpus, train=qa(firms[:3]), dev=qa(firms[3:])))
+    shared = factset.shared_openings(facts, factset.sizes(facts).recall_chars)
+    assert shared == {"city": 0.0, "founded": 1.0}  # every firm's other year opens with 1 too
+    recipe = recipe_for(facts, 15)
+    assert recipe.model.quote and recipe.model.block_size == factset.sizes(facts, quote=True).block_size
+    assert "after quoting their sentence" in recipe.describe()
+    monkeypatch.setattr(learn, "QUOTE", False)  # the rule can be overridden (benchmarks/learn_probe.py)
+    assert not recipe_for(facts, 15).model.quote

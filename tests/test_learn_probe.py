@@ -42,6 +42,14 @@ def test_malformed_or_unknown_changes_are_refused(tmp_path):
         learn_probe.set_recipe_constants({"NOT_A_CONSTANT": "1"})
 
 
+def test_a_constant_decided_by_a_rule_is_set_as_a_boolean(monkeypatch):
+    monkeypatch.setattr(learn, "QUOTE", None)  # None: the recipe's rule decides
+    learn_probe.set_recipe_constants({"QUOTE": "1"})
+    assert learn.QUOTE is True
+    learn_probe.set_recipe_constants({"QUOTE": "0"})
+    assert learn.QUOTE is False
+
+
 def test_the_summary_names_each_relation_with_its_count():
     results = {"relations": {"country": {"correct": 40, "total": 50, "ci95": [66.9, 88.8]},
                              "river": {"correct": 30, "total": 50, "ci95": [46.2, 72.4]}},

@@ -162,8 +162,11 @@ def _quotes(model, contexts, sources, vocab, max_chars) -> list[tuple[list[int],
     """Each context's quote: the sentence a quoting model writes before the answer (whole words
     of its source, or none), greedily, with its closing mark (set where the budget ran out) and
     the log-probability of each character the model chose."""
-    read = generate(model, contexts, max_chars + 1, stop_token=MASK_ID,
-                    allowed_next=SpanConstraint(sources, vocab, may_be_empty=True))
+    # a quote never takes the room the answer needs in the block: it is closed where that starts
+    room = [max(0, min(max_chars, model.config.block_size - len(c) - model.config.answer_chars - 2))
+            for c in contexts]
+    read = generate(model, contexts, max(room) + 1, stop_token=MASK_ID,
+                    allowed_next=SpanConstraint(sources, vocab, may_be_empty=True, longest=room))
     out = []
     for toks, logps in zip(read.tokens, read.logprobs):
         if toks and toks[-1] == MASK_ID:
@@ -392,9 +395,11 @@ class SpanConstraint:
     the previous one by a token (as ``generate`` calls it) filters those instead of scanning the
     source again; any other call is answered from scratch, with the same result."""
 
-    def __init__(self, sources: list[list[int]], vocab: Vocab, *, may_be_empty: bool = False):
+    def __init__(self, sources: list[list[int]], vocab: Vocab, *, may_be_empty: bool = False,
+                 longest: list[int] | None = None):
         self.sources = sources
         self.may_be_empty = may_be_empty  # the closing mark may come first (an empty quote)
+        self.longest = longest  # per row, the characters after which only the closing mark may come
         self.vocab_size = len(vocab)
         self.words = WholeWords(vocab)
         # a span may not run past a source's last word character: from there no word ends,
@@ -407,6 +412,9 @@ class SpanConstraint:
         mask = torch.zeros(len(self.sources), self.vocab_size, dtype=torch.bool)
         rows, tokens = [], []
         for row, (source, so_far) in enumerate(zip(self.sources, chosen)):
+            if self.longest is not None and len(so_far) >= self.longest[row]:
+                mask[row, MASK_ID] = True  # its room is spent: closed, whole words or not
+                continue
             starts = self._starts(row, so_far)
             if not starts and self.may_be_empty and not so_far:  # nothing to quote: close at once
                 mask[row, MASK_ID] = True

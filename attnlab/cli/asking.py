@@ -117,13 +117,13 @@ def record(answer: Answer, index: CorpusIndex | None, given: bool) -> dict:
     if answer.problem:
         return {"question": answer.question, "answer": None, "given": False, "model_answer": None,
                 "confidence": 0.0, "chance_right": None, "complete": False, "evidence": None, "recalled": None,
-                "relation": None, "problem": answer.problem}
+                "quoted": None, "relation": None, "problem": answer.problem}
     return {"question": answer.question, "answer": answer.answer if given else None, "given": given,
             "relation": answer.relation, "problem": None,
             "model_answer": answer.answer, "confidence": answer.confidence, "chance_right": answer.chance_right,
             "complete": answer.complete,
             "evidence": None if index is None else index.find(answer.question, answer.answer).verdict,
-            "recalled": answer.recalled}
+            "recalled": answer.recalled, "quoted": answer.quoted}
 
 
 def evidence_index(corpus: str | None, schema=None) -> CorpusIndex | None:

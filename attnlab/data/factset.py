@@ -29,7 +29,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .corpus import CorpusIndex, quote_of
+from .corpus import CorpusIndex, quote_of, whole_words
 from .datasets import DataError, QAExample, documents, read_corpus, read_qa
 from .relations import Relation, Schema
 
@@ -280,3 +280,25 @@ def sizes(facts: FactSet, *, coverage: float = 0.95, most: int = 320, quote: boo
     block = recall + cue + quoted + answer + 3
     reached = sum(end <= recall for end in ends)
     return Sizes(recall, answer, -(-block // 16) * 16, len(answers) - reached, len(answers), tuple(ends))
+
+
+def shared_openings(facts: FactSet, recall_chars: int) -> dict[str, float]:
+    """Per relation, the share of its training answers whose subject's document (within the
+    first ``recall_chars`` characters) also names another value of the relation opening with
+    the same character: answers a read-out that copies from a value's first character cannot
+    tell from their neighbours (the years of a firm; rarely two countries of a town)."""
+    index = CorpusIndex(documents(read_corpus(facts.corpus)))
+    labelled = [(facts.schema.require(e), e.answer) for e in read_qa(facts.train, labelled=True)]
+    values: dict[str, set[str]] = {}
+    for asked, answer in labelled:
+        values.setdefault(asked.relation.name, set()).add(answer)
+    finders = {name: whole_words(*vals) for name, vals in values.items()}
+    shared = dict.fromkeys(values, 0)
+    totals = dict.fromkeys(values, 0)
+    for asked, answer in labelled:
+        name = asked.relation.name
+        line = (index.line_of(asked.subject) or "")[:recall_chars]
+        totals[name] += 1
+        others = (m.group() for m in finders[name].finditer(line, len(asked.subject) + 1))
+        shared[name] += any(o != answer and o[:1] == answer[:1] for o in others)
+    return {name: shared[name] / totals[name] for name in totals}

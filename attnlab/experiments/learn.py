@@ -74,9 +74,13 @@ CALIBRATION_SUBJECTS = 100
 # Pretraining passes below which the recipe's answers stayed at the most-frequent baseline on
 # the sets it was tried on (the notebook): a budget that fits fewer is told so before the first step.
 LEAST_PASSES = 20
-# Whether the model quotes the sentence that states an answer before writing it
-# (ModelConfig.quote): the sentence, not the value's first characters, then chooses the value.
-QUOTE = True
+# The model quotes the sentence that states an answer before writing it (ModelConfig.quote) when
+# a relation's answers this often share their first character with another value of the
+# relation in the same document (factset.shared_openings): the sentence's opening words, not the
+# value's, then choose the value. Quoting costs characters in every pass, so a set whose values
+# open differently is learned without it. None: decided by this rule; True or False: always.
+QUOTE_WHEN_SHARED = 0.25
+QUOTE: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,8 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     pretrained on, the other training subjects' documents are left out of pretraining and only
     teach reading; the more characters a pass reads per minute of the budget, the fewer layers
     (LAYERS_BY_LOAD: in a short budget more passes store more than depth)."""
-    sizes = factsets.sizes(facts, quote=QUOTE)
+    quote = quotes(facts)
+    sizes = factsets.sizes(facts, quote=quote)
     base = get_preset(BASE_PRESET)
     train = read_qa(facts.train, labelled=True)
     subjects = list(dict.fromkeys(facts.schema.require(e).subject for e in train))
@@ -118,7 +123,7 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     layers = layers_for(pass_characters(docs, kept[n_format:], sizes.recall_chars) / minutes)
     model = ModelConfig(**{**base.model, "n_layer": layers, "recall_chars": sizes.recall_chars,
                            "answer_chars": sizes.answer_chars, "block_size": sizes.block_size,
-                           "relations": facts.schema.to_list(), "quote": QUOTE})
+                           "relations": facts.schema.to_list(), "quote": quote})
     pre_minutes = round(max(0.05, minutes - after_pretraining(minutes)), 2)
     pre = dataclasses.replace(base.pretrain, seed=seed, minutes=pre_minutes, epochs=400, mix_people=n_format,
                               mix_ratio=min(100.0, n_format / len(docs)), mix_overlap="drop", holdout_fraction=holdout,
@@ -127,6 +132,14 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
                                read_out_people=READ_OUTS_PER_FORMAT_SUBJECT * n_format,
                                read_out_swaps=READ_OUT_SWAPS, minutes=after_pretraining(minutes))
     return Recipe(model, pre, fine, n_format, pre_minutes, sizes)
+
+
+def quotes(facts: factsets.FactSet) -> bool:
+    """Whether the model learned for ``facts`` quotes before answering (QUOTE_WHEN_SHARED)."""
+    if QUOTE is not None:
+        return QUOTE
+    shared = factsets.shared_openings(facts, factsets.sizes(facts).recall_chars)
+    return max(shared.values(), default=0.0) >= QUOTE_WHEN_SHARED
 
 
 def calibration_fraction(subjects: int) -> float:

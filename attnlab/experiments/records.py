@@ -33,8 +33,9 @@ NOT_RESULTS = frozenset({"device", "log_every", "checkpoint_every", "tensorboard
 # match; any other value changes the key.
 ADDED_SINCE = {"read_out_swaps": 0, "swap_distractors": False, "replay_lines": False, "minutes": 0.0}
 # Model settings added since, likewise: a model of the course's one question with the answer
-# budget that was a constant (answering/formats.py MAX_NEW_CHARS) is the model of older records.
-MODEL_ADDED_SINCE = {"answer_chars": 32, "relations": []}
+# budget that was a constant (answering/formats.py MAX_NEW_CHARS), answering without a quote, is
+# the model of older records.
+MODEL_ADDED_SINCE = {"answer_chars": 32, "relations": [], "quote": False}
 TRAIN_STAGES = ("pretrain", "finetune", "finetune_scratch")
 
 

@@ -195,6 +195,14 @@ def question_of(text: str, schema: Schema | None = None) -> str:
     return text
 
 
+def _read_after(relations, answer: Answer) -> str:
+    """What a recall model read after its recall's closing mark and before ``answer``: the
+    relation's ``cue⁇`` (several relations) and its quote ``quote⁇`` (a quoting model)."""
+    schema = Schema.from_list(relations)
+    cue = schema.cue(schema.relation(answer.relation)) if answer.recalled is not None and answer.relation else None
+    return (cue + MASK_CHAR if cue else "") + (answer.quoted + MASK_CHAR if answer.quoted is not None else "")
+
+
 def copied_span(recalled: str | None, answer: str) -> list[int] | None:
     """[start, end) of the answer in the recalled text, where the model copied it from (the
     first place it occurs; None when it does not occur, or nothing was recalled)."""
@@ -463,10 +471,12 @@ class Lab:
         with self.lock:
             (answer,) = run.model.ask([question], source="question", abstain=None)
             read = answer.recalled if answer.recalled is not None else question
-            ids = vocab.encode(f"{read}{MASK_CHAR}{answer.answer}")[:block]
+            head = read + MASK_CHAR + _read_after(run.model.config.relations, answer)
+            ids = vocab.encode(head + answer.answer)[:block]
             weights, _ = attention_weights(run.model.gpt, [ids])
         n_read = min(len(read), len(ids))
-        rows = list(range(n_read, min(n_read + len(answer.answer), len(ids))))  # row k writes answer[k]
+        first = len(head) - 1  # the position that writes answer[0]; row k writes answer[k]
+        rows = list(range(first, min(first + len(answer.answer), len(ids))))
         layers = [[[[round(float(x), 4) for x in w[0, h, r, :n_read]] for r in rows] for h in range(w.shape[1])]
                   for w in weights]
         span = copied_span(read[:n_read], answer.answer)
