@@ -160,20 +160,15 @@ def _read_places(model, vocab, texts, prompt_lens, recall_logps, max_answer_char
 
 def _quotes(model, contexts, sources, vocab, max_chars) -> list[tuple[list[int], list[float]]]:
     """Each context's quote: the sentence a quoting model writes before the answer (whole words
-    of its source, or none), greedily, with its closing mark (set where the budget ran out) and
-    the log-probability of each character the model chose."""
-    # a quote never takes the room the answer needs in the block: it is closed where that starts
+    of its source, or none), greedily, with its closing mark and the log-probability of each
+    character."""
+    # a quote never takes the room the answer needs in the block: the constraint closes it where
+    # that starts, so every quote ends with its mark
     room = [max(0, min(max_chars, model.config.block_size - len(c) - model.config.answer_chars - 2))
             for c in contexts]
     read = generate(model, contexts, max(room) + 1, stop_token=MASK_ID,
                     allowed_next=SpanConstraint(sources, vocab, may_be_empty=True, longest=room))
-    out = []
-    for toks, logps in zip(read.tokens, read.logprobs):
-        if toks and toks[-1] == MASK_ID:
-            out.append((list(toks), list(logps)))
-        else:
-            out.append((list(toks) + [MASK_ID], list(logps)))
-    return out
+    return [(list(toks), list(logps)) for toks, logps in zip(read.tokens, read.logprobs)]
 
 
 @torch.no_grad()

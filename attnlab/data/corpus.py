@@ -128,9 +128,4 @@ def quote_in(recalled: str, start: int, place: str) -> str:
 def quote_of(line: str, name: str, place: str, recall_chars: int, quote: bool) -> str | None:
     """What a quoting model writes before ``place`` when it recalled ``line``: None when it does
     not quote, empty when the place is not within the recalled characters."""
-    if not quote:
-        return None
-    at = place_in_line(line, name, place)
-    if at < 0 or at + len(place) > recall_chars:
-        return ""
-    return sentence_quote(line[:recall_chars], at, len(place), len(recall_prompt(name)))
+    return quote_in(line[:recall_chars], len(recall_prompt(name)), place) if quote else None

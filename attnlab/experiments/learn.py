@@ -111,8 +111,10 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     pretrained on, the other training subjects' documents are left out of pretraining and only
     teach reading; the more characters a pass reads per minute of the budget, the fewer layers
     (LAYERS_BY_LOAD: in a short budget more passes store more than depth)."""
-    quote = quotes(facts)
-    sizes = factsets.sizes(facts, quote=quote)
+    sizes = factsets.sizes(facts)
+    quote = quotes(facts, sizes.recall_chars)
+    if quote:  # the block then holds the quote too
+        sizes = factsets.sizes(facts, quote=True)
     base = get_preset(BASE_PRESET)
     train = read_qa(facts.train, labelled=True)
     subjects = list(dict.fromkeys(facts.schema.require(e).subject for e in train))
@@ -134,11 +136,12 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     return Recipe(model, pre, fine, n_format, pre_minutes, sizes)
 
 
-def quotes(facts: factsets.FactSet) -> bool:
-    """Whether the model learned for ``facts`` quotes before answering (QUOTE_WHEN_SHARED)."""
+def quotes(facts: factsets.FactSet, recall_chars: int) -> bool:
+    """Whether the model learned for ``facts``, recalling ``recall_chars`` characters, quotes
+    before answering (QUOTE_WHEN_SHARED)."""
     if QUOTE is not None:
         return QUOTE
-    shared = factsets.shared_openings(facts, factsets.sizes(facts).recall_chars)
+    shared = factsets.shared_openings(facts, recall_chars)
     return max(shared.values(), default=0.0) >= QUOTE_WHEN_SHARED
 
 
