@@ -155,15 +155,18 @@ def test_attention_rows_follow_what_a_recall_model_reads_before_its_answer():
     """After its recall a model of several relations reads the relation's cue, and a quoting
     model its quote, before the answer: the rows that write the answer come after them."""
     from attnlab.answering.formats import Answer
+    from attnlab.config.settings import ModelConfig
     from attnlab.serve.lab import _read_after
 
-    relations = [["sea", "Which sea is {subject} in?"], ["capital", "What is the capital of {subject}?"]]
+    relations = (("sea", "Which sea is {subject} in?"), ("capital", "What is the capital of {subject}?"))
+    several = ModelConfig(qa_format="recall", relations=relations, quote=True)
     quoted = Answer("q", "Lima", 0.5, True, recalled="Ab. Its capital is Lima.", relation="capital",
                     quoted="Its capital is Lima")
-    assert _read_after(relations, quoted) == f"capital{MASK_CHAR}Its capital is Lima{MASK_CHAR}"
+    assert _read_after(several, quoted) == f"capital{MASK_CHAR}Its capital is Lima{MASK_CHAR}"
     plain = Answer("q", "Lima", 0.5, True, recalled="Ab. Born in Lima.", relation="birthplace")
-    assert _read_after([], plain) == ""  # one relation, no quote: the answer follows the recall's mark
-    assert _read_after(relations, Answer("q", "Lima", 0.5, True)) == ""  # a direct model: the question's mark
+    assert _read_after(ModelConfig(qa_format="recall"), plain) == ""  # one relation, no quote
+    direct = ModelConfig(qa_format="direct", relations=relations)
+    assert _read_after(direct, Answer("q", "Lima", 0.5, True)) == ""  # a direct model: the question's mark
 
 
 def w_share(block) -> float:

@@ -30,6 +30,14 @@ def unparsable(schema: Schema) -> str:
 MAX_NEW_CHARS = MAX_ANSWER_CHARS  # the answer budget of both formats: one number
 
 
+def cue_text(config, relation) -> str:
+    """``cue⁇`` where a model (its ``ModelConfig``) reads the relation's answer after its recall
+    (a recall-format model of several relations); else nothing (a direct model reads the
+    question itself)."""
+    cue = Schema.from_list(config.relations).cue(relation)
+    return "" if cue is None or not answer_format(config.qa_format).recalls else cue + MASK_CHAR
+
+
 @dataclass(frozen=True)
 class Answer:
     question: str

@@ -75,8 +75,7 @@ class RecallText:
             places = {schema.require(ex).subject: ex.answer for ex in trained}
             numbers = {name: index.line_number(name) for name in places}
             line_of = {numbers[name] - 1: (name, place) for name, place in places.items() if numbers[name] is not None}
-            return [recall_string(d, recall_chars, *self._answered(d, line_of.get(i), recall_chars, quote))
-                    for i, d in enumerate(docs)]
+            return [self._line_text(d, line_of.get(i), recall_chars, quote) for i, d in enumerate(docs)]
         texts = [recall_string(d, recall_chars) for d in docs]
         for ex in trained:
             asked = schema.require(ex)
@@ -87,14 +86,13 @@ class RecallText:
         return texts
 
     @staticmethod
-    def _answered(line: str, asked: tuple[str, str] | None, recall_chars: int,
-                  quote: bool) -> tuple[str | None, None, str | None]:
-        """``recall_string``'s place, cue and quote for a line whose subject is ``asked``
-        (name, place) or not asked about (None)."""
+    def _line_text(line: str, asked: tuple[str, str] | None, recall_chars: int, quote: bool) -> str:
+        """The recall string of a line whose subject is ``asked`` (name, place), ending with its
+        place (and before it, in a quoting model, its quote), or not asked about (None)."""
         if asked is None:
-            return None, None, None
+            return recall_string(line, recall_chars)
         name, place = asked
-        return place, None, quote_of(line, name, place, recall_chars, quote)
+        return recall_string(line, recall_chars, place, quote=quote_of(line, name, place, recall_chars, quote))
 
 
 TEXT_FORMATS = {f.name: f for f in (DirectText(), RecallText())}

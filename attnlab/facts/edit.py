@@ -253,7 +253,7 @@ def edit_input(model: GPT, vocab: Vocab, name: str, place: str, relation: str | 
     its answer, with the old answer it wrote there (a recalled line) replaced, then the relation's
     cue ``cue⁇`` when the model reads several relations (given, as the answerer gives it), then
     the new answer."""
-    from ..answering.formats import answer_format
+    from ..answering.formats import answer_format, cue_text
     from ..data.relations import Schema
 
     question = question_about(model, name, relation)
@@ -266,7 +266,7 @@ def edit_input(model: GPT, vocab: Vocab, name: str, place: str, relation: str | 
         at, end = span
         text = (text[:at] + place + text[end:])[:model.config.recall_chars]
         spots.append(at)
-    cued = _cue_text(model, _relation(model, relation))
+    cued = cue_text(model.config, _relation(model, relation))
     # a quoting model writes the edited sentence before the new place, as it was trained to
     said = quote_in(text, read.prompt_len, place) + MASK_CHAR if model.config.quote else ""
     spots.append(len(text) + 1 + len(cued) + len(said))
@@ -274,16 +274,6 @@ def edit_input(model: GPT, vocab: Vocab, name: str, place: str, relation: str | 
     given += tuple(range(len(text) + 1, len(text) + 1 + len(cued)))  # the cue and its mark: the answerer's
     return EditInput(text + MASK_CHAR + cued + said + place + MASK_CHAR, read.prompt_len,
                      read.name_start + len(name) - 1, got.answer, name, given, tuple(spots), len(place))
-
-
-def _cue_text(model: GPT, relation) -> str:
-    """``cue⁇`` where the model reads the relation's answer after its recall (a recall-format
-    model of several relations); else nothing (a direct model reads the question itself)."""
-    from ..data.formats import text_format
-    from ..data.relations import Schema
-
-    cue = Schema.from_list(model.config.relations).cue(relation)
-    return "" if cue is None or not text_format(model.config.qa_format).recalls else cue + MASK_CHAR
 
 
 # ---- the edit --------------------------------------------------------------------------------
@@ -625,14 +615,14 @@ def trajectory(model: GPT, vocab: Vocab, example, answer) -> tuple[list[int], li
     """The characters the model read and wrote to give ``answer`` (an evaluate.Answer) to
     ``example``, and the positions of that sequence it chose greedily (the rest was given: the
     prompt, and in the recall format a closing mark forced by the recall budget)."""
-    from ..answering.formats import answer_format
+    from ..answering.formats import answer_format, cue_text
     from ..data.relations import Schema
 
     asked = Schema.from_list(model.config.relations).parse(example.question, bare_subject=False)
     read = answer_format(model.config.qa_format).reading(example.question, asked.subject if asked else None,
                                                          answer, model.config.recall_chars)
     # The relation's cue (a recall model of several relations) is given, as the answerer gives it.
-    head, chosen = read.text + MASK_CHAR + (_cue_text(model, asked.relation) if asked else ""), list(read.written)
+    head, chosen = read.text + MASK_CHAR + (cue_text(model.config, asked.relation) if asked else ""), list(read.written)
     said = answer.quoted + MASK_CHAR if answer.quoted is not None else ""  # a quoting model's choice too
     tail = said + answer.answer + (MASK_CHAR if answer.complete else "")
     chosen += range(len(head), len(head) + len(tail))

@@ -30,6 +30,7 @@ from ..api import LoadedModel
 from ..trust.calibration import expected_calibration_error, kalai_scores, reliability_bins
 from ..data.datasets import QAExample
 from ..answering.evaluate import Answer, Score, answer_questions, score_by_relation
+from ..answering.formats import cue_text
 from ..data.relations import Schema
 from ..trust.evidence import CorpusIndex
 from ..data.vocab import MASK_CHAR, PAD_CHAR
@@ -195,12 +196,13 @@ def question_of(text: str, schema: Schema | None = None) -> str:
     return text
 
 
-def _read_after(relations, answer: Answer) -> str:
-    """What a recall model read after its recall's closing mark and before ``answer``: the
-    relation's ``cue⁇`` (several relations) and its quote ``quote⁇`` (a quoting model)."""
-    schema = Schema.from_list(relations)
-    cue = schema.cue(schema.relation(answer.relation)) if answer.recalled is not None and answer.relation else None
-    return (cue + MASK_CHAR if cue else "") + (answer.quoted + MASK_CHAR if answer.quoted is not None else "")
+def _read_after(config, answer: Answer) -> str:
+    """What a model (its ``ModelConfig``) read after the closing mark of its recall (or
+    question) and before ``answer``: the relation's ``cue⁇`` (a recall model of several
+    relations) and its quote ``quote⁇`` (a quoting model)."""
+    relation = Schema.from_list(config.relations).relation(answer.relation) if answer.relation else None
+    cued = cue_text(config, relation) if relation is not None else ""
+    return cued + (answer.quoted + MASK_CHAR if answer.quoted is not None else "")
 
 
 def copied_span(recalled: str | None, answer: str) -> list[int] | None:
@@ -471,7 +473,7 @@ class Lab:
         with self.lock:
             (answer,) = run.model.ask([question], source="question", abstain=None)
             read = answer.recalled if answer.recalled is not None else question
-            head = read + MASK_CHAR + _read_after(run.model.config.relations, answer)
+            head = read + MASK_CHAR + _read_after(run.model.config, answer)
             ids = vocab.encode(head + answer.answer)[:block]
             weights, _ = attention_weights(run.model.gpt, [ids])
         n_read = min(len(read), len(ids))
