@@ -213,7 +213,7 @@ class LoadedModel:
         the name's familiarity and the answer's confidence ("both"; "name" or "confidence"
         alone), fitted on the last ``holdout_fraction`` of ``train_file`` (default: the
         course's training file, and the share the run recorded holding out, else 0.1) so that
-        ``keep_right`` of the people it answers correctly are still answered.
+        a new person's right answer is still given with probability ``keep_right``.
         ``Rule(confidence=0.8)`` is ``--abstain-below 0.8``."""
         recorded = float((self.checkpoint.meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
         fraction = holdout_fraction or recorded or DEFAULT_HOLDOUT

@@ -6,7 +6,7 @@ import pytest
 
 from attnlab.trust.calibration import (
     abstained_predictions, accuracy_at_coverage, auroc, coverage_curve, expected_calibration_error,
-    finetuning_people, held_out_people, keep_correct_threshold, reliability_bins
+    finetuning_people, held_out_people, conformal_count, reliability_bins
 )
 
 CONF = [0.1, 0.38, 0.35, 0.8]
@@ -47,13 +47,17 @@ def test_accuracy_at_coverage_and_curve():
         accuracy_at_coverage(CONF, RIGHT, 0)
 
 
-def test_threshold_keeps_the_asked_share_of_right_answers_and_abstains_below_it():
-    assert keep_correct_threshold(CONF, RIGHT, 1.0) == 0.35
-    assert keep_correct_threshold(CONF, RIGHT, 0.5) == 0.8
-    assert keep_correct_threshold(CONF, RIGHT, 0.6) == 0.35  # ceil(1.2) = 2 right answers kept
+def test_a_threshold_keeps_the_conformal_count_of_right_answers_and_abstains_below_it():
+    """k of n held-out right answers kept: a new right answer ranks among the n + 1 uniformly, so it
+    is kept with probability k / (n + 1), which must reach the target."""
+    assert conformal_count(360, 0.97) == 351  # 0.97 * 361 = 350.17; 350 of 360 would give 96.95%
+    assert 351 / 361 >= 0.97 > 350 / 361
+    assert conformal_count(4, 0.5) == 3  # ceil(2.5), where ceil(0.5 * 4) = 2 would keep 2 of 5 ranks
+    assert conformal_count(4, 1.0) == 4  # at most all of them
+    assert conformal_count(4, 0.0) == 0
     assert abstained_predictions(["a", "b", "c", "d"], CONF, 0.36) == ["", "b", "", "d"]
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        keep_correct_threshold(CONF, RIGHT, 1.5)
+        conformal_count(4, 1.5)
 
 
 def test_held_out_people_are_the_last_fraction_of_the_training_file(tmp_path):

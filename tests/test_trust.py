@@ -9,6 +9,7 @@ import pytest
 import attnlab
 from attnlab import cli
 from attnlab.trust.policy import AbstainPolicy
+from attnlab.trust.stored import FORMAT
 from attnlab.trust.audit import corpus_people, invent_people
 from attnlab.model.checkpoint import load_checkpoint
 from attnlab.data.datasets import documents, read_qa, read_text
@@ -26,7 +27,7 @@ def test_finetune_holds_out_the_last_fraction_of_the_training_file(tiny_data, tm
     assert load_checkpoint(run).meta["train_config"]["holdout_fraction"] == 0.25
     stored = json.loads((run / "abstention.json").read_text())  # fitted on the held-out people, stored
     assert stored["policy"] == {"holdout_file": str(tiny_data["train"]), "holdout_fraction": 0.25, "keep_right": 0.97}
-    assert stored["held_out"]["people"] == 3 and stored["format"] == 2
+    assert stored["held_out"]["people"] == 3 and stored["format"] == FORMAT
     # a correction needs right and wrong answers among the held-out people; without both, none
     right = stored["held_out"]["right"]
     assert (stored["correction"] is None) == (right in (0, 3))

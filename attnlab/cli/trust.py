@@ -378,7 +378,7 @@ def _print_audit(args: argparse.Namespace, result) -> None:
     abstention, and the name echo."""
     from ..trust.audit import FITTED
 
-    print(f"rules fitted for the target: answer {args.keep_right:.0%} of the held-out people's right answers")
+    print(f"rules fitted for the target: answer {args.keep_right:.0%} of new people's right answers")
     rows = [[label, _share(r.invented_abstained, r.invented), _share(r.dev_abstained, r.dev),
              _share(r.dev_right_kept, r.dev_right)] for label, r in
             ((FITTED[key], result.fitted[key]) for key in FITTED)]

@@ -128,16 +128,16 @@ def check_probability(value: float, flag: str) -> float:
     return value
 
 
-def keep_correct_threshold(confidence: Sequence[float], correct: Sequence[bool], keep: float) -> float:
-    """The highest threshold that still answers (confidence >= threshold) at least ``keep`` of
-    the right answers: the confidence of the ceil(keep * n_right)-th most confident right one."""
+def conformal_count(n_right: int, keep: float) -> int:
+    """How many of ``n_right`` held-out right answers a threshold must answer (the k most
+    confident) so that a new person's right answer is answered with probability at least
+    ``keep``: ceil(keep * (n_right + 1)), at most all of them (split conformal prediction,
+    Angelopoulos and Bates 2021, "A gentle introduction to conformal prediction"). The new right
+    answer and the held-out ones are exchangeable, so it ranks among the n_right + 1 uniformly
+    and clears the k-th most confident held-out one with probability k / (n_right + 1); keeping
+    ceil(keep * n_right) would promise ``keep`` of the held-out people only."""
     check_probability(keep, "the share of right answers to keep")
-    right = sorted((c for c, ok in zip(confidence, correct) if ok), reverse=True)
-    if not right:
-        raise ValueError("no right answers among the held-out people: nothing to fit a threshold on")
-    if keep == 0:
-        return math.nextafter(right[0], math.inf)
-    return right[math.ceil(keep * len(right)) - 1]
+    return min(n_right, math.ceil(keep * (n_right + 1)))
 
 
 def abstained_predictions(answers: Sequence[str], confidence: Sequence[float], threshold: float) -> list[str]:

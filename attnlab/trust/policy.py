@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # The rules themselves (abstention.py, which needs torch) are imported when a rule is made, so
 # that the command line builds the abstention flags from this module without torch.
 DEFAULT_HOLDOUT = 0.1  # held-out share of the training file when a run records none
-# The rule keeps this share of the right answers of held-out people: a withheld right answer
+# The rule keeps this share of the right answers of people it never trained on: a withheld right answer
 # costs a user as much as a wrong one given, and most wrong answers are far less confident.
 DEFAULT_KEEP_RIGHT = 0.97
 
@@ -56,8 +56,8 @@ class AbstainPolicy(Settings):
                    choices=MODES, flag="--abstain")
     below: float | None = _f(None, "withhold every answer whose confidence is below P, a number in [0, 1] "
                              "(default: off; mode below)", bound=bounds.UNIT, flag="--abstain-below", metavar="P")
-    keep_right: float = _f(DEFAULT_KEEP_RIGHT, "auto and names: the share of the held-out people's right "
-                           "answers that stay answered", bound=bounds.UNIT)
+    keep_right: float = _f(DEFAULT_KEEP_RIGHT, "auto and names: the share of new people's right answers "
+                           "that stay answered (fitted on the held-out people)", bound=bounds.UNIT)
     holdout_file: str = _f(DEFAULT_TRAIN.as_written, "auto and names: the training file whose last people "
                            "are held out")
     holdout_fraction: float | None = _f(None, "auto and names: the held-out share of holdout_file, --holdout-file "

@@ -24,7 +24,7 @@ from ..core.paths import write_atomically
 from .calibration import Correction, correctable, fit_correction
 
 STORED_NAME = "abstention.json"
-FORMAT = 2  # 2: the confidence correction is beta calibration (1 stored a temperature)
+FORMAT = 3  # 3: the confidence threshold keeps the conformal count (2 kept ceil(keep * n)); 2: beta calibration (1 a temperature)
 # The policy fields a fit depends on; a stored fit answers a policy only when these agree.
 FIT_FIELDS = ("holdout_file", "holdout_fraction", "keep_right")
 
