@@ -71,3 +71,16 @@ def test_held_out_people_are_the_last_fraction_of_the_training_file(tmp_path):
     assert len(kept) == 18 and not {e.question for e in kept} & {e.question for e in held}
     with pytest.raises(ValueError, match="holdout-fraction"):
         held_out_people(path, 1.0)
+
+
+def test_the_fitted_confidence_threshold_answers_the_conformal_count_of_held_out_right_answers():
+    """Nine held-out right answers and a target of 0.75: the rule answers ceil(0.75 * 10) = 8 of
+    them; answering 75% of the nine themselves would take ceil(6.75) = 7."""
+    from attnlab.trust.abstention import HeldOut, rules_from
+
+    confidence = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05]
+    right = [True] * 9 + [False]
+    held = HeldOut("ten people", right, confidence, [1.0] * 10)
+    rules = rules_from(held, 0.75)
+    assert rules["confidence"].confidence == 0.2  # the 8th most confident right answer, not the 7th (0.3)
+    assert rules["both"].confidence == 0.2 and "the 8 most confident" in rules["both"].how

@@ -125,16 +125,18 @@ def fit_rules(model: GPT, vocab: Vocab, train_file: str | Path, holdout_fraction
 def rules_from(held: HeldOut, keep_right: float) -> dict[str, Rule]:
     """Rules for the target of answering ``keep_right`` of the right answers of people like the
     held-out ones (``conformal_count`` of the held-out right answers, which promises it for new
-    people rather than for these): "confidence" (a confidence threshold alone), "name" (a familiarity threshold
-    alone, keeping KNOWN_SHARE of the held-out people, who are all real) and "both" (that
-    familiarity threshold, then the highest confidence threshold that still meets the target)."""
+    people rather than for these): "confidence" (a confidence threshold alone), "name" (a
+    familiarity threshold alone, keeping KNOWN_SHARE of the held-out people, who are all real)
+    and "both" (that familiarity threshold, then the highest confidence threshold that still
+    meets the target)."""
     check_probability(keep_right, "--keep-right")
     right, confidence, familiar = held.right, held.confidence, held.familiarity
     familiarity_min = sorted(familiar, reverse=True)[math.ceil(KNOWN_SHARE * len(familiar)) - 1]
     known = [f >= familiarity_min for f in familiar]
     needed = conformal_count(sum(right), keep_right)
     how = (f"fitted on {held.source}: {len(right)} held-out people, {sum(right)} answered correctly; "
-           f"target: answer {keep_right:.0%} of new people's right answers (the {needed} most confident of those)")
+           f"target: answer {keep_right:.0%} of new people's right answers (the {needed} most confident "
+           "of those)")
     return {
         "confidence": Rule(_highest_keeping(confidence, right, needed), None, how),
         "name": Rule(None, familiarity_min, f"fitted on {held.source}: keeps {KNOWN_SHARE:.1%} of its "

@@ -24,7 +24,9 @@ from ..core.paths import write_atomically
 from .calibration import Correction, correctable, fit_correction
 
 STORED_NAME = "abstention.json"
-FORMAT = 3  # 3: the confidence threshold keeps the conformal count (2 kept ceil(keep * n)); 2: beta calibration (1 a temperature)
+# 3: the confidence threshold keeps the conformal count of held-out right answers (2 kept
+# ceil(keep * n)); 2: the correction is beta calibration (1 stored a temperature).
+FORMAT = 3
 # The policy fields a fit depends on; a stored fit answers a policy only when these agree.
 FIT_FIELDS = ("holdout_file", "holdout_fraction", "keep_right")
 
