@@ -5,9 +5,11 @@ storage or recall failure) or present but not copied (a reading failure), per re
 
 RUN is a run of `attnlab learn` (its fact set is recorded) or any recall-format run with
 --facts. Prints, per read-out (attnlab/answering/knowledge.py: ``span``, the default, the
-likeliest whole-word span; ``copy``, a span built greedily; ``free``) and relation: right; wrong
-with the answer in the recalled text (the read-out chose another span); wrong with the answer
-not recalled. Counts out of N; the recall is the same for every read-out (greedy).
+likeliest whole-word span or training answer the recall echoes; ``span-no-values``, the same
+without the training answers, spans only; ``copy``, a span built greedily; ``free``) and
+relation: right, with its 95% interval; wrong with the answer in the recalled text (the read-out
+chose another span); wrong with the answer not in it as written. Counts out of N; the recall is
+the same for every read-out (greedy), so two read-outs' rows compare the same weights.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from pathlib import Path
 
 from _common import REPO  # noqa: F401  (puts the checkout's attnlab first on sys.path)
 
+import dataclasses
+
+from attnlab.answering.evaluate import Score
 from attnlab.answering.knowledge import READ_OUTS, answer_by_recall
 from attnlab.data import factset
 from attnlab.data.corpus import contains_words
@@ -41,18 +46,28 @@ def tally(answers, examples, schema) -> dict[str, Counter]:
     return kinds
 
 
+WITHOUT_VALUES = "span-no-values"  # the span read-out with the model's answer values left out
+CHOICES = (*READ_OUTS, WITHOUT_VALUES)
+
+
 def read_out_answers(model, vocab, examples, schema, read_out: str):
-    """The model's recall answers to ``examples`` with the read-out ``read_out``."""
+    """The model's recall answers to ``examples`` with the read-out ``read_out`` (CHOICES)."""
     asked = [schema.require(e) for e in examples]
-    return answer_by_recall(model, vocab, [a.subject for a in asked], model.config.recall_chars,
-                            cues=[schema.cue(a.relation) for a in asked], read_out=read_out)
+    config = model.config
+    if read_out == WITHOUT_VALUES:
+        model.config, read_out = dataclasses.replace(config, answer_values=()), "span"
+    try:
+        return answer_by_recall(model, vocab, [a.subject for a in asked], model.config.recall_chars,
+                                cues=[schema.cue(a.relation) for a in asked], read_out=read_out)
+    finally:
+        model.config = config
 
 
 def read_outs(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in READ_OUTS]
+    unknown = [n for n in names if n not in CHOICES]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"expected read-outs from {', '.join(READ_OUTS)}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected read-outs from {', '.join(CHOICES)}, got {text!r}")
     return names
 
 
@@ -61,19 +76,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run", type=Path)
     p.add_argument("--facts", type=Path, help="the fact set (default: the one the run recorded)")
     p.add_argument("--eval-file", type=Path, help="labelled questions (default: the set's dev file)")
-    p.add_argument("--read-outs", type=read_outs, default=["span"], help="comma-separated: span, copy, free")
+    p.add_argument("--read-outs", type=read_outs, default=["span"], help=f"comma-separated: {', '.join(CHOICES)}")
     args = p.parse_args(argv)
     facts = factset.load(args.facts) if args.facts else factset.recorded(args.run)
     if facts is None:
         raise SystemExit(f"{args.run}: no fact set recorded; give --facts DIR")
     model, vocab, _ = load_model(args.run)
     examples = read_qa(args.eval_file or facts.dev, labelled=True)
-    print("| read-out | relation | N | right | misread (answer recalled, another span read) | not recalled |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| read-out | relation | N | right | right, 95% CI | misread (answer recalled, another span read) "
+          "| not recalled (as written) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for read_out in args.read_outs:
         kinds = tally(read_out_answers(model, vocab, examples, facts.schema, read_out), examples, facts.schema)
         for relation, c in kinds.items():
-            print(f"| {read_out} | {relation} | {sum(c.values())} | {c['right']} | {c['misread']} | {c['not recalled']} |")
+            low, high = Score(c["right"], sum(c.values())).interval
+            print(f"| {read_out} | {relation} | {sum(c.values())} | {c['right']} | {100 * low:.1f}-{100 * high:.1f}% "
+                  f"| {c['misread']} | {c['not recalled']} |")
     return 0
 
 

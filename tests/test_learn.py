@@ -110,6 +110,21 @@ def test_the_recipe_is_derived_from_the_data(tmp_path):
     assert recipe.pretrain.read_out_swaps == PRETRAIN_READ_OUT_SWAPS > 0 and recipe.pretrain.mix_ratio > 0
     assert 0 < recipe.finetune.minutes <= 15 - recipe.pretrain_minutes + 1e-9
     assert layers_for(10_000) == 4 and layers_for(20_000) == 3 and layers_for(100_000) == 2
+    # each relation's training answers, most frequent first, for the span read-out's look-alikes
+    assert recipe.model.answer_values == (("country", ("Velm", "Tarn")), ("river", ("Orna", "Kessa", "Drin")))
+
+
+def test_the_answer_values_leave_out_the_held_out_subjects(tmp_path):
+    """The last tenth of the training subjects is held out for the abstention fit: their answers
+    are not among the values the read-out may give."""
+    towns = [f"Town{chr(65 + i)}" for i in range(25)]
+    corpus = "".join(f"{t}. {t} lies in Land{t[-1]}. The Orna flows through it.\n" for t in towns)
+    train = "".join(f"Which country is {t} in?\tLand{t[-1]}\n" for t in towns[:22])
+    facts = factset.load(write_set(tmp_path / "towns", corpus=corpus, train=train,
+                                   dev="".join(f"Which country is {t} in?\tLand{t[-1]}\n" for t in towns[22:])))
+    values = dict(recipe_for(facts, 15).model.answer_values)
+    assert values["country"] == tuple(f"Land{t[-1]}" for t in towns[:19])  # three of 22 held out
+    assert values["river"] == ()
 
 
 def test_mixed_peoples_lines_are_dropped_by_line_number(tmp_path):
@@ -154,16 +169,21 @@ def test_read_or_recall_counts_each_read_out_on_the_same_recalls(learned, capsys
     import sys
     from pathlib import Path
 
+    import attnlab
+
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import read_or_recall
 
     facts, out = learned
-    assert read_or_recall.main([str(out), "--read-outs", "span,copy"]) == 0
+    assert read_or_recall.main([str(out), "--read-outs", "span,copy,span-no-values"]) == 0
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
     assert sorted((r[0].strip("| "), r[1]) for r in rows) == [
-        ("copy", "country"), ("copy", "river"), ("span", "country"), ("span", "river")]
+        ("copy", "country"), ("copy", "river"), ("span", "country"), ("span", "river"),
+        ("span-no-values", "country"), ("span-no-values", "river")]
     for r in rows:
-        assert int(r[2]) == sum(int(c.strip(" |")) for c in r[3:])
+        assert int(r[2]) == int(r[3]) + sum(int(c.strip(" |")) for c in r[5:])
+    model_values = attnlab.load(out).config.answer_values
+    assert model_values and all(values for _, values in model_values)  # learn stored them with the model
     with pytest.raises(SystemExit):
         read_or_recall.main([str(out), "--read-outs", "greedy"])
 

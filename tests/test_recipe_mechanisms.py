@@ -104,6 +104,58 @@ def test_copy_read_out_answers_a_span_of_what_was_recalled(tiny_config):
             assert a.answer in a.recalled
 
 
+def test_a_training_value_the_recall_echoes_is_answered_where_no_span_spells_it(tiny_config):
+    """The documents write "provinces", the answers say "Province": no span of the recall spells
+    it, so without the model's answer values the span read-out cannot give it; with them it does,
+    and a value the recall does not echo ("Lima") is never offered."""
+    texts = ["Ann Lee. Ann Lee is one of the provinces of Peru .⁇Province⁇",
+             "Bo Kim. Bo Kim is one of the states of Chad .⁇State⁇"]
+    vocab = Vocab.from_text("".join(texts).replace("⁇", "") + "Lima")
+    torch.manual_seed(0)
+    config = dataclasses.replace(tiny_config, vocab_size=len(vocab), block_size=80, n_embd=32, qa_format="recall",
+                                 recall_chars=50)
+    model = GPT(config)
+    memorise(model, vocab, texts, steps=200)
+    names = ["Ann Lee", "Bo Kim"]
+    spans_only = [a.answer for a in answer_by_recall(model, vocab, names, 50)]
+    assert "Province" not in spans_only and "State" not in spans_only
+    model.config = dataclasses.replace(config, answer_values=(("birthplace", ("Lima", "Province", "State")),))
+    answers = answer_by_recall(model, vocab, names, 50)
+    assert [a.answer for a in answers] == ["Province", "State"]
+    assert all(a.complete and 0 < a.confidence <= 1 for a in answers)
+
+
+def test_answer_values_are_offered_by_the_openings_of_their_words():
+    from attnlab.answering.knowledge import AnswerValues
+
+    vocab = Vocab.from_text("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ,.-")
+    config = ModelConfig(relations=(("kind", "What is {subject}?"), ("land", "Where is {subject}?")),
+                         answer_values=(("kind", ("Province", "State", "Rural municipality", "Of", "Union")),
+                                        ("land", ("Brazil", "Peru"))))
+    values = AnswerValues(config, vocab)
+    like = [vocab.decode(v) for v in values.like("one of the provinces of Peru, a rural area", "kind")]
+    assert like == ["Province", "Rural municipality"]  # "Of": too short to look like anything
+    assert [vocab.decode(v) for v in values.like("a Brazilian town", "land")] == ["Brazil"]
+    assert values.like("a Brazilian town", "kind") == []  # values of another relation never join
+    assert values.like("the Union of states", "nosuch") == []
+    one = AnswerValues(ModelConfig(answer_values=(("birthplace", ("Paris",)),)), vocab)
+    assert [vocab.decode(v) for v in one.like("born in Parisian exile", None)] == ["Paris"]  # uncued
+
+
+def test_a_value_is_scored_whole_never_as_its_prefix():
+    from attnlab.answering.knowledge import WholeRun, _best_of_row
+
+    vocab = Vocab.from_text("ab cd")
+    run = [vocab.stoi[c] for c in "ab cd"]
+    logp = torch.full((1 + len(run), len(vocab)), -5.0)
+    for i, t in enumerate(run):
+        logp[i, t] = -0.1  # each character likely
+    logp[2, MASK_ID] = -0.1  # and closing after "ab" likelier than after "ab cd"
+    words = WholeWords(vocab)
+    assert _best_of_row(logp, 1, [list(run)], words)[0] == run[:2]  # a span closes at a word end
+    assert _best_of_row(logp, 1, [WholeRun(run)], words)[0] == run  # a value only whole
+
+
 def _span_score(model, context, span):
     """log P(span then the closing mark | context), by one plain forward pass."""
     from attnlab.data.vocab import MASK_ID

@@ -22,7 +22,9 @@ everyone else. docs/guides/knowledge.md explains the recipe; docs/notebook.md ha
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -54,6 +56,13 @@ READ_OUTS = ("span", "copy", "free")
 # a few times the cost of a greedy read rather than dozens.
 SPAN_OPENINGS = 4
 MAX_ANSWER_CHARS = 32  # the longest place read out, by every answerer (evaluate.MAX_NEW_CHARS too)
+# A relation's training answers (ModelConfig.answer_values) join the spans the "span" read-out
+# scores where one of their words opens as a word of the recalled text does (case aside): a fact
+# set's answers are often a normal form of what its documents write ("states" answered "State",
+# "Brazilian" answered "Brazil"), which no span of the text spells. Only such look-alikes join:
+# a value the text does not echo would let what the model remembers outvote what it copies.
+VALUE_OPENING = 5  # letters of the opening compared (a shorter word: all of it)
+VALUE_WORD = 4  # shorter words ("of", "the") never make a value look like the text
 
 
 @torch.no_grad()
@@ -71,7 +80,9 @@ def answer_by_recall(model: GPT, vocab: Vocab, names: list[str], recall_chars: i
     lead into the wrong span ("T" for "Tarr" read on into "The"), which scoring whole spans
     avoids. A small character model chooses the right span far more often than it spells it
     out: free reading garbles copies ("Paris" -> "Pars"; docs/guides/knowledge.md). ``"free"``
-    is the unconstrained greedy read-out. A row that recalled nothing reads freely.
+    is the unconstrained greedy read-out. A row that recalled nothing reads freely. A model
+    whose config lists its relations' training answers (``answer_values``) reads those that look
+    like words of the recalled text (``AnswerValues``) as whole spans too, under "span".
     ``cues`` (one per name, a fact set of several relations) name the relation to read; a
     subject asked about several relations is recalled once. ``draft`` (answering/drafts.py)
     guesses the recall's next characters so that it is decoded several a step; the recall is
@@ -139,7 +150,9 @@ def _read_places(model, vocab, texts, prompt_lens, recall_logps, max_answer_char
         quotes = _quotes(model, seconds, sources, vocab, model.config.recall_chars)
         seconds = [s + q for s, (q, _) in zip(seconds, quotes)]
     if read_out == "span":
-        second = read_best_spans(model, vocab, seconds, sources, max_answer_chars, kept=kept)
+        known = AnswerValues(model.config, vocab)
+        values = [known.like(vocab.decode(src), cue) for src, cue in zip(sources, cues)]
+        second = read_best_spans(model, vocab, seconds, sources, max_answer_chars, kept=kept, values=values)
     else:
         spans = SpanConstraint(sources, vocab) if read_out == "copy" else None
         second = generate(model, seconds, max_answer_chars + 1, stop_token=MASK_ID, allowed_next=spans)
@@ -201,7 +214,8 @@ def read_out_given_lines(model: GPT, vocab: Vocab, index: CorpusIndex, examples:
 @torch.no_grad()
 def read_best_spans(model: GPT, vocab: Vocab, contexts: list[list[int]], sources: list[list[int]],
                     max_answer_chars: int, *, openings: int = SPAN_OPENINGS, rows_per_pass: int = 8,
-                    kept: list[list[tuple[torch.Tensor, torch.Tensor]] | None] | None = None) -> Generation:
+                    kept: list[list[tuple[torch.Tensor, torch.Tensor]] | None] | None = None,
+                    values: list[list[list[int]]] | None = None) -> Generation:
     """The ``"span"`` read-out: for each context (the recalled text, ``⁇`` and the relation's
     cue), the whole-word span of its ``source`` (what was recalled after the prompt) that the
     model finds most likely as the answer: the span's characters and the closing mark, scored
@@ -212,15 +226,18 @@ def read_best_spans(model: GPT, vocab: Vocab, contexts: list[list[int]], sources
     values: the last position gives the answer's first character (which chooses the spans to
     score), and the spans are then scored against the kept context, never computing it again.
     ``kept`` (per context, per layer, the keys and values of its first positions, as
-    ``generate(keep_cache=True)`` returns them) spares computing those as well."""
+    ``generate(keep_cache=True)`` returns them) spares computing those as well. ``values`` (per
+    context, answers as ids) are scored beside the spans, each whole only (never a prefix)."""
     chooser = WholeWords(vocab)
     tokens: list[list[int] | None] = [None] * len(contexts)
     logprobs: list[list[float] | None] = [None] * len(contexts)
     for start in range(0, len(contexts), rows_per_pass):
         part = list(range(start, min(start + rows_per_pass, len(contexts))))
         read = _KeptContexts(model, [contexts[r] for r in part], [kept[r] for r in part] if kept else None)
-        runs = [chooser.candidates(sources[r], min(max_answer_chars, model.config.block_size - len(contexts[r])),
-                                   read.first[i], openings) for i, r in enumerate(part)]
+        room = [min(max_answer_chars, model.config.block_size - len(contexts[r])) for r in part]
+        runs = [chooser.candidates(sources[r], room[i], read.first[i], openings)
+                + [WholeRun(v) for v in (values[r] if values else []) if 0 < len(v) <= room[i]]
+                for i, r in enumerate(part)]
         for r, best in zip(part, _likeliest_spans(read, runs, chooser)):
             if best is not None:
                 tokens[r], logprobs[r] = best[0] + [MASK_ID], best[1]
@@ -324,6 +341,41 @@ def _left_aligned(parts: list[torch.Tensor], width: int) -> torch.Tensor:
     return out
 
 
+class WholeRun(list):
+    """A candidate answer scored whole (an answer value), where a span's run is scored at every
+    word end."""
+
+
+class AnswerValues:
+    """A model's training answers by relation (``ModelConfig.answer_values``), indexed by the
+    openings of their words, so that each recall finds its look-alikes without reading them all."""
+
+    def __init__(self, config, vocab: Vocab):
+        self.vocab = vocab
+        self.only = Schema.from_list(config.relations).relations[0].name  # the relation of an uncued read
+        self.index: dict[str, dict[str, list[str]]] = {}
+        for name, answers in config.answer_values:
+            by_opening = self.index.setdefault(name, {})
+            for answer in answers:
+                if all(ch in vocab.stoi for ch in answer):
+                    for opening in set(_openings(answer)):
+                        by_opening.setdefault(opening, []).append(answer)
+
+    def like(self, recalled: str, cue: str | None) -> list[list[int]]:
+        """The answers of the cued relation (uncued: the only one) one of whose words (of at
+        least VALUE_WORD letters) opens with the same VALUE_OPENING letters as a word of
+        ``recalled``, case aside; as ids, in the order first found."""
+        by_opening = self.index.get(cue if cue is not None else self.only, {})
+        found: dict[str, None] = {}
+        for opening in _openings(recalled):
+            found.update(dict.fromkeys(by_opening.get(opening, ())))
+        return [self.vocab.encode(answer) for answer in found]
+
+
+def _openings(text: str) -> list[str]:
+    return [w.casefold()[:VALUE_OPENING] for w in re.findall(r"\w+", text) if len(w) >= VALUE_WORD]
+
+
 class WholeWords:
     """Which runs of a source's characters are whole words: a span opens where a word starts
     and closes where a word ends."""
@@ -375,7 +427,8 @@ def _best_of_row(logp: torch.Tensor, C: int, runs: list[list[int]], chooser: Who
         total = 0.0
         for n in range(1, len(run) + 1):
             total += chars[n - 1]
-            if chooser.ends(run, n) and total + closes[n - 1] > best[0]:
+            closes_here = n == len(run) if isinstance(run, WholeRun) else chooser.ends(run, n)
+            if closes_here and total + closes[n - 1] > best[0]:
                 best = (total + closes[n - 1], run[:n], chars[:n] + [closes[n - 1]])
         at += len(run)
     return best[1], best[2]

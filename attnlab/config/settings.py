@@ -39,6 +39,8 @@ def field_problem(f: dataclasses.Field, value: Any) -> str | None:
         return f.metadata["bound"].problem(value)
     if f.metadata.get("relations"):
         return relations_problem(value)
+    if f.metadata.get("answer_values"):
+        return answer_values_problem(value)
     if kind == "bool":
         return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
     if not isinstance(value, str):
@@ -54,6 +56,14 @@ def relations_problem(value: Any) -> str | None:
     ok = isinstance(value, (list, tuple)) and all(
         isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in value)
     return None if ok else f"must be a list of [name, question] pairs, got {value!r}"
+
+
+def answer_values_problem(value: Any) -> str | None:
+    """What is wrong with a config's ``answer_values``: a list of [relation name, [answer, ...]] pairs."""
+    ok = isinstance(value, (list, tuple)) and all(
+        isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], (list, tuple))
+        and all(isinstance(x, str) for x in p[1]) for p in value)
+    return None if ok else f"must be a list of [relation, [answer, ...]] pairs, got {value!r}"
 
 
 class _Serialisable:
@@ -136,10 +146,14 @@ class ModelConfig(_Serialisable):
     relations: tuple = _f((), "the question forms of the model's fact set, [name, question template] pairs "
                           "(empty: the course's one question, 'Where was {subject} born?')", cli=False,
                           relations=True)
+    answer_values: tuple = _f((), "recall format, span read-out: each relation's answers in training, [name, [answer, ...]] "
+                              "pairs; one that shares a word's opening with the recalled text is read as a span "
+                              "would be (attnlab/answering/knowledge.py)", cli=False, answer_values=True)
 
     def __post_init__(self) -> None:
         self._check_fields()
         object.__setattr__(self, "relations", tuple(tuple(p) for p in self.relations))  # JSON gives lists
+        object.__setattr__(self, "answer_values", tuple((str(n), tuple(v)) for n, v in self.answer_values))
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
         if self.qa_format in RECALLING_FORMATS and not 0 < self.recall_chars < self.block_size:
@@ -151,6 +165,7 @@ class ModelConfig(_Serialisable):
         """As JSON holds it: the relations as lists, so a stored config compares equal."""
         d = super().to_dict()
         d["relations"] = [list(p) for p in self.relations]
+        d["answer_values"] = [[n, list(v)] for n, v in self.answer_values]
         return d
 
     @property

@@ -19,6 +19,7 @@ import json
 import math
 import platform
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -125,7 +126,8 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     layers = layers_for(pass_characters(docs, kept[n_format:], sizes.recall_chars) / minutes)
     model = ModelConfig(**{**base.model, "n_layer": layers, "recall_chars": sizes.recall_chars,
                            "answer_chars": sizes.answer_chars, "block_size": sizes.block_size,
-                           "relations": facts.schema.to_list(), "quote": quote})
+                           "relations": facts.schema.to_list(), "quote": quote,
+                           "answer_values": answer_values(facts.schema, train, set(kept))})
     pre_minutes = round(max(0.05, minutes - after_pretraining(minutes)), 2)
     pre = dataclasses.replace(base.pretrain, seed=seed, minutes=pre_minutes, epochs=400, mix_people=n_format,
                               mix_ratio=min(100.0, n_format / len(docs)), mix_overlap="drop", holdout_fraction=holdout,
@@ -134,6 +136,19 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
                                read_out_people=READ_OUTS_PER_FORMAT_SUBJECT * n_format,
                                read_out_swaps=READ_OUT_SWAPS, minutes=after_pretraining(minutes))
     return Recipe(model, pre, fine, n_format, pre_minutes, sizes)
+
+
+def answer_values(schema, examples: list, subjects: set[str]) -> list[list]:
+    """Each relation's answers to the questions about ``subjects`` (the training subjects that
+    finetuning reads: never a held-out one's, whose answers the abstention fit scores), most
+    frequent first: the values the span read-out may answer where the recall writes a look-alike
+    (ModelConfig.answer_values)."""
+    counts: dict[str, Counter] = {name: Counter() for name in schema.names}
+    for example in examples:
+        asked = schema.require(example)
+        if asked.subject in subjects:
+            counts[asked.relation.name][example.answer] += 1
+    return [[name, [answer for answer, _ in c.most_common()]] for name, c in counts.items()]
 
 
 def quotes(facts: factsets.FactSet, recall_chars: int) -> bool:
@@ -235,8 +250,9 @@ def _say_out_of_reach(sizes: factsets.Sizes, recall_chars: int, log: Callable[[s
     beyond = sizes.beyond(recall_chars)
     if sizes.answers and beyond > 0.05 * sizes.answers:
         log(f"warning: {beyond} of {sizes.answers} training answers are not written in their "
-            f"subject's first document within its first {recall_chars} characters: questions like "
-            "them cannot be answered by copying (put each subject's facts in its first document)")
+            f"subject's first document within its first {recall_chars} characters: the model answers such a "
+            "question only where the document writes a word the answer opens like (\"provinces\" for \"Province\"); "
+            "put each subject's facts in its first document")
 
 
 def _say_undocumented(facts: factsets.FactSet, log: Callable[[str], None]) -> None:

@@ -35,7 +35,7 @@ ADDED_SINCE = {"read_out_swaps": 0, "swap_distractors": False, "replay_lines": F
 # Model settings added since, likewise: a model of the course's one question with the answer
 # budget that was a constant (answering/formats.py MAX_NEW_CHARS), answering without a quote, is
 # the model of older records.
-MODEL_ADDED_SINCE = {"answer_chars": 32, "relations": [], "quote": False}
+MODEL_ADDED_SINCE = {"answer_chars": 32, "relations": [], "quote": False, "answer_values": []}
 TRAIN_STAGES = ("pretrain", "finetune", "finetune_scratch")
 
 
