@@ -1,5 +1,6 @@
 """benchmarks/factsets.py: invented fact sets (towns, species, firms, the islands example) are
-deterministic, keep the format's promises, and never overwrite a folder."""
+deterministic, keep the format's promises, and never overwrite a folder; benchmarks/iso_regions.py
+makes a set of real facts whose answers are often written otherwise."""
 
 from __future__ import annotations
 
@@ -187,3 +188,42 @@ def test_an_empty_out_folder_is_used_and_no_temporary_file_is_left(factsets, tmp
     out.mkdir()
     _make(factsets, "species", out, n=30)
     assert sorted(p.name for p in out.iterdir()) == FILES
+
+
+# ------------------------------------------------------------------ benchmarks/iso_regions.py
+
+iso_regions = benchmark_fixture("iso_regions")
+
+REGIONS = [("Minas Gerais", "Brazil", "State", "BR-MG"), ("Madang", "Papua New Guinea", "Province", "PG-MPM"),
+           ("Huancavelica", "Peru", "Region", "PE-HUV"), ("Aḑ Ḑāli‘", "Yemen", "Governorate", "YE-DA"),
+           ("Beyləqan", "Azerbaijan", "Rayon", "AZ-BEY")]
+
+
+def test_iso_regions_is_a_fact_set_whose_kinds_are_often_written_otherwise(iso_regions, tmp_path):
+    """Made from rows as pycountry gives them (no pycountry needed here): the folder loads as a
+    fact set, every country is written in its document, and a kind is written as ISO spells it
+    only in the first of the four wordings."""
+    from attnlab.data import factset
+
+    rows = [(f"{name} {i}", country, kind, f"{code}{i}") for i in range(40) for name, country, kind, code in REGIONS]
+    files = iso_regions.fact_set(rows, 200, seed=0)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    facts = factset.load(tmp_path)
+    assert facts.schema.names == ("country", "kind")
+    index = CorpusIndex(files["corpus.txt"].splitlines())
+    written = Counter()
+    for line in files["train.tsv"].splitlines() + files["dev.tsv"].splitlines():
+        question, answer = line.split("\t")
+        asked = facts.schema.parse(question)
+        written[asked.relation.name, contains_words(index.line_of(asked.subject), answer)] += 1
+    assert written["country", False] == 0
+    spelled = written["kind", True] / (written["kind", True] + written["kind", False])
+    assert 0.1 < spelled < 0.45  # about one wording in four
+
+
+def test_iso_regions_without_pycountry_says_so(iso_regions, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "pycountry", None)  # an import of it then fails
+    assert iso_regions.main(["--out", str(tmp_path / "r")]) == 2
+    assert "needs pycountry (pip install pycountry)" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

@@ -131,13 +131,18 @@ def test_answer_values_are_offered_by_the_openings_of_their_words():
     vocab = Vocab.from_text("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ,.-")
     config = ModelConfig(relations=(("kind", "What is {subject}?"), ("land", "Where is {subject}?")),
                          answer_values=(("kind", ("Province", "State", "Rural municipality", "Of", "Union")),
-                                        ("land", ("Brazil", "Peru"))))
+                                        ("land", ("Brazil", "Peru", "pine beetles", "marsh beetles"))))
     values = AnswerValues(config, vocab)
-    like = [vocab.decode(v) for v in values.like("one of the provinces of Peru, a rural area", "kind")]
-    assert like == ["Province", "Rural municipality"]  # "Of": too short to look like anything
-    assert [vocab.decode(v) for v in values.like("a Brazilian town", "land")] == ["Brazil"]
-    assert values.like("a Brazilian town", "kind") == []  # values of another relation never join
-    assert values.like("the Union of states", "nosuch") == []
+
+    def like(recalled, cue):
+        return [vocab.decode(v) for v in values.like(recalled, cue)]
+
+    assert like("one of the provinces of Peru, a rural area", "kind") == ["Province"]  # "Of": too short
+    assert like("the rural municipalities of Peru", "kind") == ["Rural municipality"]  # every long word echoed
+    assert like("a Brazilian town", "land") == ["Brazil"]
+    assert like("it eats marsh beetles", "land") == ["marsh beetles"]  # not "pine beetles": another value
+    assert like("a Brazilian town", "kind") == []  # values of another relation never join
+    assert like("the Union of states", "nosuch") == []
     one = AnswerValues(ModelConfig(answer_values=(("birthplace", ("Paris",)),)), vocab)
     assert [vocab.decode(v) for v in one.like("born in Parisian exile", None)] == ["Paris"]  # uncued
 

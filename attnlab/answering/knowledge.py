@@ -57,10 +57,12 @@ READ_OUTS = ("span", "copy", "free")
 SPAN_OPENINGS = 4
 MAX_ANSWER_CHARS = 32  # the longest place read out, by every answerer (evaluate.MAX_NEW_CHARS too)
 # A relation's training answers (ModelConfig.answer_values) join the spans the "span" read-out
-# scores where one of their words opens as a word of the recalled text does (case aside): a fact
-# set's answers are often a normal form of what its documents write ("states" answered "State",
-# "Brazilian" answered "Brazil"), which no span of the text spells. Only such look-alikes join:
-# a value the text does not echo would let what the model remembers outvote what it copies.
+# scores where each of their words opens as a word of the recalled text does (case aside): a
+# fact set's answers are often a normal form of what its documents write ("states" answered
+# "State", "Brazilian" answered "Brazil"), which no span of the text spells. Only such
+# look-alikes join: a value the text does not echo would let what the model remembers outvote
+# what it copies, and a value echoed by one word of several ("pine beetles" where the text says
+# "marsh beetles") is another value, not another spelling.
 VALUE_OPENING = 5  # letters of the opening compared (a shorter word: all of it)
 VALUE_WORD = 4  # shorter words ("of", "the") never make a value look like the text
 
@@ -353,22 +355,23 @@ class AnswerValues:
     def __init__(self, config, vocab: Vocab):
         self.vocab = vocab
         self.only = Schema.from_list(config.relations).relations[0].name  # the relation of an uncued read
-        self.index: dict[str, dict[str, list[str]]] = {}
+        self.index: dict[str, dict[str, list[tuple[str, frozenset[str]]]]] = {}
         for name, answers in config.answer_values:
             by_opening = self.index.setdefault(name, {})
             for answer in answers:
-                if all(ch in vocab.stoi for ch in answer):
-                    for opening in set(_openings(answer)):
-                        by_opening.setdefault(opening, []).append(answer)
+                openings = _openings(answer)
+                if openings and all(ch in vocab.stoi for ch in answer):
+                    by_opening.setdefault(openings[0], []).append((answer, frozenset(openings)))
 
     def like(self, recalled: str, cue: str | None) -> list[list[int]]:
-        """The answers of the cued relation (uncued: the only one) one of whose words (of at
-        least VALUE_WORD letters) opens with the same VALUE_OPENING letters as a word of
+        """The answers of the cued relation (uncued: the only one) each of whose words of at
+        least VALUE_WORD letters opens with the same VALUE_OPENING letters as a word of
         ``recalled``, case aside; as ids, in the order first found."""
         by_opening = self.index.get(cue if cue is not None else self.only, {})
+        seen = dict.fromkeys(_openings(recalled))  # in order: the same recall offers the same list
         found: dict[str, None] = {}
-        for opening in _openings(recalled):
-            found.update(dict.fromkeys(by_opening.get(opening, ())))
+        for opening in seen:
+            found.update(dict.fromkeys(answer for answer, needs in by_opening.get(opening, ()) if needs.issubset(seen)))
         return [self.vocab.encode(answer) for answer in found]
 
 
