@@ -125,26 +125,31 @@ def test_a_training_value_the_recall_echoes_is_answered_where_no_span_spells_it(
     assert all(a.complete and 0 < a.confidence <= 1 for a in answers)
 
 
-def test_answer_values_are_offered_by_the_openings_of_their_words():
-    from attnlab.answering.knowledge import AnswerValues
+def test_answer_values_are_offered_where_the_recall_writes_them_in_other_letters():
+    from attnlab.answering.knowledge import AnswerValues, alike
 
     vocab = Vocab.from_text("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ,.-")
     config = ModelConfig(relations=(("kind", "What is {subject}?"), ("land", "Where is {subject}?")),
-                         answer_values=(("kind", ("Province", "State", "Rural municipality", "Of", "Union")),
-                                        ("land", ("Brazil", "Peru", "pine beetles", "marsh beetles"))))
+                         answer_values=(("kind", ("Province", "State", "Rural municipality", "Union")),
+                                        ("land", ("Brazil", "Peru", "red shrimp", "marsh beetles", "Ines Holmamont"))))
     values = AnswerValues(config, vocab)
 
     def like(recalled, cue):
         return [vocab.decode(v) for v in values.like(recalled, cue)]
 
-    assert like("one of the provinces of Peru, a rural area", "kind") == ["Province"]  # "Of": too short
-    assert like("the rural municipalities of Peru", "kind") == ["Rural municipality"]  # every long word echoed
+    assert like("one of the provinces of Peru, a rural area", "kind") == ["Province"]
+    assert like("the rural municipalities of Peru", "kind") == ["Rural municipality"]  # word for word
     assert like("a Brazilian town", "land") == ["Brazil"]
-    assert like("it eats marsh beetles", "land") == ["marsh beetles"]  # not "pine beetles": another value
+    assert like("it eats marsh beetles", "land") == []  # written as it is: a span already
+    assert like("it eats Marsh Beetles", "land") == ["marsh beetles"]  # in other letters
+    assert like("it eats marsh snails and water beetles", "land") == []  # echoed, but not together
+    assert like("it eats reef shrimp", "land") == []  # "red" is not "reef": short words must be equal
+    assert like("Ines Holmard described it", "land") == []  # a name that opens like another is another
     assert like("a Brazilian town", "kind") == []  # values of another relation never join
     assert like("the Union of states", "nosuch") == []
     one = AnswerValues(ModelConfig(answer_values=(("birthplace", ("Paris",)),)), vocab)
     assert [vocab.decode(v) for v in one.like("born in Parisian exile", None)] == ["Paris"]  # uncued
+    assert alike("territory", "territories") and alike("paris", "parisian") and not alike("johnson", "johnston")
 
 
 def test_a_value_is_scored_whole_never_as_its_prefix():
