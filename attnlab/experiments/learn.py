@@ -111,7 +111,9 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     budgets: a pass over fewer documents stores more of each) teach the answer format and are
     pretrained on, the other training subjects' documents are left out of pretraining and only
     teach reading; the more characters a pass reads per minute of the budget, the fewer layers
-    (LAYERS_BY_LOAD: in a short budget more passes store more than depth)."""
+    (LAYERS_BY_LOAD: in a short budget more passes store more than depth); the finetuning
+    subjects' answers go with the model, for the read-out of answers written in other letters
+    (``answer_values``)."""
     sizes = factsets.sizes(facts)
     quote = quotes(facts, sizes.recall_chars)
     if quote:  # the block then holds the quote too
