@@ -1,4 +1,5 @@
-"""Evidence: whether the corpus states an answer about the person asked about."""
+"""Evidence: whether the corpus states an answer about the person asked about (as written, or in
+other letters)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,21 @@ def test_a_name_with_full_stops_finds_its_own_line_only():
     e = CorpusIndex(docs).find("Where was John F. Kenning born?", "Dallas")
     assert e.lines == (1,) and e.supporting == ()
     assert CorpusIndex(docs).find("Where was John F. Kenning born?", "Brookline").supporting == (1,)
+
+
+def test_an_answer_the_line_writes_in_other_letters_is_supported():
+    """A set's answers are often a normal form of what its documents write: "provinces" supports
+    "Province", "municipalities" "Rural municipality"; a name that merely opens like another does
+    not ("Holmard", "Holmamont"), nor a short word like another ("red", "reef")."""
+    from attnlab.data.relations import Relation, Schema
+
+    schema = Schema((Relation("kind", "What kind of division is {subject}?"),
+                     Relation("by", "Who described {subject}?")))
+    index = CorpusIndex(["Madang. Papua New Guinea counts Madang among its provinces.",
+                         "Huari. One of the rural municipalities of Peru.",
+                         "Tolik. Ines Holmard described it; it eats reef shrimp."], schema)
+    assert index.find("What kind of division is Madang?", "Province").supporting == (1,)
+    assert index.find("What kind of division is Huari?", "Rural municipality").supporting == (2,)
+    assert index.find("What kind of division is Huari?", "Urban municipality").supporting == ()
+    assert index.find("Who described Tolik?", "Ines Holmamont").supporting == ()
+    assert index.find("Who described Tolik?", "red shrimp").supporting == ()

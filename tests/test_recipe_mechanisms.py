@@ -126,7 +126,8 @@ def test_a_training_value_the_recall_echoes_is_answered_where_no_span_spells_it(
 
 
 def test_answer_values_are_offered_where_the_recall_writes_them_in_other_letters():
-    from attnlab.answering.knowledge import AnswerValues, alike
+    from attnlab.answering.knowledge import AnswerValues
+    from attnlab.data.corpus import alike
 
     vocab = Vocab.from_text("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ,.-")
     config = ModelConfig(relations=(("kind", "What is {subject}?"), ("land", "Where is {subject}?")),

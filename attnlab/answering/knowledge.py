@@ -22,12 +22,12 @@ everyone else. docs/guides/knowledge.md explains the recipe; docs/notebook.md ha
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import torch
 
-from ..data.corpus import CorpusIndex, contains_words, person_of, place_in_line, recall_prompt, recall_string, require_person  # noqa: F401
+from ..data.corpus import (CorpusIndex, alike_at, contains_words, person_of, place_in_line, recall_prompt,  # noqa: F401
+                           recall_string, require_person, words_of)
 from ..data.datasets import QAExample
 from ..data.relations import Schema
 from ..model.attention import KVCache, masks
@@ -56,15 +56,11 @@ READ_OUTS = ("span", "copy", "free")
 SPAN_OPENINGS = 4
 MAX_ANSWER_CHARS = 32  # the longest place read out, by every answerer (evaluate.MAX_NEW_CHARS too)
 # A relation's training answers (ModelConfig.answer_values) join the spans the "span" read-out
-# scores where the recalled text writes them in other letters (AnswerValues.like): a fact set's
-# answers are often a normal form of what its documents write ("provinces" answered "Province",
-# "Brazilian" answered "Brazil"), which no span spells. Only such look-alikes join, word for word
-# like consecutive words of the text: a value the text does not echo lets what the model
-# remembers outvote what it copies, one pieced together from words of different places ("marsh
-# beetles" from "marsh snails" and "water beetles") is another value, and so is a name that
-# merely opens like another ("Ines Holmard" and "Ines Holmamont").
-VALUE_WORD = 4  # shorter words ("of", "red") are alike only when equal
-LOOKUP = 3  # letters that open both of two words alike (the index's key)
+# scores where the recalled text writes them in other letters (data/corpus.py ``alike``), which no
+# span spells. Only such look-alikes join: a value the text does not echo lets what the model
+# remembers outvote what it copies, and one pieced together from words of different places
+# ("marsh beetles" from "marsh snails" and "water beetles") is another value.
+LOOKUP = 3  # letters that open both of two alike words (the index's key)
 
 
 @torch.no_grad()
@@ -359,41 +355,22 @@ class AnswerValues:
         for name, answers in config.answer_values:
             by_opening = self.index.setdefault(name, {})
             for answer in answers:
-                words = _words(answer)
+                words = words_of(answer)
                 if words and all(ch in vocab.stoi for ch in answer):
                     by_opening.setdefault(words[0][:LOOKUP], []).append((answer, words))
 
     def like(self, recalled: str, cue: str | None) -> list[list[int]]:
         """The answers of the cued relation (uncued: the only one) that ``recalled`` writes in
-        other letters: word for word like consecutive words of it (``alike``), and not written
-        in it as they are (then they are spans already); as ids, in the order found."""
+        other letters (data/corpus.py ``alike``), not as they are (then they are spans already);
+        as ids, in the order found."""
         by_opening = self.index.get(cue if cue is not None else self.only, {})
-        words = _words(recalled)
+        words = words_of(recalled)
         found: dict[str, None] = {}
         for at, word in enumerate(words):
             for answer, needs in by_opening.get(word[:LOOKUP], ()):
-                if (answer not in found and len(needs) <= len(words) - at
-                        and all(map(alike, needs, words[at:at + len(needs)])) and not contains_words(recalled, answer)):
+                if answer not in found and alike_at(words, at, needs) and not contains_words(recalled, answer):
                     found[answer] = None
         return [self.vocab.encode(answer) for answer in found]
-
-
-def alike(a: str, b: str) -> bool:
-    """Two words (in lower case) that are one word in other letters: equal, or both of at least
-    VALUE_WORD letters, opening alike on all but one letter of the shorter ("province" and
-    "provinces", "municipality" and "municipalities", "brazil" and "brazilian"; not "holmard"
-    and "holmamont", nor "red" and "reef")."""
-    if a == b:
-        return True
-    shorter = min(len(a), len(b))
-    if shorter < VALUE_WORD:
-        return False
-    same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), shorter)
-    return same >= shorter - 1
-
-
-def _words(text: str) -> list[str]:
-    return re.findall(r"\w+", text.casefold())
 
 
 class WholeWords:

@@ -73,6 +73,45 @@ def contains_words(text: str, phrase: str) -> bool:
     return bool(phrase) and whole_words(phrase).search(text) is not None
 
 
+# A fact set's answers are often a normal form of what its documents write ("provinces" answered
+# "Province", "Brazilian" answered "Brazil"). Such a text writes the answer in other letters:
+# word for word over consecutive words, case aside, each word equal or, where both have at least
+# ALIKE_WORD letters, opening alike on all but one letter of the shorter. Shorter words ("red",
+# "reef") must be equal, and a name that merely opens like another ("Holmard", "Holmamont") is
+# another name.
+ALIKE_WORD = 4
+
+
+def words_of(text: str) -> list[str]:
+    """The words of ``text`` in lower case, in order (punctuation dropped)."""
+    return re.findall(r"\w+", text.casefold())
+
+
+def alike(a: str, b: str) -> bool:
+    """Two lower-case words that are one word in other letters ("province" and "provinces",
+    "municipality" and "municipalities", "brazil" and "brazilian")."""
+    if a == b:
+        return True
+    shorter = min(len(a), len(b))
+    if shorter < ALIKE_WORD:
+        return False
+    same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), shorter)
+    return same >= shorter - 1
+
+
+def alike_at(words: list[str], at: int, phrase: list[str]) -> bool:
+    """Whether the words from ``at`` on are ``phrase``'s words in other letters (words_of both)."""
+    return len(phrase) <= len(words) - at and all(map(alike, phrase, words[at:at + len(phrase)]))
+
+
+def writes(text: str, phrase: str) -> bool:
+    """Whether ``text`` writes ``phrase``, as whole words or in other letters (alike)."""
+    if contains_words(text, phrase):
+        return True
+    wanted, words = words_of(phrase), words_of(text)
+    return bool(wanted) and any(alike_at(words, at, wanted) for at in range(len(words)))
+
+
 # ------------------------------------------------------------------------- recall format
 
 

@@ -2,7 +2,8 @@
 
 The model answers closed-book, but a user deserves to know whether an answer is backed by the
 text the model was pretrained on. For a question about a person we find the corpus lines that
-mention the person and report whether the answered place occurs in them. This is an honest
+mention the person and report whether the answered place occurs in them, as written or in other
+letters ("provinces" supports "Province": data/corpus.py ``writes``). This is an honest
 check of the answer, not a way of producing one (SPEC 1: for 95.8% of dev people the gold place
 appears in their line, the ceiling of any method that reads the corpus).
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..data import corpus
-from ..data.corpus import contains_words
+from ..data.corpus import writes
 from ..data.relations import Schema
 
 
@@ -64,5 +65,5 @@ class CorpusIndex(corpus.CorpusIndex):
     def find(self, question: str, answer: str) -> Evidence:
         subject = subject_of(question, self.schema)
         hits = self.lines_about(subject)
-        supporting = [i for i in hits if answer and contains_words(self.docs[i], answer)]
+        supporting = [i for i in hits if answer and writes(self.docs[i], answer)]
         return Evidence(subject, tuple(i + 1 for i in hits), tuple(i + 1 for i in supporting))
