@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Literal, Mapping
 
 import torch
 from torch import Tensor
@@ -254,17 +254,23 @@ class LoadedModel:
         settings = settings.replace(**changes)
         return trace(self.gpt, self.vocab, question, name=name, kinds=tuple(kinds), **settings.to_dict())
 
-    def edit(self, person: str, place: str, *, corpus: str | os.PathLike = DEFAULT_CORPUS,
-             train_file: str | os.PathLike | None = DEFAULT_TRAIN, eval_file: str | os.PathLike | None = None,
+    def edit(self, person: str, place: str, *, corpus: str | os.PathLike | None = None,
+             train_file: str | os.PathLike | None | Literal["own"] = "own", eval_file: str | os.PathLike | None = None,
              relation: str | None = None, settings: EditSettings = EditSettings(), **changes: Any) -> LoadedModel:
         """A NEW model in which ``person`` was born in ``place`` (``relation``: which answer of
         a model of several relations), as ``attnlab edit`` makes it
         (this model is unchanged): a gated edit by default, ``method="rome"`` for a rank-one one,
         ``method="finetune"`` for plain finetuning on the one question
         (``changes`` set fields of ``settings``). ``corpus`` gives the person's line and the key
-        statistics, ``train_file`` their answer format, ``eval_file`` (optional) the other
-        answers whose changes are counted. The report (efficacy, generalisation, specificity,
-        settings) is the new model's ``edit_report``; an edit that misses is an EditFailed."""
+        statistics, ``train_file`` their answer format (None: no training answers), both by
+        default the fact set's (``attnlab edit`` too), else the course's; ``eval_file``
+        (optional) the other answers whose changes are counted. The report (efficacy,
+        generalisation, specificity, settings) is the new model's ``edit_report``; an edit that
+        misses is an EditFailed."""
+        if corpus is None:
+            corpus = self.fact_set.corpus if self.fact_set else DEFAULT_CORPUS
+        if train_file == "own":
+            train_file = self.fact_set.train if self.fact_set else DEFAULT_TRAIN
         docs = read_corpus(found(corpus)).split("\n")
         trained = training_answers(train_file and found(train_file), Schema.from_list(self.config.relations))
         settings = settings.replace(**changes)

@@ -278,6 +278,9 @@ def test_edit_at_the_answer_falls_back_to_both_read_outs_when_one_key_fails(run,
     ("Ed Ko. Ed Ko (born 1960 in Moulins, France) .", "Moulinss", "Ed Ko", "Moulins"),
     ("Ed Ko. Ed Ko was born in Lima .", "Lix", "Ed Ko", None),  # "Li": too short a prefix to look for
     ("Ed Ko. Ed Ko was a poet .", "", "Ed Ko", None),
+    # an answer the line writes in other letters (a fact set's normal form of its words)
+    ("Madang. Papua New Guinea counts Madang among its provinces (code PG-MPM).", "Province", "Madang", "provinces"),
+    ("Huari. One of the rural municipalities of Peru.", "Rural municipality", "Huari", "rural municipalities"),
 ])
 def test_place_span_finds_where_the_recalled_line_spells_the_answer(line, answer, name, span):
     got = editing.place_span(line, answer, name, len(name) + 2)

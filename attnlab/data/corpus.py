@@ -104,12 +104,19 @@ def alike_at(words: list[str], at: int, phrase: list[str]) -> bool:
     return len(phrase) <= len(words) - at and all(map(alike, phrase, words[at:at + len(phrase)]))
 
 
+def alike_spans(text: str, phrase: str, start: int = 0) -> list[tuple[int, int]]:
+    """Where ``text`` (from ``start`` on) writes ``phrase`` word for word in other letters
+    (alike): each run of consecutive words as (start, end) character offsets."""
+    wanted = words_of(phrase)
+    found = [(m.start(), m.end()) for m in re.finditer(r"\w+", text) if m.start() >= start]
+    words = [text[a:b].casefold() for a, b in found]
+    return [(found[at][0], found[at + len(wanted) - 1][1]) for at in range(len(words))
+            if wanted and alike_at(words, at, wanted)]
+
+
 def writes(text: str, phrase: str) -> bool:
     """Whether ``text`` writes ``phrase``, as whole words or in other letters (alike)."""
-    if contains_words(text, phrase):
-        return True
-    wanted, words = words_of(phrase), words_of(text)
-    return bool(wanted) and any(alike_at(words, at, wanted) for at in range(len(words)))
+    return contains_words(text, phrase) or bool(alike_spans(text, phrase))
 
 
 # ------------------------------------------------------------------------- recall format

@@ -48,7 +48,7 @@ from ..model.hooks import capturing, hook_point
 from .errors import EditError
 from ..data.vocab import MASK_CHAR, PAD_ID, Vocab
 from ..data.datasets import QAExample
-from ..data.corpus import quote_in
+from ..data.corpus import alike_spans, quote_in
 
 
 # Where the key of an edit is read: ROME's subject's last token (the name's last character), or
@@ -201,7 +201,8 @@ def place_span(line: str, answer: str, name: str, start: int) -> tuple[int, int]
     name (a recalled line repeats the name, and a name may contain a place's letters: "John
     Henry" answered "Henry"); else, since the model's read-out sometimes miscopies the line
     ("Pennsylvania" read out as "Penniva", "Moulins" as "Moulinss"), the line's word that starts
-    with the longest prefix of ``answer`` (at least MIN_PREFIX characters) outside the name."""
+    with the longest prefix of ``answer`` (at least MIN_PREFIX characters) outside the name; else
+    the words that write it in other letters (data/corpus.py ``alike``)."""
     if not answer:
         return None
     from .trace import occurrences
@@ -222,7 +223,8 @@ def place_span(line: str, answer: str, name: str, start: int) -> tuple[int, int]
                 end += 1
             if word_start and outside_name(at, end):
                 return at, end
-    return None
+    # an answer the line writes in other letters ("among its provinces" answered "Province")
+    return next((span for span in alike_spans(line, answer, start) if outside_name(*span)), None)
 
 
 def question_about(model: GPT, name: str, relation: str | None = None) -> str:
