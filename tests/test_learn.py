@@ -265,3 +265,27 @@ def test_a_set_whose_values_share_their_openings_is_learned_quoting(tmp_path, mo
     assert "after quoting their sentence" in recipe.describe()
     monkeypatch.setattr(learn, "QUOTE", False)  # the rule can be overridden (benchmarks/learn_probe.py)
     assert not recipe_for(facts, 15).model.quote
+
+
+def test_an_edit_in_python_reads_the_runs_own_fact_set(learned, monkeypatch):
+    """`attnlab.load(RUN).edit(...)` takes the person's line and the training answers from the
+    fact set the run learned, as `attnlab edit RUN` does, not from the course's files."""
+    import attnlab
+    from attnlab import api
+
+    facts, out = learned
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def record(model, vocab, person, place, docs, *, trained, corpus_name, **kw):
+        seen.update(docs=docs, trained=trained, corpus=corpus_name)
+        raise Stop
+
+    monkeypatch.setattr(api, "edit_fact", record)
+    with pytest.raises(Stop):
+        attnlab.load(out).edit("Ardale", "Tarn", relation="country")
+    assert seen["corpus"] == str(facts / "corpus.txt")
+    assert seen["docs"][0].startswith("Ardale. ")
+    assert "Which country is Ardale in?" in {e.question for e in seen["trained"]}
