@@ -359,6 +359,16 @@ def test_the_page_and_its_script_are_served(client, lab):
     assert [(r["id"], r["name"]) for r in runs] == [(i, r.name) for i, r in enumerate(lab.runs)]
 
 
+def test_the_copied_span_of_an_answer_written_in_other_letters_is_those_words():
+    from attnlab.serve.lab import copied_span
+
+    recalled = "Madang. Papua New Guinea counts Madang among its provinces (code PG-MPM)."
+    assert copied_span(recalled, "Papua New Guinea") == [8, 24]
+    start = recalled.index("provinces")
+    assert copied_span(recalled, "Province") == [start, start + len("provinces")]
+    assert copied_span(recalled, "District") is None and copied_span(None, "Province") is None
+
+
 def test_an_answer_comes_with_its_copied_span_and_its_verdict_in_words(lab, shipped):
     confidences = sorted(a.confidence for a in shipped.ask([RALF, BRYAN]))
     lab.runs[0].rule = Rule(sum(confidences) / 2, None, "test")

@@ -28,6 +28,7 @@ from ..trust.stored import weights_digest
 from .trace_worker import NotPortable, TraceWorker, portable
 from ..api import LoadedModel
 from ..trust.calibration import expected_calibration_error, kalai_scores, reliability_bins
+from ..data.corpus import alike_spans
 from ..data.datasets import QAExample
 from ..answering.evaluate import Answer, Score, answer_questions, score_by_relation
 from ..answering.formats import cue_text
@@ -207,11 +208,15 @@ def _read_after(config, answer: Answer) -> str:
 
 def copied_span(recalled: str | None, answer: str) -> list[int] | None:
     """[start, end) of the answer in the recalled text, where the model copied it from (the
-    first place it occurs; None when it does not occur, or nothing was recalled)."""
-    if not recalled or not answer or answer not in recalled:
+    first place it occurs, else the first words that write it in other letters, as "provinces"
+    writes "Province"; None when neither occurs, or nothing was recalled)."""
+    if not recalled or not answer:
         return None
-    start = recalled.index(answer)
-    return [start, start + len(answer)]
+    if answer in recalled:
+        start = recalled.index(answer)
+        return [start, start + len(answer)]
+    alike = alike_spans(recalled, answer)
+    return list(alike[0]) if alike else None
 
 
 def _corrected_ece(model: LoadedModel, confidence: list[float], right: list[bool]) -> float | None:
