@@ -21,6 +21,7 @@ MISTAKES = [
     ("mask_after_softmax.py", "CausalSelfAttention", None, "causality"),
     ("mask_off_by_one.py", "CausalSelfAttention", None, "causality"),
     ("no_scaling.py", "CausalSelfAttention", "vanilla", "same as vanilla"),
+    ("fused_qkv_no_scaling.py", "CausalSelfAttention", "vanilla", "same as vanilla"),
     ("heads_mixed.py", "CausalSelfAttention", None, "causality"),
     ("rotary_on_values.py", "RotaryAttention", "rotary", "same as rotary"),
     ("dropout_at_inference.py", "CausalSelfAttention", None, "no dropout in eval"),
@@ -39,6 +40,17 @@ def test_a_student_mistake_is_caught(file: str, cls: str, same_as: str | None, c
     assert failed.status == "fail" and failed.reason and failed.example.startswith("T=2")
 
 
+def test_weights_under_other_names_are_copied_by_role() -> None:
+    """nanoGPT's fused c_attn and c_proj: vanilla's query, key and value stacked into c_attn, its
+    proj into c_proj; the check says so."""
+    same = next(c for c in check_attention(f"{FIXTURES / 'fused_qkv.py'}:CausalSelfAttention",
+                                           same_as="vanilla").checks if c.name == "same as vanilla")
+    assert same.status == "pass" and "by role (c_attn <- query+key+value, c_proj <- proj" in same.reason
+    wrong = next(c for c in check_attention(f"{FIXTURES / 'fused_qkv_no_scaling.py'}:CausalSelfAttention",
+                                            same_as="vanilla").checks if c.name == "same as vanilla")
+    assert wrong.status == "fail" and "copied by role" in wrong.reason
+
+
 def test_the_mistakes_a_plain_check_cannot_see_pass_it() -> None:
     """Missing scaling is causal and well-formed: only the comparison with vanilla shows it."""
     report = check_attention(f"{FIXTURES / 'no_scaling.py'}:CausalSelfAttention")
@@ -46,7 +58,8 @@ def test_the_mistakes_a_plain_check_cannot_see_pass_it() -> None:
 
 
 @pytest.mark.parametrize("name, same_as", [
-    (COURSE, "vanilla"), (f"{FIXTURES / 'lab_attention.py'}:SharpAttention", None),
+    (COURSE, "vanilla"), (f"{FIXTURES / 'fused_qkv.py'}:CausalSelfAttention", "vanilla"),
+    (f"{FIXTURES / 'lab_attention.py'}:SharpAttention", None),
     ("vanilla", "vanilla"), ("relative", None), ("merged_qk", None)])
 def test_correct_layers_pass(name: str, same_as: str | None) -> None:
     report = check_attention(name, same_as=same_as)

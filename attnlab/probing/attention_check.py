@@ -7,7 +7,8 @@ position; batch independence; the same output in training and eval mode without 
 gradients reaching every parameter; the parameter count against vanilla; determinism under a
 seed; the KV-cache decode against the full forward (the lab's interface promises it; the
 course's does not, so it is skipped there); and with ``same_as``, equality to a lab variant
-(1e-6 of the output's scale) after copying its weights across by name (docs/guides/your-attention.md).
+(1e-6 of the output's scale) after copying its weights across by name, or, where the names
+differ, by role (docs/guides/your-attention.md).
 """
 
 from __future__ import annotations
@@ -292,28 +293,107 @@ def cache_decode(s: Subject) -> Check:
 
 
 def same_as_variant(s: Subject, variant: str) -> Check:
-    """After copying ``variant``'s (random) weights in by name, the outputs agree to TOL."""
+    """After copying ``variant``'s (random) weights in, the outputs agree to TOL. Weights are
+    copied by name; a layer whose names differ but whose parameters all belong to linear layers
+    (nanoGPT's fused ``c_attn`` and ``c_proj``) gets them by role: each assignment of the
+    variant's linear layers to its own by shape is tried, and the one closest to the variant's
+    output is compared (``role_assignments``)."""
     reference = s.build(3, attention=variant)
-    mapping = weight_map(s.layer, reference)
-    if isinstance(mapping, str):
-        return Check("", "fail", f"cannot copy {variant}'s weights: {mapping}")
-    mine = s.build(0)
+    by_name = weight_map(s.layer, reference)
+    if isinstance(by_name, str):
+        tried = role_assignments(s.layer, reference)
+        if not tried:
+            return Check("", "fail", f"cannot copy {variant}'s weights: {by_name}")
+        x = inputs(2, s.config.block_size, s.config.n_embd)
+        with torch.no_grad():
+            want = s.run(x, reference)
+            assignment = min(tried, key=lambda a: float((s.run(x, loaded(s, reference, a)) - want).abs().max()))
+        how = f"by role ({describe(assignment)}; the names differ from {variant}'s)"
+    else:
+        assignment, how = {name: [ref] for name, ref in by_name.items()}, "by name"
+    mine = loaded(s, reference, assignment)
     with torch.no_grad():
-        params = dict(mine.named_parameters())
-        for name, ref_name in mapping.items():
-            params[name].copy_(dict(reference.named_parameters())[ref_name])
         for T in range(1, s.config.block_size + 1):
             x = inputs(2, T, s.config.n_embd)
             got, want = s.run(x, mine), s.run(x, reference)
             diff = (got - want).abs()
             if not bool((diff <= TOL * max(1.0, float(want.abs().max()))).all()):
                 b, t, c = (int(i) for i in (diff == diff.max()).nonzero()[0])
-                return Check("", "fail", f"the output differs from {variant}'s with the same weights (largest "
-                             f"difference {float(diff.max()):.3g}; missing scale, wrong mask or head split?)",
+                return Check("", "fail", f"the output differs from {variant}'s with the same weights, copied "
+                             f"{how} (largest difference {float(diff.max()):.3g}; missing scale, wrong mask or "
+                             "head split?)",
                              f"T={T}: output[{b}, {t}, {c}] is {float(got[b, t, c]):.6g}, {variant} gives "
                              f"{float(want[b, t, c]):.6g}")
     return Check("", "pass", f"equal to {variant} to {TOL:g} for T=1..{s.config.block_size} after copying its "
-                 f"{len(mapping)} weight tensors by name")
+                 f"{sum(map(len, assignment.values()))} weight tensors {how}")
+
+
+def loaded(s: Subject, reference: nn.Module, assignment: dict[str, list[str]]) -> Attention:
+    """The layer under test (seed 0) with each parameter set from the reference's named
+    parameters, stacked along the first dimension where it takes several."""
+    mine = s.build(0)
+    ref = dict(reference.named_parameters())
+    with torch.no_grad():
+        params = dict(mine.named_parameters())
+        for name, sources in assignment.items():
+            params[name].copy_(torch.cat([ref[r] for r in sources]))
+    return mine
+
+
+def describe(assignment: dict[str, list[str]]) -> str:
+    weights = [(name, sources) for name, sources in assignment.items() if name.endswith("weight")]
+    return ", ".join(f"{name.removeprefix('inner.').removesuffix('.weight')} <- "
+                     f"{'+'.join(r.removesuffix('.weight') for r in sources)}" for name, sources in weights)
+
+
+MAX_ASSIGNMENTS = 720  # role assignments tried at most (six linear layers in any order)
+
+
+def role_assignments(layer: nn.Module, reference: nn.Module) -> list[dict[str, list[str]]]:
+    """Every way to give each linear layer of ``layer`` a run of the reference's linear layers
+    (same input width, output widths adding up to its own, each reference layer used once, biases
+    present alike), as parameter name -> reference names stacked; [] when a parameter of either
+    belongs to no linear layer, or no way fits."""
+    mine, theirs = _linears(layer), _linears(reference)
+    if mine is None or theirs is None:
+        return []
+    found: list[dict[str, list[str]]] = []
+
+    def extend(i: int, used: tuple[str, ...], assignment: dict[str, list[str]]) -> None:
+        if len(found) >= MAX_ASSIGNMENTS:
+            return
+        if i == len(mine):
+            if len(used) == len(theirs):
+                found.append(assignment)
+            return
+        name, linear = mine[i]
+        for run in _runs(linear, [(n, m) for n, m in theirs if n not in used]):
+            step = {f"{name}.weight": [f"{n}.weight" for n, _ in run]}
+            if linear.bias is not None:
+                step[f"{name}.bias"] = [f"{n}.bias" for n, _ in run]
+            extend(i + 1, used + tuple(n for n, _ in run), {**assignment, **step})
+
+    extend(0, (), {})
+    return found
+
+
+def _linears(module: nn.Module) -> list[tuple[str, nn.Linear]] | None:
+    """The module's linear layers by name, or None when some parameter belongs to none."""
+    linears = [(n, m) for n, m in module.named_modules() if isinstance(m, nn.Linear)]
+    covered = {f"{n}.{p}" for n, m in linears for p, _ in m.named_parameters(recurse=False)}
+    return linears if {n for n, _ in module.named_parameters()} == covered else None
+
+
+def _runs(linear: nn.Linear, free: list[tuple[str, nn.Linear]], taken: tuple = ()):
+    """Ordered runs of ``free`` linear layers that stack into ``linear``'s weight."""
+    width = sum(m.out_features for _, m in taken)
+    if width == linear.out_features:
+        yield taken
+        return
+    for n, m in free:
+        if (m.in_features == linear.in_features and width + m.out_features <= linear.out_features
+                and (m.bias is None) == (linear.bias is None) and all(n != t for t, _ in taken)):
+            yield from _runs(linear, free, taken + ((n, m),))
 
 
 def weight_map(layer: nn.Module, reference: nn.Module) -> dict[str, str] | str:
