@@ -21,7 +21,7 @@ MISTAKES = [
     ("mask_after_softmax.py", "CausalSelfAttention", None, "causality"),
     ("mask_off_by_one.py", "CausalSelfAttention", None, "causality"),
     ("no_scaling.py", "CausalSelfAttention", "vanilla", "same as vanilla"),
-    ("fused_qkv_no_scaling.py", "CausalSelfAttention", "vanilla", "same as vanilla"),
+    ("fused_qkv.py", "UnscaledAttention", "vanilla", "same as vanilla"),
     ("heads_mixed.py", "CausalSelfAttention", None, "causality"),
     ("rotary_on_values.py", "RotaryAttention", "rotary", "same as rotary"),
     ("dropout_at_inference.py", "CausalSelfAttention", None, "no dropout in eval"),
@@ -46,7 +46,7 @@ def test_weights_under_other_names_are_copied_by_role() -> None:
     same = next(c for c in check_attention(f"{FIXTURES / 'fused_qkv.py'}:CausalSelfAttention",
                                            same_as="vanilla").checks if c.name == "same as vanilla")
     assert same.status == "pass" and "by role (c_attn <- query+key+value, c_proj <- proj" in same.reason
-    wrong = next(c for c in check_attention(f"{FIXTURES / 'fused_qkv_no_scaling.py'}:CausalSelfAttention",
+    wrong = next(c for c in check_attention(f"{FIXTURES / 'fused_qkv.py'}:UnscaledAttention",
                                             same_as="vanilla").checks if c.name == "same as vanilla")
     assert wrong.status == "fail" and "copied by role" in wrong.reason
 
