@@ -151,6 +151,11 @@ def test_answer_values_are_offered_where_the_recall_writes_them_in_other_letters
     one = AnswerValues(ModelConfig(answer_values=(("birthplace", ("Paris",)),)), vocab)
     assert [vocab.decode(v) for v in one.like("born in Parisian exile", None)] == ["Paris"]  # uncued
     assert alike("territory", "territories") and alike("paris", "parisian") and not alike("johnson", "johnston")
+    assert alike("peru", "peruvian") and not alike("mali", "malta")  # four letters alike at least
+    rivers = AnswerValues(ModelConfig(answer_values=(("birthplace", ("Hymo", "Hymen", "Salva")),)), vocab)
+    assert rivers.like("the river Hymo runs through it", None) == []  # "Hymo" is a river: no spelling of "Hymen"
+    assert [vocab.decode(v) for v in rivers.like("the river Hymon runs", None)] == ["Hymo"]  # no river "Hymon"
+    assert [vocab.decode(v) for v in rivers.like("it stands on the Salv", None)] == ["Salva"]  # a recall cut short
 
 
 def test_a_value_is_scored_whole_never_as_its_prefix():

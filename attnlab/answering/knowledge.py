@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from ..data.corpus import (CorpusIndex, alike_at, contains_words, person_of, place_in_line, recall_prompt,  # noqa: F401
-                           recall_string, require_person, words_of)
+                           recall_string, require_person, word_spans, words_of)
 from ..data.datasets import QAExample
 from ..data.relations import Schema
 from ..model.attention import KVCache, masks
@@ -352,8 +352,10 @@ class AnswerValues:
         self.vocab = vocab
         self.only = Schema.from_list(config.relations).relations[0].name  # the relation of an uncued read
         self.index: dict[str, dict[str, list[tuple[str, list[str]]]]] = {}
+        self.known: dict[str, set[str]] = {}
         for name, answers in config.answer_values:
             by_opening = self.index.setdefault(name, {})
+            self.known[name] = set(answers)
             for answer in answers:
                 words = words_of(answer)
                 if words and all(ch in vocab.stoi for ch in answer):
@@ -361,14 +363,20 @@ class AnswerValues:
 
     def like(self, recalled: str, cue: str | None) -> list[list[int]]:
         """The answers of the cued relation (uncued: the only one) that ``recalled`` writes in
-        other letters (data/corpus.py ``alike``), not as they are (then they are spans already);
-        as ids, in the order found."""
-        by_opening = self.index.get(cue if cue is not None else self.only, {})
-        words = words_of(recalled)
+        other letters (data/corpus.py ``alike``), where the words that write them are no answer
+        of the relation themselves ("Hymo" is not another spelling of "Hymen" where both are
+        rivers) and the answer is not written as it is (it is a span already); as ids, in the
+        order found."""
+        relation = cue if cue is not None else self.only
+        by_opening, known = self.index.get(relation, {}), self.known.get(relation, set())
+        spans = word_spans(recalled)
+        words = [recalled[a:b].casefold() for a, b in spans]
         found: dict[str, None] = {}
         for at, word in enumerate(words):
             for answer, needs in by_opening.get(word[:LOOKUP], ()):
-                if answer not in found and alike_at(words, at, needs) and not contains_words(recalled, answer):
+                if (answer not in found and alike_at(words, at, needs)
+                        and recalled[spans[at][0]:spans[at + len(needs) - 1][1]] not in known
+                        and not contains_words(recalled, answer)):
                     found[answer] = None
         return [self.vocab.encode(answer) for answer in found]
 

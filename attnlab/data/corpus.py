@@ -76,9 +76,9 @@ def contains_words(text: str, phrase: str) -> bool:
 # A fact set's answers are often a normal form of what its documents write ("provinces" answered
 # "Province", "Brazilian" answered "Brazil"). Such a text writes the answer in other letters:
 # word for word over consecutive words, case aside, each word equal or, where both have at least
-# ALIKE_WORD letters, opening alike on all but one letter of the shorter. Shorter words ("red",
-# "reef") must be equal, and a name that merely opens like another ("Holmard", "Holmamont") is
-# another name.
+# ALIKE_WORD letters, opening alike on all but one letter of the shorter and on ALIKE_WORD letters
+# at least. Shorter words ("red", "reef") must be equal, and a name that merely opens like another
+# ("Holmard", "Holmamont"; "Mali", "Malta") is another name.
 ALIKE_WORD = 4
 
 
@@ -96,7 +96,7 @@ def alike(a: str, b: str) -> bool:
     if shorter < ALIKE_WORD:
         return False
     same = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), shorter)
-    return same >= shorter - 1
+    return same >= max(ALIKE_WORD, shorter - 1)
 
 
 def alike_at(words: list[str], at: int, phrase: list[str]) -> bool:
@@ -104,11 +104,16 @@ def alike_at(words: list[str], at: int, phrase: list[str]) -> bool:
     return len(phrase) <= len(words) - at and all(map(alike, phrase, words[at:at + len(phrase)]))
 
 
+def word_spans(text: str, start: int = 0) -> list[tuple[int, int]]:
+    """(start, end) of each word of ``text`` from ``start`` on, as words_of finds them."""
+    return [(m.start(), m.end()) for m in re.finditer(r"\w+", text) if m.start() >= start]
+
+
 def alike_spans(text: str, phrase: str, start: int = 0) -> list[tuple[int, int]]:
     """Where ``text`` (from ``start`` on) writes ``phrase`` word for word in other letters
     (alike): each run of consecutive words as (start, end) character offsets."""
     wanted = words_of(phrase)
-    found = [(m.start(), m.end()) for m in re.finditer(r"\w+", text) if m.start() >= start]
+    found = word_spans(text, start)
     words = [text[a:b].casefold() for a, b in found]
     return [(found[at][0], found[at + len(wanted) - 1][1]) for at in range(len(words))
             if wanted and alike_at(words, at, wanted)]
