@@ -253,7 +253,7 @@ def _say_out_of_reach(sizes: factsets.Sizes, recall_chars: int, log: Callable[[s
     if sizes.answers and beyond > 0.05 * sizes.answers:
         log(f"warning: {beyond} of {sizes.answers} training answers are not written in their "
             f"subject's first document within its first {recall_chars} characters: the model answers such a "
-            "question only where the document writes a word the answer opens like (\"provinces\" for \"Province\"); "
+            "question only where the document writes it in other letters (\"provinces\" for \"Province\"); "
             "put each subject's facts in its first document")
 
 
