@@ -346,7 +346,8 @@ class WholeRun(list):
 
 class AnswerValues:
     """A model's training answers by relation (``ModelConfig.answer_values``), indexed by the
-    openings of their words, so that each recall finds its look-alikes without reading them all."""
+    first letters of their first word, so that each recall finds its look-alikes without reading
+    them all."""
 
     def __init__(self, config, vocab: Vocab):
         self.vocab = vocab
