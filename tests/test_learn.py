@@ -289,3 +289,21 @@ def test_an_edit_in_python_reads_the_runs_own_fact_set(learned, monkeypatch):
     assert seen["corpus"] == str(facts / "corpus.txt")
     assert seen["docs"][0].startswith("Ardale. ")
     assert "Which country is Ardale in?" in {e.question for e in seen["trained"]}
+
+
+def test_answers_not_written_in_their_documents_are_told_before_training(tmp_path):
+    """A set whose answers are mostly not written in their documents is warned, with what the
+    read-out can still do (answers written in other letters)."""
+    from attnlab.experiments.learn import _say_out_of_reach
+
+    towns = ["Ardale", "Brisk", "Colver"]
+    corpus = "".join(f"{t}. It is one of the provinces of Velm. The Orna flows through it.\n" for t in towns)
+    train = "".join(f"Which country is {t} in?\tProvince of Velm\n" for t in towns)
+    facts = factset.load(write_set(tmp_path / "s", corpus=corpus, train=train))
+    said = []
+    _say_out_of_reach(factset.sizes(facts), 96, said.append)
+    assert len(said) == 1 and said[0].startswith("warning: 3 of 3 training answers are not written")
+    assert '"provinces" for "Province"' in said[0]
+    said.clear()
+    _say_out_of_reach(factset.sizes(factset.load(write_set(tmp_path / "ok"))), 96, said.append)
+    assert said == []
