@@ -101,11 +101,12 @@ def answer_by_recall(model: GPT, vocab: Vocab, names: list[str], recall_chars: i
         part = unique[start:start + batch_size]
         recalls.update(zip(part, _recall_batch(model, vocab, part, recall_chars, draft)))
     out: list[RecallAnswer] = []
+    known = AnswerValues(model.config, vocab)
     for start in range(0, len(names), batch_size):
         rows = [recalls[n] for n in names[start:start + batch_size]]
         out += _read_places(model, vocab, [r.text for r in rows], [r.prompt_len for r in rows],
                             [r.logps for r in rows], budget, read_out, cues[start:start + batch_size],
-                            [r.kept for r in rows])
+                            [r.kept for r in rows], known)
     return out
 
 
@@ -137,9 +138,10 @@ def _recall_batch(model, vocab, names, recall_chars, draft=None) -> list[Recalle
 
 
 def _read_places(model, vocab, texts, prompt_lens, recall_logps, max_answer_chars, read_out,
-                 cues=None, kept=None) -> list[RecallAnswer]:
+                 cues=None, kept=None, known: "AnswerValues | None" = None) -> list[RecallAnswer]:
     """The second step of a recall answer: ``⁇`` after each text, the relation's ``cue⁇`` if
-    any, then the answer; ``kept``: the recall's keys and values of each text, where at hand."""
+    any, then the answer; ``kept``: the recall's keys and values of each text, where at hand;
+    ``known``: the model's answer values, as the caller built them once."""
     cues = cues or [None] * len(texts)
     seconds = [text + [MASK_ID] + (vocab.encode(cue) + [MASK_ID] if cue else []) for text, cue in zip(texts, cues)]
     sources = [text[n:] for text, n in zip(texts, prompt_lens)]
@@ -148,7 +150,7 @@ def _read_places(model, vocab, texts, prompt_lens, recall_logps, max_answer_char
         quotes = _quotes(model, seconds, sources, vocab, model.config.recall_chars)
         seconds = [s + q for s, (q, _) in zip(seconds, quotes)]
     if read_out == "span":
-        known = AnswerValues(model.config, vocab)
+        known = known or AnswerValues(model.config, vocab)
         values = [known.like(vocab.decode(src), cue) for src, cue in zip(sources, cues)]
         second = read_best_spans(model, vocab, seconds, sources, max_answer_chars, kept=kept, values=values)
     else:
@@ -202,10 +204,11 @@ def read_out_given_lines(model: GPT, vocab: Vocab, index: CorpusIndex, examples:
         texts.append(vocab.encode(line[:R]))
         prompt_lens.append(len(recall_prompt(name)))
     out: list[RecallAnswer] = []
+    known = AnswerValues(model.config, vocab)
     for start in range(0, len(texts), batch_size):
         part = slice(start, start + batch_size)
         out += _read_places(model, vocab, texts[part], prompt_lens[part], [[] for _ in texts[part]],
-                            model.config.answer_chars, read_out, cues[part])
+                            model.config.answer_chars, read_out, cues[part], known=known)
     return out
 
 
@@ -370,6 +373,8 @@ class AnswerValues:
         order found."""
         relation = cue if cue is not None else self.only
         by_opening, known = self.index.get(relation, {}), self.known.get(relation, set())
+        if not by_opening:  # a model without answer values (every preset) reads spans alone
+            return []
         spans = word_spans(recalled)
         words = [recalled[a:b].casefold() for a, b in spans]
         found: dict[str, None] = {}

@@ -147,8 +147,8 @@ class ModelConfig(_Serialisable):
                           "(empty: the course's one question, 'Where was {subject} born?')", cli=False,
                           relations=True)
     answer_values: tuple = _f((), "recall format, span read-out: each relation's answers in training, [name, [answer, ...]] "
-                              "pairs; one that shares a word's opening with the recalled text is read as a span "
-                              "would be (attnlab/answering/knowledge.py)", cli=False, answer_values=True)
+                              "pairs; one that the recalled text writes in other letters is scored beside its spans "
+                              "(attnlab/answering/knowledge.py)", cli=False, answer_values=True)
 
     def __post_init__(self) -> None:
         self._check_fields()
