@@ -40,6 +40,55 @@ def test_a_student_mistake_is_caught(file: str, cls: str, same_as: str | None, c
     assert failed.status == "fail" and failed.reason and failed.example.startswith("T=2")
 
 
+# (file, class, --same-as, words of the slip the comparison names)
+SLIPS = [
+    ("no_scaling.py", "CausalSelfAttention", "vanilla", "scores not scaled by 1/sqrt(d/h)"),
+    ("fused_qkv.py", "UnscaledAttention", "vanilla", "scores not scaled by 1/sqrt(d/h)"),
+    ("slips.py", "WidthScaled", "vanilla", "1/sqrt(n_embd), the model's width"),
+    ("slips.py", "OneHead", "vanilla", "never split into heads"),
+    ("rotary_on_values.py", "RotaryAttention", "rotary", "the rotation applied to the values too"),
+    ("slips.py", "RotaryHalves", "rotary", "rotate_half"),
+    ("slips.py", "RotaryFrequencies", "rotary", "10000^(-i/e)"),
+]
+
+
+@pytest.mark.parametrize("file, cls, same_as, slip", SLIPS, ids=[f"{m[0][:-3]}-{m[1]}" for m in SLIPS])
+def test_the_comparison_names_the_slip_that_gives_the_output(file: str, cls: str, same_as: str, slip: str) -> None:
+    """Each slip is made in the lab's variant with the same weights: the one that reproduces the
+    layer's output at every length is named; no other slip is."""
+    check = next(c for c in check_attention(f"{FIXTURES / file}:{cls}", same_as=same_as).checks
+                 if c.name == f"same as {same_as}")
+    assert check.status == "fail" and f"it equals {same_as} with" in check.reason
+    assert slip in check.reason
+    assert "missing scale, wrong mask or head split?" not in check.reason
+
+
+def test_an_unnamed_difference_says_what_to_look_for(tmp_path: Path) -> None:
+    """A difference no listed slip explains (here the values scaled by two) keeps the general hint."""
+    path = tmp_path / "doubled.py"
+    path.write_text((FIXTURES / "slips.py").read_text() + "\n\nclass Doubled(CausalSelfAttention):\n"
+                    "    def forward(self, x):\n        return 2 * super().forward(x)\n")
+    check = next(c for c in check_attention(f"{path}:Doubled", same_as="vanilla").checks
+                 if c.name == "same as vanilla")
+    assert check.status == "fail" and "missing scale, wrong mask or head split?" in check.reason
+
+
+@pytest.mark.parametrize("file, kind", [("mask_off_by_one.py", "off by one"),
+                                        ("mask_after_softmax.py", "every position sees every later one"),
+                                        ("heads_mixed.py", "an irregular leak")])
+def test_a_leak_is_described_by_its_pattern(file: str, kind: str) -> None:
+    check = next(c for c in check_attention(f"{FIXTURES / file}:CausalSelfAttention").checks
+                 if c.name == "causality")
+    assert check.status == "fail" and kind in check.reason
+
+
+def test_a_mask_never_cut_to_the_input_is_named() -> None:
+    check = next(c for c in check_attention(f"{FIXTURES / 'mask_not_cut.py'}:CausalSelfAttention").checks
+                 if c.name == "shape and dtype")
+    assert check.status == "fail" and "mask_not_cut.py:" in check.reason
+    assert "it runs with T=16, the block size, only" in check.reason
+
+
 def test_weights_under_other_names_are_copied_by_role() -> None:
     """nanoGPT's fused c_attn and c_proj: vanilla's query, key and value stacked into c_attn, its
     proj into c_proj; the check says so."""
@@ -59,6 +108,8 @@ def test_the_mistakes_a_plain_check_cannot_see_pass_it() -> None:
 
 @pytest.mark.parametrize("name, same_as", [
     (COURSE, "vanilla"), (f"{FIXTURES / 'fused_qkv.py'}:CausalSelfAttention", "vanilla"),
+    (f"{FIXTURES / 'nanogpt.py'}:CausalSelfAttention", "vanilla"),
+    (f"{FIXTURES / 'slips.py'}:CausalSelfAttention", "vanilla"), (f"{FIXTURES / 'slips.py'}:Rotary", "rotary"),
     (f"{FIXTURES / 'lab_attention.py'}:SharpAttention", None),
     ("vanilla", "vanilla"), ("relative", None), ("merged_qk", None)])
 def test_correct_layers_pass(name: str, same_as: str | None) -> None:

@@ -22,7 +22,8 @@ from torch import Tensor, nn
 
 from ..config.settings import ModelConfig
 from ..model.attention import KVCache, base_name, build_attention, masks, plugin
-from ..model.attention.base import Attention
+from ..model.attention.base import Attention, DotProductAttention
+from ..model.attention.rotary import RotaryAttention
 
 TOL = 1e-6  # equality with a lab variant, relative to the output's largest entry (at least 1)
 GRAD_TOL = 1e-10  # a gradient this small counts as none (masked keys give exactly zero)
@@ -137,6 +138,8 @@ def shape_and_dtype(s: Subject) -> Check:
     for dtype in (torch.float32, torch.float64):
         try:
             y = s.run(inputs(2, 8, C).to(dtype), s.layer.to(dtype))
+        except Exception as e:  # noqa: BLE001: the user's code may raise anything
+            return Check("", "fail", s.error(e, "checking shape and dtype") + runs_at_block_only(s))
         finally:
             s.layer.to(torch.float32)
         if not isinstance(y, Tensor) or y.shape != (2, 8, C) or y.dtype != dtype:
@@ -148,6 +151,17 @@ def shape_and_dtype(s: Subject) -> Check:
             return Check("", "fail", "the output holds NaN or infinite values (a row with no visible key?)",
                          f"T=8, output[{bad[0]}, {bad[1]}] is {y[tuple(bad)].item()}")
     return Check("", "pass", f"(B, T, {C}) in, (B, T, {C}) out, in float32 and float64, finite")
+
+
+def runs_at_block_only(s: Subject) -> str:
+    """A hint, where the layer fails on 8 positions, that it runs on exactly block_size."""
+    try:
+        with torch.no_grad():
+            s.run(inputs(2, s.config.block_size, s.config.n_embd))
+    except Exception:  # noqa: BLE001
+        return ""
+    return (f" (it runs with T={s.config.block_size}, the block size, only: a mask or table not cut to the "
+            "input's length, as mask[:, :, :T, :T]?)")
 
 
 def dependence(s: Subject, x: Tensor, out: Callable[[Tensor], Tensor]) -> Tensor:
@@ -170,9 +184,22 @@ def causality(s: Subject) -> Check:
             if len(later):
                 j = t + 1 + int(later[0])
                 return Check("", "fail", f"output position {t} depends on input position {j}, a later one "
-                             "(mask applied after the softmax, or off by one?)",
-                             f"T={T}: d output[{t}] / d x[{j}] has size {float(g[j]):.3g}")
+                             f"({leak_kind(s)})", f"T={T}: d output[{t}] / d x[{j}] has size {float(g[j]):.3g}")
     return Check("", "pass", f"no output depends on a later input (every position, T=2..{s.config.block_size})")
+
+
+def leak_kind(s: Subject) -> str:
+    """What the pattern of later inputs each output depends on (at the full block) suggests."""
+    T = s.config.block_size
+    x = inputs(1, T, s.config.n_embd)
+    seen = [{j for j in range(t + 1, T) if float(dependence(s, x, lambda y: y[0, t]).sum(-1)[0, j]) > GRAD_TOL}
+            for t in range(T - 1)]
+    if all(later == {t + 1} for t, later in enumerate(seen)):
+        return "off by one: each position also sees the next, as with tril(..., diagonal=1)"
+    if all(later == set(range(t + 1, T)) for t, later in enumerate(seen)):
+        return ("every position sees every later one: the mask applied after the softmax, future scores "
+                "filled with 0 rather than -inf, or the softmax over the queries' axis?")
+    return "an irregular leak: heads split or merged with view() where a transpose is needed?"
 
 
 def batch_independence(s: Subject) -> Check:
@@ -319,13 +346,101 @@ def same_as_variant(s: Subject, variant: str) -> Check:
             diff = (got - want).abs()
             if not bool((diff <= TOL * max(1.0, float(want.abs().max()))).all()):
                 b, t, c = (int(i) for i in (diff == diff.max()).nonzero()[0])
+                mistake = explained_by(s, mine, reference)
+                why = (f"it equals {variant} with {mistake}" if mistake
+                       else "missing scale, wrong mask or head split?")
                 return Check("", "fail", f"the output differs from {variant}'s with the same weights, copied "
-                             f"{how} (largest difference {float(diff.max()):.3g}; missing scale, wrong mask or "
-                             "head split?)",
+                             f"{how} (largest difference {float(diff.max()):.3g}; {why})",
                              f"T={T}: output[{b}, {t}, {c}] is {float(got[b, t, c]):.6g}, {variant} gives "
                              f"{float(want[b, t, c]):.6g}")
     return Check("", "pass", f"equal to {variant} to {TOL:g} for T=1..{s.config.block_size} after copying its "
                  f"{sum(map(len, assignment.values()))} weight tensors {how}")
+
+
+def _scaled(scale: Callable[[int, int], float]) -> Callable[[type, int], dict[str, Callable]]:
+    """Hooks making a query-key class score with ``scale(d, C)``: d a head's width in the
+    layer under test, C the model's width."""
+    def hooks(cls: type, d: int) -> dict[str, Callable]:
+        def queries_keys(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, float]:
+            q, k, _ = cls.queries_keys(self, x, positions)
+            return q, k, scale(d, self.config.n_embd)
+        return {"queries_keys": queries_keys}
+    return hooks
+
+
+def _rotary_halves(cls: type, d: int) -> dict[str, Callable]:
+    """Rotary pairing coordinate i with i + e/2 (GPT-NeoX's rotate_half) instead of 2i with 2i+1."""
+    def with_positions(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        e = q.shape[-1]
+        order = torch.arange(e).view(2, e // 2).t().reshape(-1)  # 0, e/2, 1, e/2+1, ...
+        q, k = cls.with_positions(self, q[..., order], k[..., order], positions)
+        back = torch.argsort(order)
+        return q[..., back], k[..., back]
+    return {"with_positions": with_positions}
+
+
+def _rotary_values(cls: type, d: int) -> dict[str, Callable]:
+    """Rotary applied to the values as well as the queries and keys."""
+    def projections(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor, float]:
+        q, k, v, scale = cls.projections(self, x, positions)
+        return q, k, self.with_positions(v, v, positions)[0], scale
+    return {"projections": projections}
+
+
+def _rotary_frequencies(cls: type, d: int) -> dict[str, Callable]:
+    """Rotary with angles t * base^(-i/e) for pair i, where the course has base^(-2i/e)."""
+    def tables(self) -> dict[str, Tensor]:
+        e = self.head_dim
+        angles = torch.arange(self.config.block_size, dtype=torch.float32)[:, None] * \
+            10_000.0 ** (-torch.arange(e // 2, dtype=torch.float32) / e)
+        return {"cos": angles.cos(), "sin": angles.sin()}
+    return {"tables": tables}
+
+
+# A student's usual slips, each as (what the layer does, the reference class it is made in, the
+# heads it attends with (None: the config's), the hooks that make it in that class).
+SLIPS: tuple[tuple[str, type, int | None, Callable[[type, int], dict[str, Callable]]], ...] = (
+    ("scores not scaled by 1/sqrt(d/h)", DotProductAttention, None, _scaled(lambda d, C: 1.0)),
+    ("scores scaled by 1/sqrt(n_embd), the model's width, not 1/sqrt(n_embd/n_head), a head's",
+     DotProductAttention, None, _scaled(lambda d, C: C ** -0.5)),
+    ("scores scaled by 1/(d/h) instead of 1/sqrt(d/h)", DotProductAttention, None, _scaled(lambda d, C: 1.0 / d)),
+    ("scores multiplied by sqrt(d/h) instead of divided", DotProductAttention, None, _scaled(lambda d, C: d ** 0.5)),
+    ("one head of the full width: the input never split into heads", DotProductAttention, 1,
+     _scaled(lambda d, C: C ** -0.5)),
+    ("one head of the full width (the input never split into heads), scaled by 1/sqrt(d/h)",
+     DotProductAttention, 1, _scaled(lambda d, C: d ** -0.5)),
+    ("coordinates paired as (i, i + e/2), GPT-NeoX's rotate_half, where the course pairs (2i, 2i+1)",
+     RotaryAttention, None, _rotary_halves),
+    ("the rotation applied to the values too", RotaryAttention, None, _rotary_values),
+    ("angles t * 10000^(-i/e) where the course has 10000^(-2i/e)", RotaryAttention, None, _rotary_frequencies),
+)
+
+
+def explained_by(s: Subject, mine: nn.Module, reference: nn.Module) -> str | None:
+    """Which of SLIPS, made in the reference's class with the same weights, gives the layer's
+    output at every length; None when none does (or none applies to the reference)."""
+    d, C = s.config.n_embd // s.config.n_head, s.config.n_embd
+    for what, family, heads, hooks in SLIPS:
+        if not isinstance(reference, family):
+            continue
+        config = dataclasses.replace(reference.config, n_head=heads or s.config.n_head)
+        slipped = slipped_reference(reference, config, hooks(type(reference), d))
+        with torch.no_grad():
+            if all(beyond_tolerance(s.run(x, mine), s.run(x, slipped)) is None
+                   for x in (inputs(2, T, C) for T in range(1, s.config.block_size + 1))):
+                return what
+    return None
+
+
+def slipped_reference(reference: Attention, config: ModelConfig, hooks: dict[str, Callable]) -> Attention:
+    """``reference``'s class with ``hooks`` in place of its methods, built on ``config``, with its weights."""
+    cls = type(reference)
+    slipped = type(cls.__name__, (cls,), hooks)(config)
+    with torch.no_grad():
+        params = dict(slipped.named_parameters())
+        for name, p in reference.named_parameters():
+            params[name].copy_(p)
+    return slipped.eval()
 
 
 def loaded(s: Subject, reference: nn.Module, assignment: dict[str, list[str]]) -> Attention:

@@ -190,9 +190,10 @@ def _interface(cls: object, path: Path) -> type[Attention]:
 
 
 def course_config(config: ModelConfig) -> SimpleNamespace:
-    """The model config as the course's modules read it (minGPT names for the dropouts)."""
+    """The model config as the course's modules read it: minGPT's names for the dropouts, and
+    nanoGPT's ``bias`` (its linear layers take biases as the lab's do)."""
     return SimpleNamespace(**config.to_dict(), attn_pdrop=config.dropout, resid_pdrop=config.dropout,
-                           embd_pdrop=config.dropout)
+                           embd_pdrop=config.dropout, bias=True)
 
 
 class CourseAttention(Attention):
