@@ -24,6 +24,7 @@ from ..config.settings import ModelConfig
 from ..model.attention import KVCache, base_name, build_attention, masks, plugin
 from ..model.attention.base import Attention, DotProductAttention
 from ..model.attention.rotary import RotaryAttention
+from ..model.attention.synthesizer import SynthesizerAttention
 
 TOL = 1e-6  # equality with a lab variant, relative to the output's largest entry (at least 1)
 GRAD_TOL = 1e-10  # a gradient this small counts as none (masked keys give exactly zero)
@@ -397,6 +398,21 @@ def _rotary_frequencies(cls: type, d: int) -> dict[str, Callable]:
     return {"tables": tables}
 
 
+def _synthesizer_without_relu(cls: type, d: int) -> dict[str, Callable]:
+    """The synthesizer's hidden layer without its ReLU."""
+    def queries_keys(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, float]:
+        _, k, scale = cls.queries_keys(self, x, positions)
+        return self.split_heads(self.w1(x)), k, scale
+    return {"queries_keys": queries_keys}
+
+
+def _synthesizer_without_b2(cls: type, d: int) -> dict[str, Callable]:
+    """The synthesizer's scores without the bias b_2."""
+    def score_bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        return torch.zeros_like(cls.score_bias(self, q_pos, k_pos))
+    return {"score_bias": score_bias}
+
+
 # A student's usual slips, each as (what the layer does, the reference class it is made in, the
 # heads it attends with (None: the config's), the hooks that make it in that class).
 SLIPS: tuple[tuple[str, type, int | None, Callable[[type, int], dict[str, Callable]]], ...] = (
@@ -413,6 +429,10 @@ SLIPS: tuple[tuple[str, type, int | None, Callable[[type, int], dict[str, Callab
      RotaryAttention, None, _rotary_halves),
     ("the rotation applied to the values too", RotaryAttention, None, _rotary_values),
     ("angles t * 10000^(-i/e) where the course has 10000^(-2i/e)", RotaryAttention, None, _rotary_frequencies),
+    ("no ReLU after X A_i + b_1", SynthesizerAttention, None, _synthesizer_without_relu),
+    ("no b_2 added to the scores", SynthesizerAttention, None, _synthesizer_without_b2),
+    ("scores scaled by 1/sqrt(d/h), which the synthesizer does not do", SynthesizerAttention, None,
+     _scaled(lambda d, C: d ** -0.5)),
 )
 
 
