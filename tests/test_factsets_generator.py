@@ -227,3 +227,43 @@ def test_iso_regions_without_pycountry_says_so(iso_regions, tmp_path, monkeypatc
     assert iso_regions.main(["--out", str(tmp_path / "r")]) == 2
     assert "needs pycountry (pip install pycountry)" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+# ------------------------------------------------------------------ benchmarks/wiki_years.py
+
+wiki_years = benchmark_fixture("wiki_years")
+
+
+@pytest.mark.parametrize("text, year", [
+    ("Corrsin was born on 3 April 1920 in Philadelphia .", "1920"),
+    ("Eduard Ender (3 March 1822 Rome -- 28 December 1883 London) was an Austrian painter .", "1822"),
+    ("Iago Dekanozishvili (born in 1951 in Tbilisi) is a Georgian artist .", "1951"),
+    ("Born in Sheffield, Hofton began his career at Kiveton Park, before moving in April 1908 .", None),
+    ("Georgina Willis is a film director who was born in Australia .", None),
+    ("He played for the club (as a forward) and in 1998 moved to Leeds, born again .", None)])
+def test_a_birth_year_is_one_the_line_says_the_person_was_born_in(wiki_years, text, year):
+    assert wiki_years.birth_year(text) == year
+
+
+def test_wiki_years_keeps_the_birthplace_split_and_loads_as_a_fact_set(wiki_years, tmp_path):
+    from attnlab.data import factset
+
+    lines = ["Ann Lee. Ann Lee (born 1901 in Oslo) was a poet .", "Bo Ek. Bo Ek was born in Lund .",
+             "Cy Dow. Cy Dow was born on 2 May 1950 in Leeds ."]
+    splits = {"train": [("Ann Lee", "Oslo"), ("Bo Ek", "Lund")], "dev": [("Cy Dow", "Leeds")]}
+    files = wiki_years.fact_set(lines, splits, with_places=True)
+    assert files["train.tsv"] == ("Where was Ann Lee born?\tOslo\nWhen was Ann Lee born?\t1901\n"
+                                  "Where was Bo Ek born?\tLund\n")
+    assert files["dev.tsv"] == "Where was Cy Dow born?\tLeeds\nWhen was Cy Dow born?\t1950\n"
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    assert factset.load(tmp_path).schema.names == ("birthplace", "birthyear")
+    alone = wiki_years.fact_set(lines, splits, with_places=False)
+    assert alone["train.tsv"] == "When was Ann Lee born?\t1901\n" and "birthplace" not in alone["facts.toml"]
+
+
+def test_wiki_years_never_writes_into_a_folder_that_holds_files(wiki_years, tmp_path, capsys):
+    (tmp_path / "keep.txt").write_text("mine")
+    assert wiki_years.main(["--out", str(tmp_path)]) == 2
+    assert "is not empty" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]

@@ -209,6 +209,7 @@ def test_learn_fits_its_abstention_rule_on_training_subjects_it_held_out(tmp_pat
     assert {subject(e) for e in held} == {"TownAv", "TownAw", "TownAx"} and len(held) == 6
     stored = json.loads((out / "abstention.json").read_text())
     assert stored["held_out"]["people"] == 6  # three subjects, both of their questions
+    assert "6 held-out questions" in stored["rules"]["confidence"]["how"]  # questions, not people
     assert stored["policy"]["holdout_fraction"] == pytest.approx(fraction)
     config = json.loads((out / "config.json").read_text())
     assert config["train"]["holdout_fraction"] == pytest.approx(fraction)
@@ -307,3 +308,21 @@ def test_answers_not_written_in_their_documents_are_told_before_training(tmp_pat
     said.clear()
     _say_out_of_reach(factset.sizes(factset.load(write_set(tmp_path / "ok"))), 96, said.append)
     assert said == []
+
+
+def test_the_suggested_question_is_one_the_run_answered_right(tmp_path):
+    """learn's "next: attnlab ask" shows the model knowing a fact: the first dev question its
+    predictions got right, not simply the first (which it may not know, or its document may not
+    say); with no right answer, or no predictions, the first dev question."""
+    from attnlab.cli.learning import example_question
+
+    facts = factset.load(write_set(tmp_path / "towns"))
+    dev = [line.split("\t") for line in facts.dev.read_text().splitlines()]
+    run = tmp_path / "run"
+    run.mkdir()
+    assert example_question(facts, run) == dev[0][0]
+    (run / "predictions-dev.txt").write_text("".join(f"not {a}\n" for _, a in dev[:2]) + f"{dev[2][1]}\n" +
+                                             "".join(f"{a}\n" for _, a in dev[3:]))
+    assert example_question(facts, run) == dev[2][0]
+    (run / "predictions-dev.txt").write_text("".join("nowhere\n" for _ in dev))
+    assert example_question(facts, run) == dev[0][0]

@@ -19,11 +19,10 @@ def cmd_learn(args: argparse.Namespace) -> int:
     paths.output_dir(out, "--out-dir")
     found = learn(facts.root, out, minutes=args.minutes, seed=args.seed, device=args.device,
                   overwrite=args.overwrite, resume=args.resume, pretrained=not args.no_pretraining)
-    relation = facts.schema.relations[0]
     logs.result(f"\n{facts.name}: dev answers of the model learned in {args.minutes:g} minutes "
                 f"({found['wall_minutes']:g} minutes taken, {found['machine']})\n{results_table(found)}\n"
                 + _verdict(found) + f"results: {out / 'results.json'}; the model: {out}\n"
-                f'next: attnlab ask {out} "{relation.ask(_example_subject(facts))}"\n'
+                f'next: attnlab ask {out} "{example_question(facts, out)}"\n'
                 f"next: attnlab evaluate {out} --eval-file {facts.test or facts.dev}")
     results.publish(args, found)
     return 0
@@ -40,10 +39,16 @@ def _verdict(found: dict) -> str:
             "short for this fact set on this machine (give more minutes)\n")
 
 
-def _example_subject(facts) -> str:
+def example_question(facts, run: Path) -> str:
+    """A dev question to try first: the first one the run answered right (its
+    predictions-dev.txt), so the suggestion shows the model knowing a fact; else the first."""
     from ..data.datasets import read_qa
 
-    return facts.schema.require(read_qa(facts.dev, labelled=True)[0]).subject
+    dev = read_qa(facts.dev, labelled=True)
+    predictions = run / "predictions-dev.txt"
+    answered = predictions.read_text(encoding="utf-8").splitlines() if predictions.is_file() else []
+    right = (e for e, said in zip(dev, answered) if said.strip() == e.answer)
+    return next(right, dev[0]).question
 
 
 def register(command) -> None:

@@ -100,6 +100,7 @@ class HeldOut:
     right: list[bool]
     confidence: list[float]
     familiarity: list[float]
+    unit: str = "people"  # what each answer is of: "questions" for a model of several relations
 
 
 def held_out_signals(model: GPT, vocab: Vocab, train_file: str | Path, holdout_fraction: float,
@@ -110,8 +111,10 @@ def held_out_signals(model: GPT, vocab: Vocab, train_file: str | Path, holdout_f
     people = held_out_people(train_file, holdout_fraction,
                              (lambda e: schema.require(e).subject) if schema.cued else None)
     answers = answer_questions(model, vocab, people, batch_size=batch_size)
-    return HeldOut(f"the last {holdout_fraction:g} of {train_file}", [a.answer == e.answer for a, e in zip(answers, people)],
-                   [a.confidence for a in answers], name_familiarity(model, vocab, people_of(people, model), batch_size))
+    return HeldOut(f"the last {holdout_fraction:.3g} of {train_file}",
+                   [a.answer == e.answer for a, e in zip(answers, people)], [a.confidence for a in answers],
+                   name_familiarity(model, vocab, people_of(people, model), batch_size),
+                   "questions" if schema.cued else "people")
 
 
 def fit_rules(model: GPT, vocab: Vocab, train_file: str | Path, holdout_fraction: float, keep_right: float,
@@ -134,13 +137,13 @@ def rules_from(held: HeldOut, keep_right: float) -> dict[str, Rule]:
     familiarity_min = sorted(familiar, reverse=True)[math.ceil(KNOWN_SHARE * len(familiar)) - 1]
     known = [f >= familiarity_min for f in familiar]
     needed = conformal_count(sum(right), keep_right)
-    how = (f"fitted on {held.source}: {len(right)} held-out people, {sum(right)} answered correctly; "
+    how = (f"fitted on {held.source}: {len(right)} held-out {held.unit}, {sum(right)} answered correctly; "
            f"target: answer {keep_right:.0%} of new people's right answers (the {needed} most confident "
            "of those)")
     return {
         "confidence": Rule(_highest_keeping(confidence, right, needed), None, how),
         "name": Rule(None, familiarity_min, f"fitted on {held.source}: keeps {KNOWN_SHARE:.1%} of its "
-                     f"{len(right)} held-out people"),
+                     f"{len(right)} held-out {held.unit}"),
         "both": Rule(_highest_keeping(confidence, [r and k for r, k in zip(right, known)], needed),
                      familiarity_min, how),
     }

@@ -82,7 +82,7 @@ class AbstainPolicy(Settings):
             return self, ""
         recorded = _recorded(meta or {})
         if recorded > 0:
-            return self.replace(mode="auto"), f"it records holding out the last {recorded:g} of its training file"
+            return self.replace(mode="auto"), f"it records holding out the last {recorded:.3g} of its training file"
         return self.replace(mode="names"), ("it records no people held out from finetuning, so a confidence "
                                             "threshold could only be fitted on people it trained on (optimistic)")
 
