@@ -56,14 +56,23 @@ def test_a_second_evaluate_to_the_same_file_is_refused_and_the_first_is_unchange
 
 
 def test_the_default_predictions_file_is_not_replaced_either(run, questions, capsys):
+    """The default file may already hold these very predictions (learn writes a run's dev
+    predictions there, and its suggested evaluate reads the same file): it is kept as it is and
+    the command succeeds; other predictions there are refused, after decoding, and kept."""
     default = run / "predictions-dev.txt"
     default.unlink(missing_ok=True)
     assert _evaluate(run, questions) == 0
     assert default.exists()
     before = _sha(default)
-    assert _evaluate(run, questions) == 2
-    assert "already exists" in capsys.readouterr().err
+    capsys.readouterr()
+    assert _evaluate(run, questions) == 0
+    assert f"predictions already in {default}" in capsys.readouterr().out
     assert _sha(default) == before
+    default.write_text("earlier work\n" * len(questions.read_text().splitlines()))
+    assert _evaluate(run, questions) == 2
+    err = capsys.readouterr().err
+    assert f"{default}: already exists and holds other predictions; pass --overwrite" in err and err.count("\n") == 1
+    assert default.read_text().startswith("earlier work\n")
     default.unlink()
 
 

@@ -23,7 +23,8 @@ from ..answering.knowledge import CorpusIndex, Stored, measure_stored, require_p
 from ..data.splits import finetuning_people, mixed_and_other_people
 from ..answering.evaluate import Answer, Score, evaluate, most_frequent_place, score, write_predictions
 from ..model.gpt import GPT
-from ..core.outputs import refuse_existing, refuse_inputs
+from ..core.outputs import OVERWRITE_HINT, refuse_existing, refuse_inputs
+from ..core.paths import PathError
 from ..data.formats import text_format
 from ..data.relations import Schema
 from ..data.objectives import (corpus_sequences, mixed, one_fact_per_subject, pack, qa_sequences, refuse_held_out_people,
@@ -429,14 +430,18 @@ def evaluate_file(
     checkpoint, in a file of their own when ``overrides`` change the model: predictions_name),
     score them if labelled; with ``stored_corpus`` also report how many of the places the
     model stored. The predictions never replace the checkpoint or the question file, and
-    without ``overwrite`` no existing file (refused before any decoding)."""
+    without ``overwrite`` no existing file: a file named by ``out`` is refused before any
+    decoding; the default file may already hold these very predictions (``learn`` writes a
+    run's dev predictions there), and is then kept as it is, while other predictions are refused."""
     dev = resolve_device(device)
     model, vocab, ckpt = load_model(checkpoint, device=str(dev), **(overrides or {}))
+    chosen = out is not None
     if out is None:  # beside the checkpoint; a shipped model's go to runs/NAME instead
         out = output_dir(checkpoint) / predictions_name(path, ckpt.model_config, model.config)
     out = Path(out)
     refuse_inputs(out, {"checkpoint": checkpoint, "question file": path}, "the predictions file")
-    refuse_existing([out], overwrite)
+    if chosen:
+        refuse_existing([out], overwrite)
     examples = read_qa(path)
     start = time.perf_counter()
     env = distributed.environment()
@@ -450,18 +455,32 @@ def evaluate_file(
     seconds = time.perf_counter() - start
     if not env.is_main:  # rank 0 alone writes and reports
         return answers, result, out
-    out = write_predictions(out, [a.answer for a in answers], overwrite=overwrite)
+    written = "written to"
+    if not overwrite and not chosen and out.exists():
+        if not same_predictions(out, [a.answer for a in answers]):
+            raise PathError(out, f"already exists and holds other predictions; {OVERWRITE_HINT}")
+        written = "already in"
+    else:
+        out = write_predictions(out, [a.answer for a in answers], overwrite=overwrite)
     if result is None:
         log(f"{path}: {len(examples)} questions have no labels, so no accuracy can be computed; "
-            f"predictions written to {out} ({seconds:.1f} s)")
+            f"predictions {written} {out} ({seconds:.1f} s)")
     else:
-        log(f"{path}: {result.with_interval()} correct; predictions written to {out} ({seconds:.1f} s)")
+        log(f"{path}: {result.with_interval()} correct; predictions {written} {out} ({seconds:.1f} s)")
     if stored_corpus is not None and result is not None:
         stored = measure_stored(model, vocab, CorpusIndex(documents(read_text(stored_corpus))), examples)
         log(f"{path}: extracted (answered correctly) {result.with_interval()}; stored (greedy completion of the "
             f"person's {stored_corpus} line up to the place) {stored} of the {stored.total} people "
             "whose place the line states")
     return answers, result, out
+
+
+def same_predictions(path: Path, predictions: list[str]) -> bool:
+    """Whether the file at ``path`` holds exactly ``predictions``, as write_predictions writes them."""
+    try:
+        return path.read_text(encoding="utf-8") == "".join(p.replace("\n", " ") + "\n" for p in predictions)
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def predictions_name(path: str | Path, stored: ModelConfig, used: ModelConfig) -> str:
