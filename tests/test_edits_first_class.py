@@ -215,6 +215,11 @@ def test_attnlab_edit_changes_one_relation_of_a_model_of_several(isles, tmp_path
     edited, _, ckpt = load_model(tmp_path / "edited")
     assert ckpt.edits[-1]["relation"] == "sea" and editing.answer_of(edited, vocab, "Bel", "sea") == "Red Sea"
     assert editing.answer_of(edited, vocab, "Bel", "capital") == "Oslo"
+    capsys.readouterr()
+    assert cli.main(["edits", str(tmp_path / "edited")]) == 0  # the list names each edit's relation
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0] == "| edit | subject | relation | old answer | new answer | method | layer | parameters added |"
+    assert listed[2].startswith(f"| 1 | Bel | sea | {ckpt.edits[-1]['old_answer']} | Red Sea | ")
 
 
 def test_the_web_lab_edits_the_relation_it_is_given(isles, tmp_path):

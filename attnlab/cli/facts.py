@@ -251,10 +251,13 @@ def cmd_edits(args: argparse.Namespace) -> int:
     if not ckpt.edits:
         print(f"{ckpt.path}: no edits (an unedited model)")
         return 0
-    print("| edit | person | old answer | new place | method | layer | parameters added |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    relations = any(r.get("relation") for r in ckpt.edits)  # a model of several relations names each edit's
+    print("| edit | " + ("subject | relation" if relations else "person") +
+          " | old answer | new answer | method | layer | parameters added |")
+    print("| --- " * (8 if relations else 7) + "|")
     for r in ckpt.edits:
-        print(f"| {r['id']} | {r.get('person')} | {r.get('old_answer')} | {r.get('place')} | {r.get('method')} | "
+        who = f"{r.get('person')} | {r.get('relation') or ''}" if relations else f"{r.get('person')}"
+        print(f"| {r['id']} | {who} | {r.get('old_answer')} | {r.get('place')} | {r.get('method')} | "
               f"{r.get('layer')} | {r.get('parameters_added')} |")
     return 0
 
@@ -306,6 +309,6 @@ def _register_edit(command) -> None:
     flags.device(p)
     add_json_flag(p)
 
-    p = command("edits", "list the edits an edited run holds (person, old answer, new place, method, layer, "
+    p = command("edits", "list the edits an edited run holds (person or subject and relation, old answer, new answer, method, layer, "
                 "parameters added)", cmd_edits)
     p.add_argument("checkpoint", help="checkpoint file or run directory")

@@ -125,7 +125,7 @@ def _grace(model, vocab, person, place, docs, trained, s: EditSettings, log: Log
     t = g.target
     log(f"edit input: {t.text!r}; the model answered {t.old_answer!r} before")
     log("corpus line: " + ("states no place the model read" if g.line_prompt is None else
-                           f"{g.line_prompt!r} + the new place"))
+                           f"{g.line_prompt!r} + the new answer"))
     log(f"{len(g.positions) + len(g.line_positions)} entries at characters {g.positions} of the edit input and "
         f"{g.line_positions} of the corpus line (values optimised in {g.steps} steps, "
         f"hinge {g.loss_before:.3f} -> {g.loss_after:.3f}); radius {s.radius:g} x the distance to "
@@ -182,7 +182,7 @@ def _finetune(model, vocab, person, place, docs, trained, s: EditSettings, log: 
     log(f"layer {layer} ({why}): its MLP output matrix is finetuned")
     edited, f = finetune_edit(model, vocab, person, place, layer, relation=relation)
     log(f"edit input: {f.target.text!r}; the model answered {f.target.old_answer!r} before")
-    log(f"finetuned on it for {f.steps} steps (stopped at the first that answers the new place): "
+    log(f"finetuned on it for {f.steps} steps (stopped at the first step that gives the new answer): "
         f"loss {f.loss_before:.3f} -> {f.loss_after:.3f}")
     return edited, {"id": next_id(model), "person": person, "place": place, "method": "finetune", "layer": layer,
                     "old_answer": f.target.old_answer, "edit_input": f.target.text, "parameters_added": 0,
@@ -200,13 +200,13 @@ def measure(model: GPT, edited: GPT, vocab: Vocab, person: str, place: str, line
     if now != place:
         raise EditFailed(f"the {method} edit did not take: {question!r} is answered {now!r}, not "
                          f"{place!r}; nothing written")
-    log(f"efficacy: {question!r} -> {now!r} (the new place)")
+    log(f"efficacy: {question!r} -> {now!r} (the new answer)")
     slot = place_slot(line, person, [old_answer])
     general = None if slot is None else completes_with(edited, vocab, slot, place)
     if slot is None:
         log("generalisation: the person's corpus line does not spell their old answer; not measured")
     else:
-        log(f"generalisation: {slot!r} -> {'the new place' if general else 'NOT the new place'}")
+        log(f"generalisation: {slot!r} -> {'the new answer' if general else 'NOT the new answer'}")
     report = {"efficacy": True, "answer_after": now, "generalisation": general, "generalisation_prompt": slot}
     if relation is not None:
         report["other_relations"] = other_relations(model, edited, vocab, person, relation, log)
