@@ -309,6 +309,6 @@ def _register_edit(command) -> None:
     flags.device(p)
     add_json_flag(p)
 
-    p = command("edits", "list the edits an edited run holds (person or subject and relation, old answer, new answer, method, layer, "
-                "parameters added)", cmd_edits)
+    p = command("edits", "list the edits an edited run holds (person, or subject and relation; old answer, "
+                "new answer, method, layer, parameters added)", cmd_edits)
     p.add_argument("checkpoint", help="checkpoint file or run directory")
