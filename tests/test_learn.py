@@ -326,3 +326,29 @@ def test_the_suggested_question_is_one_the_run_answered_right(tmp_path):
     assert example_question(facts, run) == dev[2][0]
     (run / "predictions-dev.txt").write_text("".join("nowhere\n" for _ in dev))
     assert example_question(facts, run) == dev[0][0]
+
+
+def test_resume_continues_the_run_begun_and_refuses_another_in_words(tmp_path):
+    """learn records what a run was begun with before training (learning.json): --resume with
+    another budget or seed, or after the fact set changed, is refused naming what differs (not
+    a preset field the user never set); a refused start never rewrites the record."""
+    from attnlab.experiments.learn import BEGUN, _begin
+
+    facts = factset.load(write_set(tmp_path / "towns"))
+    out = tmp_path / "run"
+    _begin(out, facts, {"minutes": 1.5, "seed": 0, "pretrained": True}, resume=False, overwrite=False)
+    record = json.loads((out / BEGUN).read_text())
+    assert record["fact_set"]["digest"] == facts.digest() and record["minutes"] == 1.5
+    _begin(out, facts, {"minutes": 1.5, "seed": 0, "pretrained": True}, resume=True, overwrite=False)
+    with pytest.raises(ValueError, match=r"was begun with --minutes 1.5, --seed 0, not --minutes 2, --seed 1: "
+                                         "resume it with the same"):
+        _begin(out, facts, {"minutes": 2.0, "seed": 1, "pretrained": True}, resume=True, overwrite=False)
+    (out / "pretrain").mkdir()
+    (out / "pretrain" / "checkpoint.safetensors").write_bytes(b"")  # an interrupted pretraining
+    _begin(out, facts, {"minutes": 3.0, "seed": 0, "pretrained": True}, resume=False, overwrite=False)
+    assert json.loads((out / BEGUN).read_text()) == record  # pretraining will refuse this start: record kept
+    with (facts.root / facts.corpus.name).open("a") as f:
+        f.write("Zzz. A line added since.\n")
+    with pytest.raises(ValueError, match="differs from it now"):
+        _begin(out, factset.load(facts.root), {"minutes": 1.5, "seed": 0, "pretrained": True}, resume=True,
+               overwrite=False)

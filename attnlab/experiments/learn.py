@@ -9,7 +9,9 @@ machine (``--minutes``), finetuning and scoring come within it.
 
 Output directory R: ``R/pretrain/`` (the pretrained model), the finetuned model in R itself (so
 ``attnlab ask R``, ``evaluate R`` and ``attnlab.load(R)`` use it), ``R/factset.json`` (which
-fact set, with its content hash), ``R/predictions-dev.txt`` and ``R/results.json``.
+fact set, with its content hash), ``R/predictions-dev.txt``, ``R/results.json``, and
+``R/learning.json`` (what the run was begun with, written before training, so that ``--resume``
+continues that run and refuses another fact set, budget or seed in words).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ..training.pipeline import finetune, pretrain
 
 FACTSET_RECORD = factsets.RECORD_NAME
 RESULTS = "results.json"
+BEGUN = "learning.json"
 BASE_PRESET = "cpu15"  # the recipe whose data-dependent choices recipe_for derives from a fact set
 # Of a budget, what finetuning takes after pretraining: at least this many minutes, or this
 # share of the budget (finetuning is fitted to it; scoring runs in what the fitted stages leave,
@@ -199,6 +202,8 @@ def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, 
     if (out / CHECKPOINT_NAME).exists() and not (overwrite or resume):
         raise ValueError(f"{out} already holds a learned model: choose another output directory, or "
                          "replace it (overwrite)")
+    _begin(out, facts, {"minutes": minutes, "seed": seed, "pretrained": pretrained}, resume=resume,
+           overwrite=overwrite)
     recipe = recipe or recipe_for(facts, minutes, seed)
     _say_out_of_reach(recipe.sizes or factsets.sizes(facts), recipe.model.recall_chars, log)
     _say_undocumented(facts, log)
@@ -226,6 +231,37 @@ def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, 
                            "pretrain": recipe.pretrain.to_dict(), "finetune": recipe.finetune.to_dict()})
     write_atomically(out / RESULTS, json.dumps(results, indent=2) + "\n")
     return results
+
+
+def _begin(out: Path, facts: factsets.FactSet, settings: dict[str, Any], *, resume: bool,
+           overwrite: bool) -> None:
+    """Record what the run in ``out`` is begun with (BEGUN); with ``resume``, refuse to continue a
+    run begun with another fact set, budget, seed or pretraining, naming what differs. (A run
+    begun before the record existed is continued as its checkpoints allow.)"""
+    path = out / BEGUN
+    begun = {"fact_set": facts.record(), **settings}
+    if resume and path.is_file():
+        before = json.loads(path.read_text(encoding="utf-8"))
+        if before["fact_set"]["digest"] != begun["fact_set"]["digest"]:
+            raise ValueError(f"{out} began learning {before['fact_set'].get('path', 'another fact set')}, and "
+                             f"{facts.root} differs from it now (files added or changed since): start again with "
+                             "--overwrite, or learn it into another --out-dir")
+        changed = [k for k, v in settings.items() if before.get(k) != v]
+        if changed:
+            then, now = (", ".join(_flag(k, d.get(k)) for k in changed) for d in (before, settings))
+            raise ValueError(f"{out} was begun with {then}, not {now}: resume it with the same, or start again "
+                             "with --overwrite")
+        return
+    if resume or overwrite or not (out / "pretrain" / CHECKPOINT_NAME).exists():  # else pretraining refuses
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, json.dumps(begun, indent=2) + "\n")
+
+
+def _flag(name: str, value: Any) -> str:
+    """A learn setting as its command-line flag says it."""
+    if name == "pretrained":
+        return "pretraining" if value else "--no-pretraining"
+    return f"--{name} {value:g}" if isinstance(value, float) else f"--{name} {value}"
 
 
 def rescore(run: str | Path, *, device: str = "auto", log: Callable[[str], None] = logs.note) -> dict[str, Any]:
