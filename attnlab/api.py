@@ -407,10 +407,11 @@ def load(path: str | os.PathLike, device: str = "auto", *, facts: str | os.PathL
 
 
 def _fact_set_of(run: Path, facts: str | os.PathLike | None) -> FactSet | None:
-    own = factset.recorded(run)
+    """The run's own fact set, or ``facts`` when it is the same set (moved or copied: its content counts)."""
+    learned = factset.learned_record(run)
     if facts is None:
-        return own
+        return learned.load() if learned is not None else None
     chosen = factset.load(facts)
-    if own is not None and chosen.digest() != own.digest():
-        raise DataError(str(facts), None, f"{run} learned another fact set ({own.name} at {own.root})")
+    if learned is not None and not learned.same_as(chosen):
+        raise DataError(str(facts), None, f"{run} learned another fact set ({learned.name} at {learned.path})")
     return chosen

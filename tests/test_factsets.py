@@ -188,8 +188,29 @@ def test_a_run_record_is_checked_against_the_folder(tmp_path):
     (run / factset.RECORD_NAME).write_text(json.dumps(factset.load(root).record()), encoding="utf-8")
     assert factset.recorded(run).schema == TOWNS
     (root / "dev.tsv").write_text("Which country is Dunmoor in?\tKessa\n", encoding="utf-8")
-    with pytest.raises(DataError, match="changed since the run learned it"):
+    with pytest.raises(DataError, match="changed since the run learned it.*with --facts DIR"):
         factset.recorded(run)
+
+
+def test_a_run_finds_its_set_from_another_directory_and_a_moved_copy_by_content(tmp_path, monkeypatch):
+    """The record keeps the folder as given and absolute: a relative path read from another
+    directory still finds it. A folder gone says to name it; a copy elsewhere is the same set
+    (its content hash), another set is not."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    write_set(tmp_path / "towns")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / factset.RECORD_NAME).write_text(json.dumps(factset.load("towns").record()), encoding="utf-8")
+    monkeypatch.chdir(run)  # "towns" is no folder from here
+    assert factset.recorded(run).root == tmp_path / "towns"
+    shutil.move(tmp_path / "towns", tmp_path / "moved")
+    with pytest.raises(DataError, match="which is no longer there: name its folder with --facts DIR"):
+        factset.recorded(run)
+    learned = factset.learned_record(run)
+    assert learned.same_as(factset.load(tmp_path / "moved"))
+    assert not learned.same_as(factset.load(write_set(tmp_path / "other", dev="Which country is Eskby in?\tDrin\n")))
 
 
 # ------------------------------------------------------------------- the recipe's data

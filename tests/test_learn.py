@@ -82,6 +82,28 @@ def test_another_fact_set_is_refused_unless_asked_for(learned, tmp_path, capsys)
     assert len((tmp_path / "p.txt").read_text().splitlines()) == 1
 
 
+def test_a_run_whose_set_moved_is_asked_with_the_copy_named(learned, tmp_path, capsys):
+    """--facts naming a copy of the run's own set (its folder moved away) is that set: ask uses
+    it without --other-facts, and the loaded model carries it."""
+    import shutil
+
+    facts, out = learned
+    copy = shutil.copytree(facts, tmp_path / "copy")
+    run = shutil.copytree(out, tmp_path / "run")
+    record = json.loads((run / "factset.json").read_text())
+    record.update(path=str(tmp_path / "gone"), absolute=str(tmp_path / "gone"))
+    (run / "factset.json").write_text(json.dumps(record))
+    capsys.readouterr()
+    assert cli.main(["ask", str(run), "which river flows through dunmoor", "--abstain", "off"]) == 2
+    assert "no longer there: name its folder with --facts DIR" in capsys.readouterr().err
+    assert cli.main(["ask", str(run), "--facts", str(copy), "which river flows through dunmoor", "--json",
+                     "--abstain", "off"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["relation"] == "river"
+    from attnlab import load
+
+    assert load(run, facts=copy).fact_set.root == copy
+
+
 def test_learn_refuses_an_existing_run_and_a_bad_fact_set(learned, tmp_path, capsys):
     facts, out = learned
     before = (out / "checkpoint.safetensors").stat().st_mtime_ns

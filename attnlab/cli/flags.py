@@ -290,12 +290,17 @@ def apply_fact_set(args: argparse.Namespace) -> None:
     if not hasattr(args, "facts"):  # a command that reads no data files
         return
     run = getattr(args, "checkpoint", None) or (getattr(args, "runs", None) or [None])[0]
-    own = factset.recorded(run) if isinstance(run, str) and Path(run).exists() else None
+    learned = factset.learned_record(run) if isinstance(run, str) and Path(run).exists() else None
     chosen = getattr(args, "facts", None)
-    facts = factset.load(_fact_set_dir(chosen)) if chosen else own
-    if chosen and own is not None and facts.digest() != own.digest() and not getattr(args, "other_facts", False):
-        raise factset.DataError(str(chosen), None, f"{run} learned another fact set ({own.name} at {own.root}); "
-                                "use that one, or ask for this one anyway (--other-facts)")
+    if chosen:  # the run's own set moved or copied is the same set: only its content counts
+        facts = factset.load(_fact_set_dir(chosen))
+        if learned is not None and not learned.same_as(facts) and not getattr(args, "other_facts", False):
+            raise factset.DataError(str(chosen), None, f"{run} learned another fact set ({learned.name} at "
+                                    f"{learned.path}); use that one, or ask for this one anyway (--other-facts)")
+    else:
+        facts = learned.load() if learned is not None else None
+    if learned is not None and facts is not None and learned.same_as(facts):
+        args.learned_at = str(facts.root)  # where loading the run finds its own set (learned_at)
     if facts is None:
         return
     args.fact_set = facts
@@ -304,6 +309,13 @@ def apply_fact_set(args: argparse.Namespace) -> None:
             setattr(args, option, str(facts.files[role]))
     if getattr(args, "held_out", None) == [DEFAULT_DEV.as_written, DEFAULT_TEST.as_written]:
         args.held_out = [str(p) for p in facts.held_out]
+
+
+def learned_at(args: argparse.Namespace) -> str | None:
+    """The folder of the fact set the command's run learned, as found (a moved copy named by
+    --facts included): what ``attnlab.load(..., facts=)`` reads it from; None for a run that
+    learned none, or a command given another set (--other-facts)."""
+    return getattr(args, "learned_at", None)
 
 
 def _fact_set_dir(path: str) -> Path:

@@ -58,9 +58,10 @@ def build_lab(args: argparse.Namespace):
     out = paths.output_dir(args.out_dir, "--out-dir")
     log = lambda message: logs.note(message, stderr=True)  # noqa: E731
     runs = []
-    for path in args.runs:
+    for n, path in enumerate(args.runs):
         _say(f"loading {path}")
-        model = load(path, device=args.device)
+        # --facts names the first run's set (flags.apply_fact_set reads the first run's record)
+        model = load(path, device=args.device, facts=flags.learned_at(args) if n == 0 else None)
         rule = trust.rule_from_args(args, model, path, log)
         runs.append(Run(path, model, rule))
     return Lab(runs, docs, dev, out, trained, stat_lines=args.stat_lines, answer_cache=args.answer_cache)

@@ -92,16 +92,46 @@ class FactSet:
 
     def record(self) -> dict:
         """What a run stores of its fact set."""
-        return {"name": self.name, "path": str(self.root), "digest": self.digest(), "relations": self.schema.to_list()}
+        return {"name": self.name, "path": str(self.root), "absolute": str(self.root.resolve()),
+                "digest": self.digest(), "relations": self.schema.to_list()}
 
 
 RECORD_NAME = "factset.json"  # beside a run's checkpoint: the fact set it learned
 
 
-def recorded(run: str | os.PathLike) -> FactSet | None:
-    """The fact set a run (a directory, or a checkpoint file in one) records having learned, as
-    it is now; None when it records none. A recorded folder that is gone or whose files changed
-    since is a DataError saying so."""
+@dataclass(frozen=True)
+class Learned:
+    """What a run records of the fact set it learned (RECORD_NAME): where it was, as given and
+    absolute (a relative path read from another directory, or a folder since moved, is still
+    found by one or by a copy named with --facts), and its content hash."""
+
+    source: str  # the record file
+    name: str
+    path: Path
+    absolute: Path | None
+    digest: str
+
+    def load(self) -> FactSet:
+        """The fact set at the recorded place, as it is now: a DataError when it is gone or its
+        files changed since, saying how to name it."""
+        found = next((p for p in (self.path, self.absolute) if p is not None and (p / FACTS_FILE).is_file()), None)
+        if found is None:
+            raise DataError(self.source, None, f"the run learned the fact set at {self.path}, which is no longer "
+                            "there: name its folder with --facts DIR")
+        facts = load(found)
+        if facts.digest() != self.digest:
+            raise DataError(self.source, None, f"the fact set at {found} changed since the run learned it (content "
+                            f"hash {self.digest}, now {facts.digest()}): name a copy as it was with --facts DIR, "
+                            "or use it as it is now with --facts and --other-facts")
+        return facts
+
+    def same_as(self, facts: FactSet) -> bool:
+        return facts.digest() == self.digest
+
+
+def learned_record(run: str | os.PathLike) -> Learned | None:
+    """The fact set a run (a directory, or a checkpoint file in one) records having learned;
+    None when it records none."""
     import json
 
     run = Path(run)
@@ -110,17 +140,18 @@ def recorded(run: str | os.PathLike) -> FactSet | None:
         return None
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
-        path, digest = Path(record["path"]), record["digest"]
-    except (ValueError, KeyError, TypeError):
+        absolute = record.get("absolute")
+        return Learned(str(record_path), str(record.get("name", "")), Path(record["path"]),
+                       Path(absolute) if absolute else None, str(record["digest"]))
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise DataError(str(record_path), None, "not a fact-set record (expected JSON with path and digest)") from None
-    if not (path / FACTS_FILE).is_file():
-        raise DataError(str(record_path), None, f"the run learned the fact set at {path}, which is no longer there "
-                        "(name the folder with the fact-set option)")
-    facts = load(path)
-    if facts.digest() != digest:
-        raise DataError(str(record_path), None, f"the fact set at {path} changed since the run learned it "
-                        f"(content hash {digest}, now {facts.digest()})")
-    return facts
+
+
+def recorded(run: str | os.PathLike) -> FactSet | None:
+    """The fact set a run records having learned, as it is now (``Learned.load``); None when it
+    records none."""
+    learned = learned_record(run)
+    return None if learned is None else learned.load()
 
 
 def load(root: str | os.PathLike) -> FactSet:
