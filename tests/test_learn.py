@@ -374,3 +374,19 @@ def test_resume_continues_the_run_begun_and_refuses_another_in_words(tmp_path):
     with pytest.raises(ValueError, match="differs from it now"):
         _begin(out, factset.load(facts.root), {"minutes": 1.5, "seed": 0, "pretrained": True}, resume=True,
                overwrite=False)
+
+
+def test_baseline_of_several_relations_gives_each_its_own_most_frequent_answer(tmp_path, capsys):
+    """Always answering one value for every relation scores a city question with a year: the
+    baseline gives each relation its own most frequent answer, as learn's table does."""
+    facts = write_set(tmp_path / "towns")
+    capsys.readouterr()
+    assert cli.main(["baseline", "--facts", str(facts)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["country", "river", "all"]
+    train = [line.split("\t") for line in (facts / "train.tsv").read_text().splitlines()]
+    from collections import Counter
+
+    country = Counter(a for q, a in train if q.startswith("Which country")).most_common(1)[0][0]
+    assert f'country: most frequent answer in {facts / "train.tsv"}: "{country}"' in lines[0]
+    assert "all: each relation's most frequent answer on" in lines[2]

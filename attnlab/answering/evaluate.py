@@ -105,6 +105,15 @@ def most_frequent_by_relation(train: list[QAExample], schema: Schema) -> dict[st
     return out
 
 
+def baseline_answers(train: list[QAExample], examples: list[QAExample], schema: Schema
+                     ) -> tuple[dict[str, str], list[str]]:
+    """Each relation's most frequent training answer, and the baseline's answer to each of
+    ``examples``: its relation's ("" for a question no relation matches)."""
+    common = most_frequent_by_relation(train, schema)
+    asked = [schema.parse(e.question, bare_subject=False) for e in examples]
+    return common, [common.get(a.relation.name, "") if a else "" for a in asked]
+
+
 def most_frequent_place(train: list[QAExample]) -> str:
     """The most common place in a training file (ties: the first to appear)."""
     places = [e.answer for e in train if e.answer is not None]

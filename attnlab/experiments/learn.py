@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..answering.evaluate import Score, answer_questions, most_frequent_by_relation, score_by_relation
+from ..answering.evaluate import Score, answer_questions, baseline_answers, score_by_relation
 from ..config.settings import ModelConfig, TrainConfig, get_preset
 from ..core import logs
 from ..core.paths import write_atomically
@@ -363,12 +363,10 @@ def score_fact_set(run: str | Path, facts: factsets.FactSet, *, device: str = "a
     predictions = [a.answer for a in answers]
     write_atomically(Path(run) / f"predictions-{path.stem}.txt", "".join(p + "\n" for p in predictions))
     by_relation = score_by_relation(predictions, examples, facts.schema)
-    common = most_frequent_by_relation(read_qa(facts.train, labelled=True), facts.schema)
-    rows = {}
-    for name, score in by_relation.items():
-        mine = [e for e in examples if facts.schema.require(e).relation.name == name]
-        base = Score(sum(e.answer == common.get(name) for e in mine), len(mine))
-        rows[name] = {**score_json(score), "baseline": {"answer": common.get(name), **score_json(base)}}
+    common, base_answers = baseline_answers(read_qa(facts.train, labelled=True), examples, facts.schema)
+    base_by = score_by_relation(base_answers, examples, facts.schema)
+    rows = {name: {**score_json(score), "baseline": {"answer": common.get(name), **score_json(base_by[name])}}
+            for name, score in by_relation.items()}
     overall = Score(sum(r["correct"] for r in rows.values()), sum(r["total"] for r in rows.values()))
     base_all = Score(sum(r["baseline"]["correct"] for r in rows.values()), overall.total)
     right = [p == e.answer for p, e in zip(predictions, examples)]
