@@ -4,6 +4,8 @@ its own, and one relation of a model of several relations can be edited (issue 4
 
 from __future__ import annotations
 
+import dataclasses
+
 import copy
 
 import pytest
@@ -72,6 +74,9 @@ def test_edit_requests_raise_edit_errors_not_trace_errors():
     with pytest.raises(EditError, match="already edited"):
         correction.check_edit_request(model, vocab, "Ab Cd", "Oslo", docs, None)
     assert issubclass(EditFailed, EditError) and issubclass(EditError, ValueError)
+    model.config = dataclasses.replace(model.config, relations=[["sea", "Which sea is {subject} in?"]])
+    with pytest.raises(EditError, match="--subject 'Cd Ab': no document of the corpus is about this subject"):
+        correction.check_edit_request(model, vocab, "Cd Ab", "Lima", docs, None)  # a fact set's words
 
 
 def test_one_relation_of_a_model_of_several_is_edited_with_its_cue_given():

@@ -92,11 +92,15 @@ def check_edit_request(model: GPT, vocab: Vocab, person: str, place: str, docs: 
     if layer is not None:
         check_layer(model, layer)
     check_place(vocab, place)
-    vocab.encode(person, source="--person")
+    who = "subject" if model.config.relations else "person"  # a fact set's word, or the course's
+    vocab.encode(person, source=f"--{who}")
     line = CorpusIndex(docs).line_of(person)
     if line is None:
+        if who == "subject":
+            raise EditError(f"--subject {person!r}: no document of {corpus_name} is about this subject, so the "
+                            "model never read of it; an edit corrects what the model learnt of a subject it read")
         raise EditError(f"--person {person!r}: no line of {corpus_name} is about this person, so the "
-                         f"model never saw them; an edit corrects what the model learnt of someone it saw")
+                        f"model never saw them; an edit corrects what the model learnt of someone it saw")
     for r in model.edits:
         # One edit a subject, whatever its relation: a second edit would rewrite a recall the
         # first one already rewrote.
