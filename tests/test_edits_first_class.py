@@ -4,9 +4,8 @@ its own, and one relation of a model of several relations can be edited (issue 4
 
 from __future__ import annotations
 
-import dataclasses
-
 import copy
+import dataclasses
 
 import pytest
 import torch
