@@ -68,8 +68,9 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="attnlab", formatter_class=flags.Formatter,
-        description="Pretrain, finetune and probe small character-level transformers on the "
-                    "birth-place knowledge-access task.",
+        description="Pretrain, finetune and probe small character-level transformers on fact sets: "
+                    "what they store and how they retrieve it (the course's birthplace task by default; "
+                    "`attnlab learn DIR` for your own).",
         epilog="Run `attnlab COMMAND --help` for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"attnlab {__version__}")

@@ -285,8 +285,8 @@ def register(command) -> None:
 
 
 def _register_edit(command) -> None:
-    p = command("edit", "correct one fact (PERSON was born in PLACE) or undo an edit; writes a new run "
-                "directory", cmd_edit)
+    p = command("edit", "correct one fact (PERSON was born in PLACE; a SUBJECT's answer to a RELATION) or "
+                "undo an edit; writes a new run directory", cmd_edit)
     p.add_argument("checkpoint", help="checkpoint file or run directory (never modified)")
     p.add_argument("--person", "--subject", dest="person", default=None,
                    help="the subject, as in the model's question ('Where was NAME born?' for the birthplace set) "

@@ -160,7 +160,7 @@ def register(command) -> None:
     flags.model_flags(p)
     flags.train_flags(p, ("pretrain",))
 
-    p = command("finetune", "finetune on birth-place questions (from --init, or from scratch)", cmd_finetune)
+    p = command("finetune", "finetune on a fact set's questions (the birthplace questions by default), from --init or from scratch", cmd_finetune)
     flags.preset(p, None, f"named recipe; from --init the run's own (default: the --init run's preset, "
                           f"else {DEFAULT_PRESET})")
     p.add_argument("--init", default=None, help="pretrained checkpoint or run directory (default: none, no pretraining)")
