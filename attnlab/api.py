@@ -367,7 +367,7 @@ def _check_question(question: Any, source: str, line: int) -> None:
 
 
 def load(path: str | os.PathLike, device: str = "auto", *, facts: str | os.PathLike | None = None,
-         **overrides: Any) -> LoadedModel:
+         other_facts: bool = False, **overrides: Any) -> LoadedModel:
     """Load a trained model: the model of a run directory or checkpoint file, in eval mode,
     ready to answer questions.
 
@@ -376,8 +376,9 @@ def load(path: str | os.PathLike, device: str = "auto", *, facts: str | os.PathL
             shipped model such as ``"models/cpu"`` (found from any directory).
         device: ``"auto"`` (CUDA when there is one), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         facts: a fact-set folder (docs/guides/your-facts.md) the model is for; by default the
-            one a run of ``attnlab learn`` records (``model.fact_set``). A folder other than the
-            run's own is a DataError.
+            one a run of ``attnlab learn`` records (``model.fact_set``). A copy of the run's own
+            (moved elsewhere) is that set; another set is a DataError unless ``other_facts``.
+        other_facts: take ``facts`` although the run learned another set (or its own changed).
         **overrides: config fields that add no parameters, e.g. ``attention="argmax"`` to read
             a vanilla model with hard attention.
 
@@ -401,7 +402,7 @@ def load(path: str | os.PathLike, device: str = "auto", *, facts: str | os.PathL
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"load takes the path of a run directory or a checkpoint file, got {type(path).__name__}")
     model = LoadedModel(*load_model(found(path), device, **overrides))
-    model.fact_set = _fact_set_of(found(path), facts)
+    model.fact_set = factset.load(facts) if facts is not None and other_facts else _fact_set_of(found(path), facts)
     model.stored = read_stored(found(path))
     return model
 

@@ -102,6 +102,13 @@ def test_a_run_whose_set_moved_is_asked_with_the_copy_named(learned, tmp_path, c
     from attnlab import load
 
     assert load(run, facts=copy).fact_set.root == copy
+    with (copy / "corpus.txt").open("a") as f:  # the copy changed: another set, taken only when asked for
+        f.write("Zzz. A line added since.\n")
+    assert cli.main(["ask", str(run), "--facts", str(copy), "which river flows through dunmoor", "--abstain", "off"]) == 2
+    assert "learned another fact set" in capsys.readouterr().err
+    assert cli.main(["ask", str(run), "--facts", str(copy), "--other-facts", "which river flows through dunmoor",
+                     "--abstain", "off"]) == 0
+    assert load(run, facts=copy, other_facts=True).fact_set.root == copy
 
 
 def test_learn_refuses_an_existing_run_and_a_bad_fact_set(learned, tmp_path, capsys):

@@ -65,7 +65,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from .asking import answer_lines, evidence_index, record, table
 
     _check_ask_input(args)
-    model = load(args.checkpoint, device=args.device, facts=flags.learned_at(args))
+    model = load(args.checkpoint, device=args.device, **flags.load_facts(args))
     index = evidence_index(args.evidence, Schema.from_list(model.config.relations))
     given = trust.given_in_ask(args, model)  # --abstain: fitted once, before the first question
     out, as_json = results.stdout(args), results.wants_json(args)

@@ -299,8 +299,8 @@ def apply_fact_set(args: argparse.Namespace) -> None:
                                     f"{learned.path}); use that one, or ask for this one anyway (--other-facts)")
     else:
         facts = learned.load() if learned is not None else None
-    if learned is not None and facts is not None and learned.same_as(facts):
-        args.learned_at = str(facts.root)  # where loading the run finds its own set (learned_at)
+    if chosen and learned is not None:  # loading a learned run takes the set named (load_facts)
+        args.load_facts = {"facts": str(facts.root), "other_facts": bool(getattr(args, "other_facts", False))}
     if facts is None:
         return
     args.fact_set = facts
@@ -311,11 +311,10 @@ def apply_fact_set(args: argparse.Namespace) -> None:
         args.held_out = [str(p) for p in facts.held_out]
 
 
-def learned_at(args: argparse.Namespace) -> str | None:
-    """The folder of the fact set the command's run learned, as found (a moved copy named by
-    --facts included): what ``attnlab.load(..., facts=)`` reads it from; None for a run that
-    learned none, or a command given another set (--other-facts)."""
-    return getattr(args, "learned_at", None)
+def load_facts(args: argparse.Namespace) -> dict:
+    """How ``attnlab.load`` takes the command's fact set: the folder --facts named (a moved copy
+    of the run's own, or with --other-facts another set), else nothing (the run's record)."""
+    return getattr(args, "load_facts", {})
 
 
 def _fact_set_dir(path: str) -> Path:

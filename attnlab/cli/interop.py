@@ -23,7 +23,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if out.exists() and run.exists() and out.resolve() == run.resolve():
         raise paths.PathError(out, "is the run this command reads; choose another folder")
     refuse_existing([out / f for f in FILES], args.overwrite)  # before the model is loaded and checked
-    model = load(args.checkpoint, device=args.device, facts=flags.learned_at(args))
+    model = load(args.checkpoint, device=args.device, **flags.load_facts(args))
     try:
         done = model.export(args.out_dir, to=args.to, eval_file=args.eval_file, overwrite=args.overwrite,
                             source=args.checkpoint)

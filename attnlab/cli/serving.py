@@ -61,7 +61,7 @@ def build_lab(args: argparse.Namespace):
     for n, path in enumerate(args.runs):
         _say(f"loading {path}")
         # --facts names the first run's set (flags.apply_fact_set reads the first run's record)
-        model = load(path, device=args.device, facts=flags.learned_at(args) if n == 0 else None)
+        model = load(path, device=args.device, **(flags.load_facts(args) if n == 0 else {}))
         rule = trust.rule_from_args(args, model, path, log)
         runs.append(Run(path, model, rule))
     return Lab(runs, docs, dev, out, trained, stat_lines=args.stat_lines, answer_cache=args.answer_cache)

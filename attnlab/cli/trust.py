@@ -123,7 +123,7 @@ def _given(args, answers) -> tuple:
     from ..core.devices import resolve_device
 
     model = load(args.checkpoint, device=str(resolve_device(getattr(args, "device", "auto"))),
-                 facts=flags.learned_at(args))
+                 **flags.load_facts(args))
     rule = rule_from_args(args, model, args.checkpoint, logs.note)
     if rule is None:
         return None, [True] * len(answers)
@@ -243,7 +243,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     examples = _labelled(args.eval_file)
     check_abstain_files(args)
     out = _out_dir(args, "calibrate", CALIBRATE_FILES)
-    model = load(args.checkpoint, device=str(resolve_device(args.device)), facts=flags.learned_at(args))
+    model = load(args.checkpoint, device=str(resolve_device(args.device)), **flags.load_facts(args))
     policy = model.own_policy(resolved_policy(args, args.checkpoint, model.checkpoint.meta, logs.note))
     stored = _fit_and_store(args, model, policy, out)
     rule = model.rule_for(policy) or Rule(how="--abstain off")
