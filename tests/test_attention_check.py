@@ -85,9 +85,9 @@ def test_a_leak_is_described_by_its_pattern(file: str, kind: str) -> None:
 
 
 def test_a_mask_never_cut_to_the_input_is_named() -> None:
-    check = next(c for c in check_attention(f"{FIXTURES / 'mask_not_cut.py'}:CausalSelfAttention").checks
+    check = next(c for c in check_attention(f"{FIXTURES / 'slips.py'}:MaskNotCut").checks
                  if c.name == "shape and dtype")
-    assert check.status == "fail" and "mask_not_cut.py:" in check.reason
+    assert check.status == "fail" and "slips.py:" in check.reason
     assert "it runs with T=16, the block size, only" in check.reason
 
 
