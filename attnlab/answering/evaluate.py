@@ -128,7 +128,12 @@ def write_predictions(path: str | os.PathLike, predictions: list[str], *, overwr
     ``overwrite`` an existing file is kept and refused (outputs.write_new)."""
     from ..core.outputs import write_output
 
-    return write_output(path, "".join(p.replace("\n", " ") + "\n" for p in predictions), overwrite)
+    return write_output(path, predictions_text(predictions), overwrite)
+
+
+def predictions_text(predictions: list[str]) -> str:
+    """A predictions file's text: one answer a line, in input order."""
+    return "".join(p.replace("\n", " ") + "\n" for p in predictions)
 
 
 @torch.no_grad()

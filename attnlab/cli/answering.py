@@ -171,6 +171,7 @@ def register(command) -> None:
     p.add_argument("--json", action="store_true",
                    help="one JSON object per answer, one per line, as each is answered (default: off)")
 
-    p = command("baseline", "score always giving the training file's most frequent answer (each relation's) on a labelled file", cmd_baseline)
+    p = command("baseline", "score always giving the training file's most frequent answer (each relation's) on a "
+                "labelled file", cmd_baseline)
     flags.train_file(p, "file whose most frequent place is the answer")
     flags.eval_file(p, "file to score", old=("--file",))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..answering.evaluate import Score, answer_questions, baseline_answers, score_by_relation
+from ..answering.evaluate import Score, answer_questions, baseline_answers, predictions_text, score_by_relation
 from ..config.settings import ModelConfig, TrainConfig, get_preset
 from ..core import logs
 from ..core.paths import write_atomically
@@ -361,7 +361,7 @@ def score_fact_set(run: str | Path, facts: factsets.FactSet, *, device: str = "a
     examples = read_qa(path, labelled=True)
     answers = answer_questions(model, vocab, examples)
     predictions = [a.answer for a in answers]
-    write_atomically(Path(run) / f"predictions-{path.stem}.txt", "".join(p + "\n" for p in predictions))
+    write_atomically(Path(run) / f"predictions-{path.stem}.txt", predictions_text(predictions))
     by_relation = score_by_relation(predictions, examples, facts.schema)
     common, base_answers = baseline_answers(read_qa(facts.train, labelled=True), examples, facts.schema)
     base_by = score_by_relation(base_answers, examples, facts.schema)

@@ -21,7 +21,8 @@ from ..config.settings import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT
 from ..data.datasets import NameDataset, SpanCorruptionDataset, documents, read_qa, read_text
 from ..answering.knowledge import CorpusIndex, Stored, measure_stored, require_person
 from ..data.splits import finetuning_people, mixed_and_other_people
-from ..answering.evaluate import Answer, Score, evaluate, most_frequent_place, score, write_predictions
+from ..answering.evaluate import (Answer, Score, evaluate, most_frequent_place, predictions_text, score,
+                                  write_predictions)
 from ..model.gpt import GPT
 from ..core.outputs import OVERWRITE_HINT, refuse_existing, refuse_inputs
 from ..core.paths import PathError
@@ -478,7 +479,7 @@ def evaluate_file(
 def same_predictions(path: Path, predictions: list[str]) -> bool:
     """Whether the file at ``path`` holds exactly ``predictions``, as write_predictions writes them."""
     try:
-        return path.read_text(encoding="utf-8") == "".join(p.replace("\n", " ") + "\n" for p in predictions)
+        return path.read_text(encoding="utf-8") == predictions_text(predictions)
     except (OSError, UnicodeDecodeError):
         return False
 
