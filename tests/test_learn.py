@@ -355,6 +355,10 @@ def test_the_suggested_question_is_one_the_run_answered_right(tmp_path):
     assert example_question(facts, run) == dev[2][0]
     (run / "predictions-dev.txt").write_text("".join("nowhere\n" for _ in dev))
     assert example_question(facts, run) == dev[0][0]
+    course = factset.load("data")  # its dev file is birth_dev.tsv: the predictions learn writes are named after it
+    labels = [line.split("\t") for line in course.dev.read_text().splitlines()]
+    (run / "predictions-birth_dev.txt").write_text("nowhere\nnowhere\n" + f"{labels[2][1]}\n")
+    assert example_question(course, run) == labels[2][0]
 
 
 def test_resume_continues_the_run_begun_and_refuses_another_in_words(tmp_path):

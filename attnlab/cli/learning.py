@@ -40,12 +40,13 @@ def _verdict(found: dict) -> str:
 
 
 def example_question(facts, run: Path) -> str:
-    """A dev question to try first: the first one the run answered right (its
-    predictions-dev.txt), so the suggestion shows the model knowing a fact; else the first."""
+    """A dev question to try first: the first one the run answered right (its dev
+    predictions), so the suggestion shows the model knowing a fact; else the first."""
     from ..data.datasets import read_qa
+    from ..experiments.learn import predictions_file
 
     dev = read_qa(facts.dev, labelled=True)
-    predictions = run / "predictions-dev.txt"
+    predictions = predictions_file(run, facts.dev)
     answered = predictions.read_text(encoding="utf-8").splitlines() if predictions.is_file() else []
     right = (e for e, said in zip(dev, answered) if said.strip() == e.answer)
     return next(right, dev[0]).question

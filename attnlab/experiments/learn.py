@@ -361,7 +361,7 @@ def score_fact_set(run: str | Path, facts: factsets.FactSet, *, device: str = "a
     examples = read_qa(path, labelled=True)
     answers = answer_questions(model, vocab, examples)
     predictions = [a.answer for a in answers]
-    write_atomically(Path(run) / f"predictions-{path.stem}.txt", predictions_text(predictions))
+    write_atomically(predictions_file(run, path), predictions_text(predictions))
     by_relation = score_by_relation(predictions, examples, facts.schema)
     common, base_answers = baseline_answers(read_qa(facts.train, labelled=True), examples, facts.schema)
     base_by = score_by_relation(base_answers, examples, facts.schema)
@@ -373,6 +373,11 @@ def score_fact_set(run: str | Path, facts: factsets.FactSet, *, device: str = "a
     return {"fact_set": facts.record(), "eval_file": str(path), "relations": rows,
             "overall": {**score_json(overall), "baseline": score_json(base_all)},
             "calibration": calibration_json([a.confidence for a in answers], right, Path(run))}
+
+
+def predictions_file(run: str | Path, questions: str | Path) -> Path:
+    """Where a learned run keeps its answers to a question file (as evaluate names them)."""
+    return Path(run) / f"predictions-{Path(questions).stem}.txt"
 
 
 def calibration_json(confidence: list[float], right: list[bool], run: Path) -> dict[str, Any]:
