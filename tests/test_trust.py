@@ -176,6 +176,22 @@ def test_audit_reports_invented_against_dev_people(recall_run, capsys):
     assert len((out / "invented.txt").read_text().splitlines()) == 20
 
 
+def test_an_audit_of_a_fact_set_speaks_of_subjects_and_answers():
+    """A learned fact set's subjects are no people and its answers no places: the report says
+    subjects, questions and answers; the course's model keeps people and places."""
+    from types import SimpleNamespace
+
+    from attnlab.trust.audit import AuditReport, audit_words
+
+    course = SimpleNamespace(config=SimpleNamespace(relations=None))
+    firms = SimpleNamespace(config=SimpleNamespace(relations=[["city", "Which city is {subject} based in?"]]))
+    assert audit_words(course) == ("people", "people", "places")
+    report = AuditReport("a rule", 10, 9, 20, 2, 15, 14)
+    text = "\n".join(report.lines(audit_words(firms)))
+    assert "invented subjects abstained: 9/10" in text and "dev questions abstained: 2/20" in text
+    assert "answers given to the 0 invented subjects" in text and "people" not in text
+
+
 def test_invented_names_never_appear_in_the_corpus_and_are_seeded():
     docs = documents(read_text(DATA / "wiki.txt"))
     names = invent_people(docs, 300, seed=1)

@@ -349,7 +349,7 @@ def report_lines(report: dict) -> list[str]:
 
 # ---- audit -------------------------------------------------------------------------------------
 def cmd_audit(args: argparse.Namespace) -> int:
-    from ..trust.audit import AUDIT_FILES, audit, invent_people
+    from ..trust.audit import AUDIT_FILES, audit, audit_words, invent_people
     from ..model.checkpoint import load_model
     from ..data.datasets import documents, read_corpus, read_qa, read_questions
 
@@ -365,18 +365,19 @@ def cmd_audit(args: argparse.Namespace) -> int:
     policy = resolved_policy(args, args.checkpoint, ckpt.meta, logs.note)
     result = audit(model, vocab, invented, dev, read_qa(args.train_file, labelled=True), policy,
                    policy.fraction(ckpt.meta), out, batch_size=args.batch_size, overwrite=args.overwrite)
-    print(f"{len(invented)} invented people (seed {args.seed}; first names and surnames of {args.corpus} "
-          f"people, no line of which contains the full name), e.g. {', '.join(invented[:3])}; "
-          f"{len(dev)} dev people of {args.eval_file}, {sum(result.answers.dev_right)} answered correctly")
-    _print_audit(args, result)
+    who, _, _ = words = audit_words(model)
+    print(f"{len(invented)} invented {who} (seed {args.seed}; first and last words of the names of {args.corpus}, "
+          f"no line of which contains the whole name), e.g. {', '.join(invented[:3])}; "
+          f"{len(dev)} dev questions of {args.eval_file}, {sum(result.answers.dev_right)} answered correctly")
+    _print_audit(args, result, words)
     print(f"wrote {out / 'audit.png'}, {out / 'audit.json'} and {out / 'invented.txt'} (name, answer, confidence)")
     publish(args, {**result.summary(), "written": [str(out / f) for f in AUDIT_FILES]})
     return 0
 
 
-def _print_audit(args: argparse.Namespace, result) -> None:
-    """Each fitted rule as a table row, the chosen rule's report, the places made up with no
-    abstention, and the name echo."""
+def _print_audit(args: argparse.Namespace, result, words: tuple[str, str, str]) -> None:
+    """Each fitted rule as a table row, the chosen rule's report, the answers made up with no
+    abstention, and the name echo (``words``: audit_words)."""
     from ..trust.audit import FITTED
 
     print(f"rules fitted for the target: answer {args.keep_right:.0%} of new people's right answers")
@@ -385,8 +386,9 @@ def _print_audit(args: argparse.Namespace, result) -> None:
             ((FITTED[key], result.fitted[key]) for key in FITTED)]
     print(tables.table(["abstain on", "invented abstained", "dev abstained", "dev right kept"], rows,
                        right=(1, 2, 3), indent="  "))
-    print("\n" + "\n".join(result.chosen.lines()))
-    print("\nwith no abstention, places answered for invented people:\n" + "\n".join(result.never.lines()[4:]))
+    who, _, what = words
+    print("\n" + "\n".join(result.chosen.lines(words)))
+    print(f"\nwith no abstention, {what} given to invented {who}:\n" + "\n".join(result.never.lines(words)[4:]))
     print(f"guided by the name? {result.echo} (real people: {args.train_file} and {args.eval_file})")
 
 

@@ -92,20 +92,29 @@ class AuditReport:
         total = sum(self.places.values())
         return sum(self.places[p] for p in self.train_top) / total if total else 0.0
 
-    def lines(self) -> list[str]:
+    def lines(self, words: tuple[str, str, str] = ("people", "people", "places")) -> list[str]:
+        """The report in words; ``words``: what the invented subjects, the dev questions' subjects
+        and the answers are called (``audit_words``)."""
         pct = lambda k, n: f"{k}/{n} ({100 * k / n:.1f}%)" if n else f"{k}/0"
         answered = sum(self.places.values())
+        who, dev, what = words
         out = [
             f"abstention: {self.policy}",
-            f"invented people abstained: {pct(self.invented_abstained, self.invented)}",
-            f"dev people abstained: {pct(self.dev_abstained, self.dev)}",
+            f"invented {who} abstained: {pct(self.invented_abstained, self.invented)}",
+            f"dev {dev} abstained: {pct(self.dev_abstained, self.dev)}",
             f"dev questions answered correctly that are still answered: {pct(self.dev_right_kept, self.dev_right)}",
-            f"places answered for the {answered} invented people not abstained: "
+            f"{what} given to the {answered} invented {who} not abstained: "
             f"{len(self.places)} distinct, entropy {entropy_bits(self.places):.2f} bits, "
-            f"{100 * self.share_in_train_top:.1f}% among the training file's 10 most frequent places",
+            f"{100 * self.share_in_train_top:.1f}% among the training file's 10 most frequent {what}",
         ]
         out += [f"  {count:4d}  {place}" for place, count in self.places.most_common(10)]
         return out
+
+
+def audit_words(model) -> tuple[str, str, str]:
+    """What an audit calls the invented subjects, the dev ones and the answers: the course's
+    people and places, or a learned fact set's subjects, questions and answers."""
+    return ("subjects", "questions", "answers") if model.config.relations else ("people", "people", "places")
 
 
 @dataclass
