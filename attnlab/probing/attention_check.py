@@ -440,14 +440,16 @@ def explained_by(s: Subject, mine: nn.Module, reference: nn.Module) -> str | Non
     """Which of SLIPS, made in the reference's class with the same weights, gives the layer's
     output at every length; None when none does (or none applies to the reference)."""
     d, C = s.config.n_embd // s.config.n_head, s.config.n_embd
+    xs = [inputs(2, T, C) for T in range(1, s.config.block_size + 1)]
+    with torch.no_grad():
+        outputs = [s.run(x, mine) for x in xs]  # the layer's, once for every slip
     for what, family, heads, hooks in SLIPS:
         if not isinstance(reference, family):
             continue
         config = dataclasses.replace(reference.config, n_head=heads or s.config.n_head)
         slipped = slipped_reference(reference, config, hooks(type(reference), d))
         with torch.no_grad():
-            if all(beyond_tolerance(s.run(x, mine), s.run(x, slipped)) is None
-                   for x in (inputs(2, T, C) for T in range(1, s.config.block_size + 1))):
+            if all(beyond_tolerance(out, s.run(x, slipped)) is None for x, out in zip(xs, outputs)):
                 return what
     return None
 
