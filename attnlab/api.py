@@ -35,6 +35,7 @@ from .core import cpu_settings, logs
 from .core.datafiles import resolve as found  # data/NAME and models/NAME from any directory
 from .core.paths import PathError
 from .data.datasets import DataError, QAExample, read_corpus, read_questions
+from .data.subject_orders import recorded_order
 from .data.vocab import Vocab
 from .facts.correction import edit_fact, training_answers
 from .data import factset
@@ -218,7 +219,8 @@ class LoadedModel:
         recorded = float((self.checkpoint.meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
         fraction = holdout_fraction or recorded or DEFAULT_HOLDOUT
         own = self.fact_set.train if self.fact_set else DEFAULT_TRAIN
-        return fit_rules(self.gpt, self.vocab, train_file or own, fraction, keep_right)[kind]
+        return fit_rules(self.gpt, self.vocab, train_file or own, fraction, keep_right,
+                         order=recorded_order(self.checkpoint.meta))[kind]
 
     def evaluate(self, file: str | os.PathLike | None = None, *, limit: int = 0, batch_size: int = 256
                  ) -> Evaluation:

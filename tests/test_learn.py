@@ -9,7 +9,9 @@ import pytest
 
 from attnlab import cli
 from attnlab.data import factset
-from attnlab.experiments.learn import LEAST_PASSES, PRETRAIN_READ_OUT_SWAPS, READ_OUT_SWAPS, budget_check, layers_for, recipe_for
+from attnlab.data.splits import held_out_people, subject_reader
+from attnlab.experiments.learn import (LEAST_PASSES, PRETRAIN_READ_OUT_SWAPS, READ_OUT_SWAPS, budget_check,
+                                      calibration_fraction, layers_for, recipe_for)
 
 from .test_factsets import write_set
 
@@ -152,8 +154,38 @@ def test_the_answer_values_leave_out_the_held_out_subjects(tmp_path):
     facts = factset.load(write_set(tmp_path / "towns", corpus=corpus, train=train,
                                    dev="".join(f"Which country is {t} in?\tLand{t[-1]}\n" for t in towns[22:])))
     values = dict(recipe_for(facts, 15).model.answer_values)
-    assert values["country"] == tuple(f"Land{t[-1]}" for t in towns[:19])  # three of 22 held out
+    held = {facts.schema.require(e).subject
+            for e in held_out_people(facts.train, calibration_fraction(22), subject_reader(facts.schema), order="hashed")}
+    assert len(held) == 3  # a tenth of 22, rounded up
+    assert values["country"] == tuple(f"Land{t[-1]}" for t in towns[:22] if t not in held)
     assert values["river"] == ()
+
+
+def test_learn_takes_its_subjects_in_an_order_its_file_does_not_set(tmp_path):
+    """A training file sorted by answer (an export of a table) has its ends unlike the rest:
+    taken in the file's order, the held-out subjects would all be the last country's towns and
+    the format subjects the first's. learn takes a sample fixed by a hash of each subject, the
+    same however the file is ordered, in pretraining and finetuning alike."""
+    towns = [(f"Town{i:02d}", f"Land{'ABCD'[i // 10]}") for i in range(40)]
+    corpus = "".join(f"{t}. {t} lies in {c}.\n" for t, c in towns)
+    rows = [f"Which country is {t} in?\t{c}\n" for t, c in towns]
+    sorted_set = factset.load(write_set(tmp_path / "sorted", corpus=corpus, train="".join(rows[:36]),
+                                        dev="".join(rows[36:])))
+    shuffled_set = factset.load(write_set(tmp_path / "shuffled", corpus=corpus, train="".join(rows[:36][::-1]),
+                                          dev="".join(rows[36:])))
+    recipes = [recipe_for(f, 15) for f in (sorted_set, shuffled_set)]
+    assert {r.pretrain.subject_order for r in recipes} == {r.finetune.subject_order for r in recipes} == {"hashed"}
+    assert [[name, sorted(values)] for name, values in recipes[0].model.answer_values] == \
+        [[name, sorted(values)] for name, values in recipes[1].model.answer_values]  # of the same subjects
+
+    def held(facts):
+        return [e.answer for e in held_out_people(facts.train, recipes[0].finetune.holdout_fraction,
+                                                  subject_reader(facts.schema), order="hashed")]
+
+    assert sorted(held(sorted_set)) == sorted(held(shuffled_set))  # the same subjects, whatever the order
+    assert len(set(held(sorted_set))) > 1  # not one country's towns, as the file's last four are
+    in_file_order = held_out_people(sorted_set.train, recipes[0].finetune.holdout_fraction)
+    assert {e.answer for e in in_file_order} == {"LandD"}
 
 
 def test_mixed_peoples_lines_are_dropped_by_line_number(tmp_path):
@@ -218,8 +250,8 @@ def test_read_or_recall_counts_each_read_out_on_the_same_recalls(learned, capsys
 
 
 def test_learn_fits_its_abstention_rule_on_training_subjects_it_held_out(tmp_path):
-    """A set with enough training subjects: the last tenth of them (every question about each)
-    is held out of finetuning, the rule and temperature are fitted on them and stored with the
+    """A set with enough training subjects: a tenth of them (every question about each, the last
+    in the run's hashed subject order) is held out of finetuning, the rule and temperature are fitted on them and stored with the
     run, and results.json reports the ECE raw and after the temperature."""
     from attnlab.data.splits import held_out_people
     from attnlab.experiments.learn import calibration_fraction
@@ -234,14 +266,15 @@ def test_learn_fits_its_abstention_rule_on_training_subjects_it_held_out(tmp_pat
     fraction = calibration_fraction(24)
     schema = factset.load(facts).schema
     subject = lambda e: schema.require(e).subject
-    held = held_out_people(facts / "train.tsv", fraction, subject)
-    assert {subject(e) for e in held} == {"TownAv", "TownAw", "TownAx"} and len(held) == 6
+    held = held_out_people(facts / "train.tsv", fraction, subject, order="hashed")
+    assert len({subject(e) for e in held}) == 3 and len(held) == 6
     stored = json.loads((out / "abstention.json").read_text())
     assert stored["held_out"]["people"] == 6  # three subjects, both of their questions
     assert "6 held-out questions" in stored["rules"]["confidence"]["how"]  # questions, not people
     assert stored["policy"]["holdout_fraction"] == pytest.approx(fraction)
     config = json.loads((out / "config.json").read_text())
     assert config["train"]["holdout_fraction"] == pytest.approx(fraction)
+    assert config["train"]["subject_order"] == stored["policy"]["subject_order"] == "hashed"
     results = json.loads((out / "results.json").read_text())
     corrected = {"correction", "ece_corrected"} if stored["correction"] else set()
     assert set(results["calibration"]) == {"bins", "ece"} | corrected
@@ -269,6 +302,9 @@ def test_a_subject_is_never_both_held_out_and_trained_on():
     assert {subject(e) for e in kept} == {"a", "b", "c"}
     assert len(kept) == 6
     assert finetuning_people(examples, 0.4) == examples[:5]  # by lines without a subject reader
+    hashed = finetuning_people(examples, 0.4, subject, order="hashed")  # two subjects held out, as a sample
+    assert len({subject(e) for e in hashed}) == 3 and set(hashed) <= set(examples)
+    assert [e for e in hashed if subject(e) == "a"] == [examples[0], examples[3]]  # a subject's questions together
 
 
 def test_a_set_whose_values_share_their_openings_is_learned_quoting(tmp_path, monkeypatch):

@@ -307,6 +307,34 @@ def test_mix_people_keeps_the_first_n_trainees_held_out_and_unlisted_people(tiny
     assert "6 lines of other training-file people left out" in logged[-1]
 
 
+def test_subject_order_hashed_mixes_and_holds_out_a_sample_the_file_order_does_not_set(tiny_data):
+    """Under subject_order "hashed" pretraining mixes in the first three people and holds out
+    the last three of an order fixed by a hash of each question, not the file's first and last."""
+    import hashlib
+
+    from attnlab.data.datasets import read_text
+    from attnlab.training.pipeline import _lm_batches
+    from tests.conftest import PEOPLE
+
+    text = read_text(tiny_data["corpus"])
+    vocab = Vocab.from_text(text)
+    model = ModelConfig(vocab_size=len(vocab), block_size=80, n_layer=1, n_head=1, n_embd=8,
+                        qa_format="recall", recall_chars=60)
+    config = TrainConfig(objective="lm", mix_ratio=3 / 13, mix_people=3, holdout_fraction=0.25, batch_size=4,
+                         subject_order="hashed")
+    batches, _ = _lm_batches(text, vocab, model, config, tiny_data["corpus"], tiny_data["train"], (), "cpu",
+                             log=lambda _m: None)
+    seen = "".join(vocab.decode([t for t in row.tolist() if t]) for row in batches.x)
+    ranked = sorted(PEOPLE, key=lambda p: hashlib.blake2b(f"Where was {p[0]} born?".encode(), digest_size=8).digest())
+    assert ranked[:3] != PEOPLE[:3]  # the fixture's file order is not the hashed one
+    for name, place in ranked[:3]:
+        assert f"{name}. {name} was born in {place} and lived there.⁇{place}" in seen
+    for name, _ in ranked[3:9]:
+        assert f"{name}." not in seen
+    for name, place in ranked[9:]:
+        assert f"{name}. {name} was born" in seen and f"there.⁇{place}" not in seen.split(f"{name}.")[1][:60]
+
+
 def test_read_out_swaps_in_pretraining_add_swapped_places_of_the_mixed_people_only(tiny_data):
     from attnlab.data.datasets import read_text
     from attnlab.data.vocab import PAD_ID

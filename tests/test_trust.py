@@ -26,7 +26,8 @@ def test_finetune_holds_out_the_last_fraction_of_the_training_file(tiny_data, tm
     assert json.loads((run / "config.json").read_text())["train"]["holdout_fraction"] == 0.25
     assert load_checkpoint(run).meta["train_config"]["holdout_fraction"] == 0.25
     stored = json.loads((run / "abstention.json").read_text())  # fitted on the held-out people, stored
-    assert stored["policy"] == {"holdout_file": str(tiny_data["train"]), "holdout_fraction": 0.25, "keep_right": 0.97}
+    assert stored["policy"] == {"holdout_file": str(tiny_data["train"]), "holdout_fraction": 0.25, "keep_right": 0.97,
+                                "subject_order": "file"}
     assert stored["held_out"]["people"] == 3 and stored["format"] == FORMAT
     # a correction needs right and wrong answers among the held-out people; without both, none
     right = stored["held_out"]["right"]
@@ -390,6 +391,18 @@ def test_the_default_policy_is_settled_by_what_the_run_held_out():
     assert AbstainPolicy().resolved({"train_config": {"holdout_fraction": 0.2}})[0].mode == "auto"
     assert AbstainPolicy().resolved({})[0].mode == "names"
     assert AbstainPolicy(mode="off").resolved({}) == (AbstainPolicy(mode="off"), "")
+
+
+def test_a_fit_records_the_runs_subject_order_and_one_stored_before_orders_is_of_file_order():
+    from attnlab.trust.stored import matches
+
+    assert AbstainPolicy().fit_fields({"train_config": {"holdout_fraction": 0.1, "subject_order": "hashed"}}
+                                      )["subject_order"] == "hashed"
+    fit = AbstainPolicy(holdout_file="t.tsv").fit_fields({"train_config": {"holdout_fraction": 0.1}})
+    assert fit["subject_order"] == "file"  # a run that records no order was trained in the file's
+    before = {"weights": "w", "policy": {"holdout_file": "t.tsv", "holdout_fraction": 0.1, "keep_right": 0.97}}
+    assert matches(before, "w", fit)  # an older run's stored rule is still read, not refitted each time
+    assert not matches(before, "w", {**fit, "subject_order": "hashed"})
 
 
 def test_kalai_score_rewards_abstaining_over_guessing():

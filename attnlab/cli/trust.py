@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 from ..trust.policy import DEFAULT_HOLDOUT, DEFAULT_MODE, MODE_HELP, AbstainPolicy
 from ..core import bounds, logs, paths
 from ..core.outputs import refuse_existing
+from ..data.subject_orders import recorded_order
 from . import flags, tables
 from .results import add_json_flag, publish
 
@@ -364,7 +365,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     model, vocab, ckpt = load_model(args.checkpoint, device=args.device)
     policy = resolved_policy(args, args.checkpoint, ckpt.meta, logs.note)
     result = audit(model, vocab, invented, dev, read_qa(args.train_file, labelled=True), policy,
-                   policy.fraction(ckpt.meta), out, batch_size=args.batch_size, overwrite=args.overwrite)
+                   policy.fraction(ckpt.meta), out, order=recorded_order(ckpt.meta), batch_size=args.batch_size,
+                   overwrite=args.overwrite)
     who, _, _ = words = audit_words(model)
     print(f"{len(invented)} invented {who} (seed {args.seed}; first and last words of the names of {args.corpus}, "
           f"no line of which contains the whole name), e.g. {', '.join(invented[:3])}; "

@@ -14,6 +14,7 @@ from typing import Any
 from ..core import bounds as b
 from ..core.datafiles import DataFile
 from ..data.format_names import QA_FORMATS, RECALLING_FORMATS  # the formats: attnlab/data/formats.py
+from ..data.subject_orders import DEFAULT_ORDER, SUBJECT_ORDERS
 
 POSITION_SCHEMES = ("learned", "sinusoidal", "none")
 POSITION_MODES = ("add", "concat")
@@ -241,7 +242,7 @@ class TrainConfig(_Serialisable):
     mix_overlap: str = _f("refuse", "a --mix-qa question also asked in a --held-out file: refuse (an error) or "
                           "drop (leave it out of the mix, and say so)", stages=("pretrain",),
                           choices=MIX_OVERLAPS)
-    mix_people: int = _f(0, "recall-format mixing: only the first N training-file people are mixed in (their "
+    mix_people: int = _f(0, "recall-format mixing: only the first N training-file people (in --subject-order) are mixed in (their "
                          "lines with their place); the lines of the file's other people, held-out ones "
                          "excepted, are left out of pretraining, so each epoch is spent on fewer, and the "
                          "asked-about, people (0 = every training-file person); recall-format finetuning "
@@ -266,10 +267,16 @@ class TrainConfig(_Serialisable):
     replay_lines: bool = _f(False, "recall-format finetuning: also train on every corpus line as pretraining did "
                             "(cut at the recalled characters, no place), so that the finetuning's read-out "
                             "examples do not wear away the lines pretraining stored", stages=("finetune",))
-    holdout_fraction: float = _f(0.0, "hold the last fraction of the training file out of finetuning (and of "
+    holdout_fraction: float = _f(0.0, "hold the last fraction of the training file (in --subject-order) out of finetuning (and of "
                                  "pretraining's QA mix), so that `calibrate` and `--abstain auto` fit on "
                                  "people whose labels the model never saw (0 = train on all)",
                                  bound=b.FRACTION)
+    subject_order: str = _f(DEFAULT_ORDER, "which training-file people are held out (--holdout-fraction), mixed in "
+                            "(--mix-people) and read (--read-out-people): file takes them in the file's order "
+                            "(the last held out, the first mixed in); hashed in an order fixed by a hash of each "
+                            "subject, whatever the file's order, so that a file sorted by answer or relation "
+                            "gives samples of its people rather than slices", stages=("pretrain", "finetune"),
+                            choices=SUBJECT_ORDERS)
     eval_every: int = _f(0, "score the dev file (answers and stored facts) every N steps and at the end, "
                          "into metrics.jsonl (0 = only finetuning's final evaluation)",
                          bound=b.NON_NEGATIVE_INT)

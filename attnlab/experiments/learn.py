@@ -33,6 +33,7 @@ from ..core.paths import write_atomically
 from ..data import factset as factsets
 from ..data.corpus import CorpusIndex
 from ..data.datasets import documents, read_qa, read_text
+from ..data.splits import finetuning_people, subject_reader
 from ..model.checkpoint import CHECKPOINT_NAME, load_model
 from ..core.devices import resolve_device
 from ..training.pipeline import finetune, pretrain
@@ -75,6 +76,10 @@ LAYERS_BY_LOAD = (15_000, 40_000)
 # on labels the model never trained on. Enough questions to fit the correction, few enough that a
 # pass grows little; at most a tenth of a small set's subjects.
 CALIBRATION_SUBJECTS = 100
+# Which training subjects teach the format, are held out or only teach reading: a sample fixed
+# by a hash of each subject (data/subject_orders.py), not the training file's first and last,
+# since a user's file may be sorted (by answer, by relation) and its ends are then unlike the rest.
+SUBJECT_ORDER = "hashed"
 # Pretraining passes below which the recipe's answers stayed at the most-frequent baseline on
 # the sets it was tried on (the notebook): a budget that fits fewer is told so before the first step.
 LEAST_PASSES = 20
@@ -125,7 +130,8 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     train = read_qa(facts.train, labelled=True)
     subjects = list(dict.fromkeys(facts.schema.require(e).subject for e in train))
     holdout = calibration_fraction(len(subjects))
-    kept = subjects[:len(subjects) - math.ceil(holdout * len(subjects))]  # as data/splits.py cuts them
+    kept = list(dict.fromkeys(facts.schema.require(e).subject for e in  # in the order training takes them
+                              finetuning_people(train, holdout, subject_reader(facts.schema), order=SUBJECT_ORDER)))
     n_format = min(len(kept), max(round(FORMAT_SUBJECTS * min(1.0, minutes / 15)), 50))
     docs = documents(read_text(facts.corpus))
     layers = layers_for(pass_characters(docs, kept[n_format:], sizes.recall_chars) / minutes)
@@ -136,10 +142,11 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     pre_minutes = round(max(0.05, minutes - after_pretraining(minutes)), 2)
     pre = dataclasses.replace(base.pretrain, seed=seed, minutes=pre_minutes, epochs=400, mix_people=n_format,
                               mix_ratio=min(100.0, n_format / len(docs)), mix_overlap="drop", holdout_fraction=holdout,
-                              read_out_swaps=PRETRAIN_READ_OUT_SWAPS)
+                              read_out_swaps=PRETRAIN_READ_OUT_SWAPS, subject_order=SUBJECT_ORDER)
     fine = dataclasses.replace(base.finetune, seed=seed, mix_people=n_format, preset="", holdout_fraction=holdout,
                                read_out_people=READ_OUTS_PER_FORMAT_SUBJECT * n_format,
-                               read_out_swaps=READ_OUT_SWAPS, minutes=after_pretraining(minutes))
+                               read_out_swaps=READ_OUT_SWAPS, minutes=after_pretraining(minutes),
+                               subject_order=SUBJECT_ORDER)
     return Recipe(model, pre, fine, n_format, pre_minutes, sizes)
 
 

@@ -20,7 +20,7 @@ from ..model.checkpoint import Checkpoint, load_checkpoint, load_model
 from ..config.settings import DEFAULT_CORPUS, DEFAULT_DEV, DEFAULT_TEST, DEFAULT_TRAIN, ModelConfig, TrainConfig
 from ..data.datasets import NameDataset, SpanCorruptionDataset, documents, read_qa, read_text
 from ..answering.knowledge import CorpusIndex, Stored, measure_stored, require_person
-from ..data.splits import finetuning_people, mixed_and_other_people
+from ..data.splits import finetuning_people, mixed_and_other_people, subject_reader
 from ..answering.evaluate import (Answer, Score, evaluate, most_frequent_place, predictions_text, score,
                                   write_predictions)
 from ..model.gpt import GPT
@@ -195,7 +195,8 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
         if mix_qa is None:
             raise ValueError("--mix-ratio needs --mix-qa FILE (questions of training-file people)")
         mix, unused = mixed_and_other_people(read_qa(mix_qa, labelled=True), config.holdout_fraction,
-                                             config.mix_people, subject_of=_subject_reader(schema))
+                                             config.mix_people, subject_of=subject_reader(schema),
+                                             order=config.subject_order)
         mix, dropped = refuse_held_out_people(mix, {str(p): read_qa(p) for p in held_out if Path(p).is_file()},
                                               drop=config.mix_overlap == "drop")
         if dropped:
@@ -304,7 +305,8 @@ def finetune_in(run: rundir.Run, *, init: str | Path | None = None, overrides: d
     if recalls:
         batches, questions = _recall_qa_batches(train_file, corpus, vocab, config, train_config, dev)
     else:
-        dataset = _name_dataset(train_file, VocabSource(vocab, config.block_size), train_config.holdout_fraction)
+        dataset = _name_dataset(train_file, VocabSource(vocab, config.block_size), train_config.holdout_fraction,
+                                train_config.subject_order)
         batches, questions = QABatches(dataset, train_config.batch_size, dev, train_config.seed), len(dataset)
     deadline = None
     if train_config.minutes and not run.resume:  # a share of compare --minutes (compare.Budget)
@@ -358,11 +360,11 @@ def _same_init(init: str | Path | None, ckpt: Checkpoint, where: Path) -> str | 
     return stored
 
 
-def _name_dataset(train_file, source: VocabSource, holdout_fraction: float) -> NameDataset:
+def _name_dataset(train_file, source: VocabSource, holdout_fraction: float, order: str) -> NameDataset:
     """The direct-format finetuning examples, less the held-out tail of the file."""
     if not holdout_fraction:
         return NameDataset.from_file(train_file, source)
-    kept = finetuning_people(read_qa(train_file, labelled=True), holdout_fraction)
+    kept = finetuning_people(read_qa(train_file, labelled=True), holdout_fraction, order=order)
     return NameDataset("".join(f"{e.question}\t{e.answer}\n" for e in kept), source, source=str(train_file))
 
 
@@ -375,7 +377,8 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
     # others can still teach the read-out, with their line given and only the place scored.
     schema = Schema.from_list(config.relations)
     examples, others = mixed_and_other_people(read_qa(train_file, labelled=True), train_config.holdout_fraction,
-                                              train_config.mix_people, subject_of=_subject_reader(schema))
+                                              train_config.mix_people, subject_of=subject_reader(schema),
+                                              order=train_config.subject_order)
     readers = others[:train_config.read_out_people]
     lines = documents(read_text(corpus))
     index = CorpusIndex(lines)
@@ -391,12 +394,6 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
                                       config.recall_chars)
     rows = pack(sequences, config.block_size)
     return PackedBatches(rows, train_config.batch_size, device, train_config.seed), len(examples) + len(readers)
-
-
-def _subject_reader(schema: Schema):
-    """For a fact set of several relations, who a training question is about (a recipe counts
-    subjects, each with all its questions); None for one relation (one question a subject)."""
-    return (lambda e: schema.require(e).subject) if schema.cued else None
 
 
 def _loss_fn(config: TrainConfig):

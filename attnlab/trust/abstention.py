@@ -26,10 +26,12 @@ from typing import Sequence
 
 import torch
 
-from .calibration import check_probability, conformal_count, held_out_people
+from .calibration import check_probability, conformal_count
 from ..data.datasets import QAExample
 from ..answering.evaluate import answer_questions
 from ..data.relations import Schema
+from ..data.splits import held_out_people, subject_reader
+from ..data.subject_orders import DEFAULT_ORDER
 from ..model.gpt import GPT
 from ..data.vocab import PAD_ID, Vocab
 
@@ -104,12 +106,11 @@ class HeldOut:
 
 
 def held_out_signals(model: GPT, vocab: Vocab, train_file: str | Path, holdout_fraction: float,
-                     *, batch_size: int = 256) -> HeldOut:
-    """Answer the held-out people (the last ``holdout_fraction`` of ``train_file``, of its subjects
-    for a model of several relations) once."""
+                     *, order: str = DEFAULT_ORDER, batch_size: int = 256) -> HeldOut:
+    """Answer the held-out people (the last ``holdout_fraction`` of ``train_file`` in the run's
+    subject ``order``, of its subjects for a model of several relations) once."""
     schema = Schema.from_list(model.config.relations)
-    people = held_out_people(train_file, holdout_fraction,
-                             (lambda e: schema.require(e).subject) if schema.cued else None)
+    people = held_out_people(train_file, holdout_fraction, subject_reader(schema), order=order)
     answers = answer_questions(model, vocab, people, batch_size=batch_size)
     return HeldOut(f"the last {holdout_fraction:.3g} of {train_file}",
                    [a.answer == e.answer for a, e in zip(answers, people)], [a.confidence for a in answers],
@@ -118,11 +119,12 @@ def held_out_signals(model: GPT, vocab: Vocab, train_file: str | Path, holdout_f
 
 
 def fit_rules(model: GPT, vocab: Vocab, train_file: str | Path, holdout_fraction: float, keep_right: float,
-              *, batch_size: int = 256) -> dict[str, Rule]:
+              *, order: str = DEFAULT_ORDER, batch_size: int = 256) -> dict[str, Rule]:
     """Rules fitted on the held-out training people (the last ``holdout_fraction`` of
-    ``train_file``): ``rules_from`` their answers."""
+    ``train_file`` in the run's subject ``order``): ``rules_from`` their answers."""
     check_probability(keep_right, "--keep-right")
-    return rules_from(held_out_signals(model, vocab, train_file, holdout_fraction, batch_size=batch_size), keep_right)
+    return rules_from(held_out_signals(model, vocab, train_file, holdout_fraction, order=order,
+                                       batch_size=batch_size), keep_right)
 
 
 def rules_from(held: HeldOut, keep_right: float) -> dict[str, Rule]:

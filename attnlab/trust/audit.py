@@ -24,6 +24,7 @@ from ..core.plotting import pyplot
 from ..data.datasets import QAExample
 from .abstention import Rule, decide, people_of
 from ..data.relations import Schema
+from ..data.subject_orders import DEFAULT_ORDER
 
 _NAME = re.compile(r"^[A-Z][\w'-]*( [A-Z][\w'.-]*)+$")
 
@@ -254,9 +255,11 @@ def report_json(r: AuditReport) -> dict:
 
 
 def audit(model, vocab, invented: list[str], dev: list[QAExample], train: list[QAExample], policy,
-          fraction: float, out_dir: str | Path, *, batch_size: int = 256, overwrite: bool = False) -> Audit:
+          fraction: float, out_dir: str | Path, *, order: str = DEFAULT_ORDER, batch_size: int = 256,
+          overwrite: bool = False) -> Audit:
     """Ask about the ``invented`` people and the ``dev`` people; judge the rules fitted for
-    ``policy`` (an AbstainPolicy: its keep_right, on the last ``fraction`` of its holdout_file),
+    ``policy`` (an AbstainPolicy: its keep_right, on the last ``fraction`` of its holdout_file in
+    the run's subject ``order``),
     its chosen rule and never abstaining; write audit.png, invented.txt (name, answer,
     confidence) and audit.json into ``out_dir`` (atomically; existing files refused unless
     ``overwrite``)."""
@@ -264,7 +267,7 @@ def audit(model, vocab, invented: list[str], dev: list[QAExample], train: list[Q
     from .abstention import fit_rules
 
     seen = audit_answers(model, vocab, invented, dev, train, batch_size=batch_size)
-    rules = fit_rules(model, vocab, policy.holdout_file, fraction, policy.keep_right)
+    rules = fit_rules(model, vocab, policy.holdout_file, fraction, policy.keep_right, order=order)
     chosen = policy.choose(rules) or Rule(how="--abstain off")
     schema = Schema.from_list(model.config.relations)
     known = {asked.subject: e.answer for e in [*train, *dev]

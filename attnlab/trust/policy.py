@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..config.settings import DEFAULT_TRAIN, Settings, _f
 from ..core import bounds
 from ..core.datafiles import resolve
+from ..data.subject_orders import recorded_order
 
 if TYPE_CHECKING:
     from .abstention import Rule
@@ -89,7 +90,7 @@ class AbstainPolicy(Settings):
     def fit_fields(self, meta: dict[str, Any] | None) -> dict[str, Any]:
         """The settings a fitted rule depends on, as a stored fit records them."""
         return {"holdout_file": self.holdout_file, "holdout_fraction": self.fraction(meta or {}),
-                "keep_right": self.keep_right}
+                "keep_right": self.keep_right, "subject_order": recorded_order(meta or {})}
 
     def rule(self, model, vocab, meta: dict[str, Any] | None = None, stored: dict[str, Any] | None = None
              ) -> Rule | None:
@@ -108,7 +109,8 @@ class AbstainPolicy(Settings):
             return stored_rules(stored)
         from .abstention import fit_rules
 
-        return fit_rules(model, vocab, resolve(self.holdout_file), self.fraction(meta or {}), self.keep_right)
+        return fit_rules(model, vocab, resolve(self.holdout_file), self.fraction(meta or {}), self.keep_right,
+                         order=recorded_order(meta or {}))
 
     def choose(self, fitted: dict[str, Rule]) -> Rule | None:
         """The policy's rule given the rules ``fit_rules`` fitted (unused for off and below):

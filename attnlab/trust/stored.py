@@ -21,14 +21,17 @@ from typing import Any
 
 from ..core import logs
 from ..core.paths import write_atomically
+from ..data.subject_orders import DEFAULT_ORDER
 from .calibration import Correction, correctable, fit_correction
 
 STORED_NAME = "abstention.json"
 # 3: the confidence threshold keeps the conformal count of held-out right answers (2 kept
 # ceil(keep * n)); 2: the correction is beta calibration (1 stored a temperature).
 FORMAT = 3
-# The policy fields a fit depends on; a stored fit answers a policy only when these agree.
-FIT_FIELDS = ("holdout_file", "holdout_fraction", "keep_right")
+# The policy fields a fit depends on; a stored fit answers a policy only when these agree. A fit
+# stored before a field existed was made at its value here.
+FIT_FIELDS = ("holdout_file", "holdout_fraction", "keep_right", "subject_order")
+FIT_FIELD_BEFORE = {"subject_order": DEFAULT_ORDER}
 
 
 def weights_digest(model) -> str:
@@ -86,7 +89,8 @@ def matches(stored: dict[str, Any] | None, digest: str, fit: dict[str, Any]) -> 
     """Whether ``stored`` was fitted for these weights and these policy fields."""
     if not stored or stored.get("weights") != digest:
         return False
-    return all(stored.get("policy", {}).get(k) == fit.get(k) for k in FIT_FIELDS)
+    policy = stored.get("policy", {})
+    return all(policy.get(k, FIT_FIELD_BEFORE.get(k)) == fit.get(k) for k in FIT_FIELDS)
 
 
 def stored_json(digest: str, fit: dict[str, Any], rules: dict[str, Any], correction: Correction | None,
@@ -127,7 +131,8 @@ def fit_for_storing(model, vocab, meta: dict[str, Any], policy, *, batch_size: i
     from .abstention import held_out_signals, rules_from
 
     fit = policy.fit_fields(meta)
-    held = held_out_signals(model, vocab, resolve(fit["holdout_file"]), fit["holdout_fraction"], batch_size=batch_size)
+    held = held_out_signals(model, vocab, resolve(fit["holdout_file"]), fit["holdout_fraction"],
+                            order=fit["subject_order"], batch_size=batch_size)
     recorded = float((meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
     correction = fit_correction(held.confidence, held.right) if recorded > 0 and correctable(held.right) else None
     return stored_json(weights_digest(model), fit, rules_from(held, policy.keep_right), correction,
