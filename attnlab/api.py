@@ -170,7 +170,7 @@ class LoadedModel:
         correction = self.correction()
         if correction is None:
             return answers
-        return [a if a.problem else replace(a, chance_right=correction(a.confidence)) for a in answers]
+        return [a if a.problem else replace(a, chance_right=correction.chance(a.confidence, a.parts)) for a in answers]
 
     def rule_for(self, policy: AbstainPolicy = AbstainPolicy()) -> Rule | None:
         """The rule ``policy`` gives for this model (None: answer everything), read from the
@@ -205,7 +205,7 @@ class LoadedModel:
     def _withhold(self, answers: list[Answer], examples: list[QAExample], rule: Rule, batch_size: int) -> list[Answer]:
         """The answers with those the rule withholds emptied (``withheld`` keeps them)."""
         names = people_of(examples, self.gpt) if rule.needs_familiarity else [""] * len(examples)
-        given = decide(self.gpt, self.vocab, rule, names, [a.confidence for a in answers], batch_size)
+        given = decide(self.gpt, self.vocab, rule, names, answers, batch_size)
         return [a if ok else replace(a, answer="", withheld=a.answer) for a, ok in zip(answers, given)]
 
     def abstention_rule(self, train_file: str | os.PathLike | None = None, *, holdout_fraction: float | None = None,
@@ -220,7 +220,7 @@ class LoadedModel:
         fraction = holdout_fraction or recorded or DEFAULT_HOLDOUT
         own = self.fact_set.train if self.fact_set else DEFAULT_TRAIN
         return fit_rules(self.gpt, self.vocab, train_file or own, fraction, keep_right,
-                         order=recorded_order(self.checkpoint.meta))[kind]
+                         order=recorded_order(self.checkpoint.meta), correct=recorded > 0)[kind]
 
     def evaluate(self, file: str | os.PathLike | None = None, *, limit: int = 0, batch_size: int = 256
                  ) -> Evaluation:

@@ -4,6 +4,7 @@ commands that then use the run's own fact set without being told."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -278,6 +279,15 @@ def test_learn_fits_its_abstention_rule_on_training_subjects_it_held_out(tmp_pat
     results = json.loads((out / "results.json").read_text())
     corrected = {"correction", "ece_corrected"} if stored["correction"] else set()
     assert set(results["calibration"]) == {"bins", "ece"} | corrected
+    if stored["correction"]:  # recall answers: the parts weighed apart, and the rules threshold the chance
+        assert stored["correction"]["method"] == "confidence parts"
+        assert stored["rules"]["both"]["score"] == stored["rules"]["confidence"]["score"] == "chance"
+        import attnlab
+
+        model = attnlab.load(out)
+        answer = model.ask("Which country is TownAa in?", abstain=None)[0]
+        assert answer.parts is not None and math.isclose(sum(answer.parts), math.log(answer.confidence))
+        assert answer.chance_right == model.correction().chance(answer.confidence, answer.parts)
 
     # rescoring refits the stored rule and scores again, keeping what the run records of training
     from attnlab.experiments.learn import rescore

@@ -468,6 +468,83 @@ def test_a_correction_never_reverses_the_order_of_the_confidence():
     assert all(fitted(x) <= fitted(y) for x, y in zip(grid, grid[1:]))
 
 
+def _parts_sample(n: int, seed: int):
+    """Recall answers whose recall part decides right from wrong while the read-out part is noise:
+    their product, the confidence, ranks them worse than the recall part alone."""
+    import math
+    import random
+
+    rng = random.Random(seed)
+    conf, right, parts = [], [], []
+    for _ in range(n):
+        recall = -rng.random() * 6  # ln p of the answer's characters as recalled
+        read = -rng.random() * 6  # ln p of the read-out: unrelated to rightness here
+        ok = rng.random() < 1 / (1 + math.exp(-(2 * recall + 6)))
+        parts.append((read, 0.0, recall))
+        conf.append(math.exp(read + recall))
+        right.append(ok)
+    return conf, right, parts
+
+
+def test_a_correction_weighs_the_confidences_parts_apart_when_answers_have_them():
+    from attnlab.trust.calibration import (Correction, PartsCorrection, auroc, corrected, expected_calibration_error,
+                                           fit_correction)
+
+    conf, right, parts = _parts_sample(3000, 0)
+    weighed, beta = fit_correction(conf, right, parts), fit_correction(conf, right)
+    assert isinstance(weighed, PartsCorrection) and isinstance(beta, Correction)
+    assert weighed.recall == pytest.approx(2.0, abs=0.3) and weighed.read < 0.3  # the part that tells
+    conf, right, parts = _parts_sample(3000, 1)  # judged on answers it was not fitted on
+    chance = corrected(conf, weighed, parts)
+    assert expected_calibration_error(chance, right) < 0.03 < expected_calibration_error(corrected(conf, beta), right)
+    assert auroc(chance, right) > auroc(conf, right) + 0.05  # it ranks them better than the product
+    assert Correction.from_dict(weighed.to_dict()) == weighed  # stored and read back as itself
+    assert weighed.chance(0.0, (-1.0, 0.0, -1.0)) == weighed.chance(0.0, None)  # never closed: every part floored
+    grid = [-8 + i / 4 for i in range(33)]  # it rises with every part
+    for k in range(3):
+        values = [weighed.chance(0.5, tuple(g if j == k else -0.3 for j in range(3))) for g in grid]
+        assert all(x <= y for x, y in zip(values, values[1:]))
+
+
+def test_a_correction_keeps_beta_calibration_where_weighing_the_parts_predicts_no_better():
+    import math
+
+    from attnlab.trust.calibration import Correction, cross_validated_loss, fit_correction
+
+    # parts that hold nothing the product does not: the read-out alone
+    conf, right, _ = _parts_sample(600, 3)
+    only_read = [(math.log(c), 0.0, 0.0) for c in conf]
+    assert isinstance(fit_correction(conf, right, only_read), Correction)
+    assert isinstance(fit_correction(conf, right, [None] * len(conf)), Correction)  # answers without parts
+    import numpy as np
+
+    assert cross_validated_loss(np.ones((4, 1)), np.ones(4)) == math.inf  # no fold has right and wrong
+
+
+def test_a_rule_fitted_with_a_correction_thresholds_the_chance_and_is_stored_so():
+    from attnlab.trust.abstention import HeldOut, Rule, rules_from
+    from attnlab.trust.calibration import fit_correction
+    from attnlab.trust.stored import stored_json, stored_rules
+
+    conf, right, parts = _parts_sample(400, 2)
+    correction = fit_correction(conf, right, parts)
+    rules = rules_from(HeldOut("the held-out", right, conf, [1.0] * len(conf), parts=parts), 0.9, correction)
+    rule = rules["both"]
+    assert rule.chance == correction and rule.describe().startswith("abstain when chance right <")
+    chance = [correction.chance(c, p) for c, p in zip(conf, parts)]
+    given = [rule.answers(c, 1.0, p) for c, p in zip(conf, parts)]
+    assert given == [x >= rule.confidence for x in chance]  # the chance decides, not the confidence
+    assert sum(g and r for g, r in zip(given, right)) >= 0.9 * sum(right)
+    text = stored_json("w", {"holdout_file": "t", "holdout_fraction": 0.1, "keep_right": 0.9, "subject_order": "file"},
+                       rules, correction, {"people": len(conf), "right": sum(right)})
+    back = stored_rules(json.loads(text))
+    assert back["both"].chance == correction and back["both"].confidence == rule.confidence
+    assert back["name"].chance is None
+    older = json.loads(text)  # a rule stored before rules thresholded the chance: the confidence
+    del older["rules"]["both"]["score"]
+    assert stored_rules(older)["both"].chance is None and Rule(0.5).describe() == "abstain when confidence < 0.5"
+
+
 def test_a_correction_needs_right_and_wrong_answers():
     from attnlab.trust.calibration import fit_correction
 

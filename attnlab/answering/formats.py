@@ -52,6 +52,10 @@ class Answer:
     # were right on training subjects held out of finetuning (None: the run stores none).
     chance_right: float | None = None
     quoted: str | None = None  # a quoting model (``quote``): the sentence it wrote before the answer
+    # A recall answer's confidence in parts, as log-probabilities: the answer read out of the
+    # recall, the quote before it, the answer's characters as the recall wrote them (their sum
+    # is ln confidence for a closed answer); a correction may weigh them apart (trust/calibration.py).
+    parts: tuple[float, float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -148,7 +152,7 @@ class RecallFormat(RecallText):
                 out.append(Answer(e.question, "", 0.0, False, problem=problems[i]))
             else:
                 out.append(Answer(e.question, r.answer, r.confidence, r.complete, r.recalled,
-                                  relation=asked[i].relation.name, quoted=r.quoted))
+                                  relation=asked[i].relation.name, quoted=r.quoted, parts=r.parts))
         return out
 
     def answer_one(self, model: GPT, vocab: Vocab, question: str, name: str) -> Answer:
@@ -158,7 +162,7 @@ class RecallFormat(RecallText):
         relation = asked.relation if asked else schema.relations[0]
         r = answer_by_recall(model, vocab, [name], model.config.recall_chars, cues=[schema.cue(relation)])[0]
         return Answer(question, r.answer, r.confidence, r.complete, r.recalled, relation=relation.name,
-                      quoted=r.quoted)
+                      quoted=r.quoted, parts=r.parts)
 
     def reading(self, question: str, name: str | None, answer: Answer, recall_chars: int) -> Reading:
         """The recalled line: its opening ``NAME.`` given, the rest written, and its closing

@@ -46,6 +46,9 @@ class RecallAnswer:
     complete: bool  # the answer was closed by ⁇ within the budget
     recalled: str  # what the model wrote about the person before answering
     quoted: str | None = None  # a quoting model: the sentence it quoted before the answer
+    # The confidence's parts, as log-probabilities: the answer read out (closing mark included),
+    # the quote before it, and the answer's characters as the recall wrote them.
+    parts: tuple[float, float, float] | None = None
 
 
 READ_OUTS = ("span", "copy", "free")
@@ -162,12 +165,13 @@ def _read_places(model, vocab, texts, prompt_lens, recall_logps, max_answer_char
         recalled = vocab.decode(text)
         complete = bool(toks) and toks[-1] == MASK_ID
         answer = vocab.decode(toks[:-1] if complete else toks)
-        log_conf = sum(logps) + (sum(quote[1]) if quote else 0.0)
+        read, quoting, recalling = sum(logps), (sum(quote[1]) if quote else 0.0), 0.0
         at = recalled.find(answer, prompt_len) if answer else -1
         if at >= 0 and logps_recall:  # the characters of the answer as the model recalled them
-            log_conf += sum(logps_recall[at - prompt_len: at - prompt_len + len(answer)])
+            recalling = sum(logps_recall[at - prompt_len: at - prompt_len + len(answer)])
         quoted = vocab.decode(quote[0][:-1]) if quote else None
-        answers.append(RecallAnswer(answer, math.exp(log_conf) if complete else 0.0, complete, recalled, quoted))
+        confidence = math.exp(read + quoting + recalling) if complete else 0.0
+        answers.append(RecallAnswer(answer, confidence, complete, recalled, quoted, (read, quoting, recalling)))
     return answers
 
 

@@ -13,7 +13,6 @@ from typing import Callable, Sequence
 from ..trust.policy import DEFAULT_HOLDOUT, DEFAULT_MODE, MODE_HELP, AbstainPolicy
 from ..core import bounds, logs, paths
 from ..core.outputs import refuse_existing
-from ..data.subject_orders import recorded_order
 from . import flags, tables
 from .results import add_json_flag, publish
 
@@ -129,7 +128,7 @@ def _given(args, answers) -> tuple:
     if rule is None:
         return None, [True] * len(answers)
     names = people_of(answers_as_examples(answers), model.gpt) if rule.needs_familiarity else [""] * len(answers)
-    return rule, decide(model.gpt, model.vocab, rule, names, [a.confidence for a in answers])
+    return rule, decide(model.gpt, model.vocab, rule, names, answers)
 
 
 def answers_as_examples(answers):
@@ -227,7 +226,7 @@ def given_in_ask(args: argparse.Namespace, model, log: Log | None = None) -> Cal
 
     def given(answers: Sequence) -> list[bool]:
         names = people_of(answers_as_examples(answers), model.gpt) if rule.needs_familiarity else [""] * len(answers)
-        return decide(model.gpt, model.vocab, rule, names, [a.confidence for a in answers])
+        return decide(model.gpt, model.vocab, rule, names, answers)
 
     return given
 
@@ -351,6 +350,7 @@ def report_lines(report: dict) -> list[str]:
 # ---- audit -------------------------------------------------------------------------------------
 def cmd_audit(args: argparse.Namespace) -> int:
     from ..trust.audit import AUDIT_FILES, audit, audit_words, invent_people
+    from ..trust.stored import read_stored
     from ..model.checkpoint import load_model
     from ..data.datasets import documents, read_corpus, read_qa, read_questions
 
@@ -364,9 +364,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     invented = invent_people(docs, args.names, args.seed, source=args.corpus)
     model, vocab, ckpt = load_model(args.checkpoint, device=args.device)
     policy = resolved_policy(args, args.checkpoint, ckpt.meta, logs.note)
-    result = audit(model, vocab, invented, dev, read_qa(args.train_file, labelled=True), policy,
-                   policy.fraction(ckpt.meta), out, order=recorded_order(ckpt.meta), batch_size=args.batch_size,
-                   overwrite=args.overwrite)
+    rules = policy.fitted(model, vocab, ckpt.meta, read_stored(args.checkpoint))  # the rules ask reads
+    result = audit(model, vocab, invented, dev, read_qa(args.train_file, labelled=True), policy, rules, out,
+                   batch_size=args.batch_size, overwrite=args.overwrite)
     who, _, _ = words = audit_words(model)
     print(f"{len(invented)} invented {who} (seed {args.seed}; first and last words of the names of {args.corpus}, "
           f"no line of which contains the whole name), e.g. {', '.join(invented[:3])}; "

@@ -379,7 +379,7 @@ def score_fact_set(run: str | Path, facts: factsets.FactSet, *, device: str = "a
     right = [p == e.answer for p, e in zip(predictions, examples)]
     return {"fact_set": facts.record(), "eval_file": str(path), "relations": rows,
             "overall": {**score_json(overall), "baseline": score_json(base_all)},
-            "calibration": calibration_json([a.confidence for a in answers], right, Path(run))}
+            "calibration": calibration_json(answers, right, Path(run))}
 
 
 def predictions_file(run: str | Path, questions: str | Path) -> Path:
@@ -387,17 +387,18 @@ def predictions_file(run: str | Path, questions: str | Path) -> Path:
     return Path(run) / f"predictions-{Path(questions).stem}.txt"
 
 
-def calibration_json(confidence: list[float], right: list[bool], run: Path) -> dict[str, Any]:
-    """How far confidence is from accuracy (ECE over N_BINS equal-width bins), raw and, when the
-    run stores a correction fitted on its held-out subjects, after it."""
+def calibration_json(answers: list, right: list[bool], run: Path) -> dict[str, Any]:
+    """How far the answers' confidence is from accuracy (ECE over N_BINS equal-width bins), raw
+    and, when the run stores a correction fitted on its held-out subjects, after it."""
     from ..trust.calibration import N_BINS, corrected, expected_calibration_error
     from ..trust.stored import read_stored, stored_correction
 
+    confidence = [a.confidence for a in answers]
     out: dict[str, Any] = {"bins": N_BINS, "ece": round(expected_calibration_error(confidence, right), 4)}
     correction = stored_correction(read_stored(run))
     if correction is not None:
-        out.update(correction=correction.to_dict(),
-                   ece_corrected=round(expected_calibration_error(corrected(confidence, correction), right), 4))
+        chance = corrected(confidence, correction, [a.parts for a in answers])
+        out.update(correction=correction.to_dict(), ece_corrected=round(expected_calibration_error(chance, right), 4))
     return out
 
 

@@ -219,27 +219,33 @@ def copied_span(recalled: str | None, answer: str) -> list[int] | None:
     return list(alike[0]) if alike else None
 
 
-def _corrected_ece(model: LoadedModel, confidence: list[float], right: list[bool]) -> float | None:
-    """The ECE of the confidences through the run's stored correction (None: it stores none, or
-    its weights changed since)."""
+def _corrected_ece(model: LoadedModel, answers: list[Answer], right: list[bool]) -> float | None:
+    """The ECE of the answers' confidences through the run's stored correction (None: it stores
+    none, or its weights changed since)."""
     correction = model.correction()
-    if correction is None or not confidence:
+    if correction is None or not answers:
         return None
-    return expected_calibration_error([correction(c) for c in confidence], right)
+    return expected_calibration_error([correction.chance(a.confidence, a.parts) for a in answers], right)
 
 
 def in_words(rule: Rule | None, confidence: float, given: bool, chance_right: float | None = None) -> str:
     """The abstention verdict as a student reads it: sure, or unsure and why, then how often
-    answers this confident were right on held-out subjects when the run stores a correction."""
+    answers this confident were right on held-out subjects when the run stores a correction;
+    ``confidence``: what the rule thresholds (``Rule.score``: the confidence, or its chance)."""
     chance = "" if chance_right is None else f"; about {round(100 * chance_right)} in 100 answers this confident are right"
     if rule is None:
         return "no abstention rule for this run: every answer is given" + chance
     if given:
-        return "sure" + (f": at or above this model's threshold {rule.confidence:.2f}" if rule.confidence is not None
-                         else "") + chance
+        return "sure" + (f": {_its(rule)}at or above this model's threshold {rule.confidence:.2f}"
+                         if rule.confidence is not None else "") + chance
     if rule.confidence is not None and confidence < rule.confidence:
-        return f"unsure: below this model's threshold {rule.confidence:.2f}" + chance
+        return f"unsure: {_its(rule)}below this model's threshold {rule.confidence:.2f}" + chance
     return "unsure: the name is less familiar to this model than its threshold allows" + chance
+
+
+def _its(rule: Rule) -> str:
+    """The score a rule thresholds, named where it is not the confidence itself."""
+    return "its chance right is " if rule.chance is not None else ""
 
 
 def head_summaries(layers: list, span: list[int] | None) -> list[dict[str, Any]]:
@@ -449,7 +455,8 @@ class Lab:
                 "complete": answer.complete, "recalled": answer.recalled, "given": asked.given,
                 "cached": asked.cached,
                 "span": copied_span(answer.recalled, answer.answer),
-                "in_words": in_words(run.rule, answer.confidence, asked.given, answer.chance_right),
+                "in_words": in_words(run.rule, run.rule.score(answer.confidence, answer.parts) if run.rule
+                                     else answer.confidence, asked.given, answer.chance_right),
                 "abstention": run.rule.describe() if run.rule else "never abstain",
                 "evidence": {"verdict": found.verdict, "supported": bool(found.supporting),
                              "line_number": first,
@@ -462,7 +469,7 @@ class Lab:
             return [True] * len(answers)
         asked = [QAExample(a.question, None, "question", 1) for a in answers]
         names = people_of(asked, model.gpt) if rule.needs_familiarity else [""] * len(answers)
-        return decide(model.gpt, model.vocab, rule, names, [a.confidence for a in answers])
+        return decide(model.gpt, model.vocab, rule, names, answers)
 
     # ---- why: attention and causal trace -----------------------------------------------------
     def attention(self, text: str, number: int) -> dict[str, Any]:
@@ -577,7 +584,7 @@ class Lab:
                          "accuracy": result.correct / result.total if result.total else 0.0,
                          "interval": [low, high], "text": result.with_interval(), "bins": bins,
                          "ece": expected_calibration_error(confidence, right) if rows else 0.0,
-                         "ece_corrected": _corrected_ece(run.model, confidence, right),
+                         "ece_corrected": _corrected_ece(run.model, answers, right),
                          "kalai": {"all": kalai_scores(right), "rule": kalai_scores(right, given)}}
 
     # ---- comparing runs ----------------------------------------------------------------------

@@ -14,7 +14,10 @@ Two signals, both from the model alone (it never reads the corpus at answer time
 
 A rule answers when confidence >= ``confidence`` and familiarity >= ``familiarity`` (either may
 be None: not checked). ``fit_rules`` sets them on training-file people held out from
-finetuning, never on dev or test labels.
+finetuning, never on dev or test labels. A rule fitted with a correction of the confidence
+(``chance``: a run that records held-out people) thresholds the corrected confidence, the chance
+that the answer is right, instead: a correction that weighs the confidence's parts apart ranks
+right and wrong answers better than their product does (trust/calibration.py PartsCorrection).
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from typing import Sequence
 
 import torch
 
-from .calibration import check_probability, conformal_count
+from .calibration import (Correction, Parts, PartsCorrection, check_probability, conformal_count, correctable,
+                          corrected, fit_correction)
 from ..data.datasets import QAExample
-from ..answering.evaluate import answer_questions
+from ..answering.evaluate import Answer, answer_questions
 from ..data.relations import Schema
 from ..data.splits import held_out_people, subject_reader
 from ..data.subject_orders import DEFAULT_ORDER
@@ -43,12 +47,22 @@ KNOWN_SHARE = 0.995
 
 @dataclass(frozen=True)
 class Rule:
-    confidence: float | None = None  # answer only at this confidence or above
+    confidence: float | None = None  # answer only at this score or above (the confidence, or ``chance``'s)
     familiarity: float | None = None  # answer only people whose name is at least this familiar
     how: str = ""  # where the thresholds came from, in words
+    chance: Correction | PartsCorrection | None = None  # threshold the corrected confidence instead
 
-    def answers(self, confidence: float, familiarity: float | None = None) -> bool:
-        if self.confidence is not None and confidence < self.confidence:
+    def score(self, confidence: float, parts: Parts | None = None) -> float:
+        """What ``confidence`` is compared with: the confidence, or its chance of being right."""
+        return confidence if self.chance is None else self.chance.chance(confidence, parts)
+
+    @property
+    def scored(self) -> str:
+        """The score's name, in words."""
+        return "confidence" if self.chance is None else "chance right"
+
+    def answers(self, confidence: float, familiarity: float | None = None, parts: Parts | None = None) -> bool:
+        if self.confidence is not None and self.score(confidence, parts) < self.confidence:
             return False
         if self.familiarity is not None and (familiarity is None or familiarity < self.familiarity):
             return False
@@ -57,7 +71,7 @@ class Rule:
     def describe(self) -> str:
         parts = []
         if self.confidence is not None:
-            parts.append(f"confidence < {self.confidence:.3g}")
+            parts.append(f"{self.scored} < {self.confidence:.3g}")
         if self.familiarity is not None:
             parts.append(f"name familiarity < {self.familiarity:.3g}")
         text = "abstain when " + " or ".join(parts) if parts else "never abstain"
@@ -103,6 +117,7 @@ class HeldOut:
     confidence: list[float]
     familiarity: list[float]
     unit: str = "people"  # what each answer is of: "questions" for a model of several relations
+    parts: list[Parts | None] | None = None  # each confidence in parts (recall answers)
 
 
 def held_out_signals(model: GPT, vocab: Vocab, train_file: str | Path, holdout_fraction: float,
@@ -115,27 +130,42 @@ def held_out_signals(model: GPT, vocab: Vocab, train_file: str | Path, holdout_f
     return HeldOut(f"the last {holdout_fraction:.3g} of {train_file}",
                    [a.answer == e.answer for a, e in zip(answers, people)], [a.confidence for a in answers],
                    name_familiarity(model, vocab, people_of(people, model), batch_size),
-                   "questions" if schema.cued else "people")
+                   "questions" if schema.cued else "people", [a.parts for a in answers])
 
 
 def fit_rules(model: GPT, vocab: Vocab, train_file: str | Path, holdout_fraction: float, keep_right: float,
-              *, order: str = DEFAULT_ORDER, batch_size: int = 256) -> dict[str, Rule]:
+              *, order: str = DEFAULT_ORDER, correct: bool = False, batch_size: int = 256) -> dict[str, Rule]:
     """Rules fitted on the held-out training people (the last ``holdout_fraction`` of
-    ``train_file`` in the run's subject ``order``): ``rules_from`` their answers."""
+    ``train_file`` in the run's subject ``order``): ``rules_from`` their answers, on the
+    corrected confidence with ``correct`` (``fitted_on_held_out``)."""
+    return fitted_on_held_out(model, vocab, train_file, holdout_fraction, keep_right, order=order, correct=correct,
+                              batch_size=batch_size)[0]
+
+
+def fitted_on_held_out(model: GPT, vocab: Vocab, train_file: str | Path, holdout_fraction: float, keep_right: float,
+                       *, order: str = DEFAULT_ORDER, correct: bool = False, batch_size: int = 256
+                       ) -> tuple[dict[str, Rule], Correction | PartsCorrection | None, HeldOut]:
+    """The rules, the correction of the confidence (with ``correct``, for a run that held these
+    people out of finetuning, when some of their answers are right and some wrong; else None)
+    and the held-out answers they were fitted on, all from answering the held-out people once."""
     check_probability(keep_right, "--keep-right")
-    return rules_from(held_out_signals(model, vocab, train_file, holdout_fraction, order=order,
-                                       batch_size=batch_size), keep_right)
+    held = held_out_signals(model, vocab, train_file, holdout_fraction, order=order, batch_size=batch_size)
+    correction = fit_correction(held.confidence, held.right, held.parts) if correct and correctable(held.right) else None
+    return rules_from(held, keep_right, correction), correction, held
 
 
-def rules_from(held: HeldOut, keep_right: float) -> dict[str, Rule]:
+def rules_from(held: HeldOut, keep_right: float, chance: Correction | PartsCorrection | None = None
+               ) -> dict[str, Rule]:
     """Rules for the target of answering ``keep_right`` of the right answers of people like the
     held-out ones (``conformal_count`` of the held-out right answers, which promises it for new
     people rather than for these): "confidence" (a confidence threshold alone), "name" (a
     familiarity threshold alone, keeping KNOWN_SHARE of the held-out people, who are all real)
     and "both" (that familiarity threshold, then the highest confidence threshold that still
-    meets the target)."""
+    meets the target). With ``chance`` (the correction fitted on the same people) the thresholds
+    are on the corrected confidence."""
     check_probability(keep_right, "--keep-right")
-    right, confidence, familiar = held.right, held.confidence, held.familiarity
+    right, familiar = held.right, held.familiarity
+    confidence = corrected(held.confidence, chance, held.parts)
     familiarity_min = sorted(familiar, reverse=True)[math.ceil(KNOWN_SHARE * len(familiar)) - 1]
     known = [f >= familiarity_min for f in familiar]
     needed = conformal_count(sum(right), keep_right)
@@ -143,11 +173,11 @@ def rules_from(held: HeldOut, keep_right: float) -> dict[str, Rule]:
            f"target: answer {keep_right:.0%} of new people's right answers (the {needed} most confident "
            "of those)")
     return {
-        "confidence": Rule(_highest_keeping(confidence, right, needed), None, how),
+        "confidence": Rule(_highest_keeping(confidence, right, needed), None, how, chance),
         "name": Rule(None, familiarity_min, f"fitted on {held.source}: keeps {KNOWN_SHARE:.1%} of its "
                      f"{len(right)} held-out {held.unit}"),
         "both": Rule(_highest_keeping(confidence, [r and k for r, k in zip(right, known)], needed),
-                     familiarity_min, how),
+                     familiarity_min, how, chance),
     }
 
 
@@ -162,11 +192,11 @@ def _highest_keeping(confidence: Sequence[float], eligible: Sequence[bool], need
     return ranked[needed - 1]
 
 
-def decide(model: GPT, vocab: Vocab, rule: Rule, names: Sequence[str], confidences: Sequence[float],
+def decide(model: GPT, vocab: Vocab, rule: Rule, names: Sequence[str], answers: Sequence[Answer],
            batch_size: int = 256) -> list[bool]:
-    """Whether each answer is given (True) or withheld (False) under the rule."""
+    """Whether each answer (its confidence and parts) is given (True) or withheld (False) under the rule."""
     familiar = name_familiarity(model, vocab, names, batch_size) if rule.needs_familiarity else [None] * len(names)
-    return [rule.answers(c, f) for c, f in zip(confidences, familiar)]
+    return [rule.answers(a.confidence, f, a.parts) for a, f in zip(answers, familiar)]
 
 
 def people_of(examples: Sequence[QAExample], model: GPT | None = None) -> list[str]:

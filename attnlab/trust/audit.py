@@ -24,7 +24,6 @@ from ..core.plotting import pyplot
 from ..data.datasets import QAExample
 from .abstention import Rule, decide, people_of
 from ..data.relations import Schema
-from ..data.subject_orders import DEFAULT_ORDER
 
 _NAME = re.compile(r"^[A-Z][\w'-]*( [A-Z][\w'.-]*)+$")
 
@@ -135,8 +134,8 @@ class AuditAnswers:
 
     def report(self, model, vocab, rule: Rule) -> AuditReport:
         """How ``rule`` abstains on both groups, and the places it lets through for invented people."""
-        inv_given = decide(model, vocab, rule, self.invented, [a.confidence for a in self.invented_answers])
-        dev_given = decide(model, vocab, rule, people_of(self.dev, model), [a.confidence for a in self.dev_answers])
+        inv_given = decide(model, vocab, rule, self.invented, self.invented_answers)
+        dev_given = decide(model, vocab, rule, people_of(self.dev, model), self.dev_answers)
         places = Counter(a.answer for a, ok in zip(self.invented_answers, inv_given) if ok)
         right = self.dev_right
         return AuditReport(rule.describe(), len(self.invented), len(self.invented) - sum(inv_given), len(self.dev),
@@ -255,19 +254,15 @@ def report_json(r: AuditReport) -> dict:
 
 
 def audit(model, vocab, invented: list[str], dev: list[QAExample], train: list[QAExample], policy,
-          fraction: float, out_dir: str | Path, *, order: str = DEFAULT_ORDER, batch_size: int = 256,
-          overwrite: bool = False) -> Audit:
-    """Ask about the ``invented`` people and the ``dev`` people; judge the rules fitted for
-    ``policy`` (an AbstainPolicy: its keep_right, on the last ``fraction`` of its holdout_file in
-    the run's subject ``order``),
-    its chosen rule and never abstaining; write audit.png, invented.txt (name, answer,
+          rules: dict[str, Rule], out_dir: str | Path, *, batch_size: int = 256, overwrite: bool = False) -> Audit:
+    """Ask about the ``invented`` people and the ``dev`` people; judge the ``rules`` fitted for
+    ``policy`` (an AbstainPolicy; ``AbstainPolicy.fitted`` gives them, as ask reads them), its
+    chosen rule and never abstaining; write audit.png, invented.txt (name, answer,
     confidence) and audit.json into ``out_dir`` (atomically; existing files refused unless
     ``overwrite``)."""
     from ..core.outputs import write_output
-    from .abstention import fit_rules
 
     seen = audit_answers(model, vocab, invented, dev, train, batch_size=batch_size)
-    rules = fit_rules(model, vocab, policy.holdout_file, fraction, policy.keep_right, order=order)
     chosen = policy.choose(rules) or Rule(how="--abstain off")
     schema = Schema.from_list(model.config.relations)
     known = {asked.subject: e.answer for e in [*train, *dev]

@@ -15,7 +15,8 @@ from ..core.outputs import write_output
 from ..data.datasets import QAExample
 from .abstention import Rule, decide, people_of
 from .calibration import (
-    COVERAGES, N_BINS, Correction, accuracy_at_coverage, auroc, corrected, expected_calibration_error, kalai_scores,
+    COVERAGES, N_BINS, Correction, Parts, PartsCorrection, accuracy_at_coverage, auroc, corrected,
+    expected_calibration_error, kalai_scores,
     plot_coverage, plot_reliability, reliability_bins,
 )
 
@@ -32,22 +33,25 @@ class Calibration:
     given: list[bool]
 
 
-def calibration_report(conf: Sequence[float], right: Sequence[bool], correction: Correction | None = None) -> dict:
+def calibration_report(conf: Sequence[float], right: Sequence[bool], correction: Correction | PartsCorrection | None = None,
+                       parts: Sequence[Parts | None] | None = None) -> dict:
     """ECE (N_BINS equal-width bins), AUROC, accuracy at coverage, Kalai's score when every
-    question is answered, and with ``correction`` the ECE of the corrected confidence."""
+    question is answered, and with ``correction`` the ECE and AUROC of the corrected confidence
+    (each answer's ``parts`` where the correction weighs them)."""
     at = {f"{c:g}": accuracy_at_coverage(conf, right, c) for c in COVERAGES}
     report = {"total": len(right), "right": sum(map(bool, right)), "ece": expected_calibration_error(conf, right),
               "ece_bins": N_BINS, "auroc": auroc(conf, right),
               "accuracy_at_coverage": {c: {"right": r, "answered": n} for c, (r, n) in at.items()},
               "kalai": kalai_scores(right), "correction": correction.to_dict() if correction else None,
-              "ece_corrected": None}
+              "ece_corrected": None, "auroc_corrected": None}
     if correction is not None:
-        report["ece_corrected"] = expected_calibration_error(corrected(conf, correction), right)
+        chance = corrected(conf, correction, parts)
+        report.update(ece_corrected=expected_calibration_error(chance, right), auroc_corrected=auroc(chance, right))
     return report
 
 
 def calibrate(model, vocab, examples: list[QAExample], rule: Rule, out_dir: str | Path, *, title: str,
-              policy=None, correction: Correction | None = None, batch_size: int = 256, overwrite: bool = False
+              policy=None, correction: Correction | PartsCorrection | None = None, batch_size: int = 256, overwrite: bool = False
               ) -> Calibration:
     """Answer the labelled ``examples``, measure the confidence against right and wrong, apply
     ``rule``, and write reliability.png, coverage.png, calibration.json (with ``policy``, the
@@ -56,11 +60,12 @@ def calibrate(model, vocab, examples: list[QAExample], rule: Rule, out_dir: str 
     answers = answer_questions(model, vocab, examples, batch_size=batch_size)
     conf = [a.confidence for a in answers]
     right = [a.answer == e.answer for a, e in zip(answers, examples)]
-    report = calibration_report(conf, right, correction)
-    given = decide(model, vocab, rule, people_of(examples, model), conf)
+    report = calibration_report(conf, right, correction, [a.parts for a in answers])
+    given = decide(model, vocab, rule, people_of(examples, model), answers)
     k = sum(given)
     kept_right = sum(g and r for g, r in zip(given, right))
     report["rule"] = {"describe": rule.describe(), "confidence": rule.confidence, "familiarity": rule.familiarity,
+                      "score": rule.scored,
                       "answered": k, "answered_right": kept_right, "right": sum(right), "total": len(right),
                       "kalai": kalai_scores(right, given),
                       "policy": policy.to_dict() if policy is not None else None}

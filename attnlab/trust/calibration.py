@@ -169,23 +169,88 @@ class Correction:
 
     def __call__(self, confidence: float) -> float:
         c = min(max(confidence, _FLOOR), 1 - _FLOOR)
-        z = self.a * math.log(c) - self.b * math.log1p(-c) + self.m
-        return 1 / (1 + math.exp(-z)) if z >= 0 else math.exp(z) / (1 + math.exp(z))
+        return _sigmoid(self.a * math.log(c) - self.b * math.log1p(-c) + self.m)
+
+    def chance(self, confidence: float, parts: Parts | None = None) -> float:
+        """The corrected confidence (the parts are not weighed apart here)."""
+        return self(confidence)
 
     def to_dict(self) -> dict[str, float | str]:
         return {"method": "beta calibration", "a": self.a, "b": self.b, "m": self.m}
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "Correction | None":
-        return None if not data else cls(float(data["a"]), float(data["b"]), float(data["m"]))
+    def from_dict(cls, data: dict | None) -> "Correction | PartsCorrection | None":
+        """A stored correction of either kind (None for none)."""
+        if not data:
+            return None
+        if data.get("method") == PartsCorrection.METHOD:
+            return PartsCorrection(*(float(data[k]) for k in PartsCorrection.FIELDS))
+        return cls(float(data["a"]), float(data["b"]), float(data["m"]))
 
     def describe(self) -> str:
         return f"beta calibration a={self.a:.3g}, b={self.b:.3g}, m={self.m:.3g}"
 
 
-def corrected(confidence: Sequence[float], correction: Correction | None) -> list[float]:
-    """Each confidence after ``correction`` (None: unchanged)."""
-    return list(confidence) if correction is None else [correction(c) for c in confidence]
+Parts = tuple[float, float, float]  # a recall answer's confidence in parts (answering/formats.py Answer.parts)
+
+
+@dataclass(frozen=True)
+class PartsCorrection:
+    """Beta calibration with the confidence's parts weighed apart: a recall answer's confidence
+    is the product of the answer's probability read out of the recall, the quote's before it,
+    and the probability the recall gave the answer's characters, and these are not worth the same
+    (an answer the recall wrote surely is right more often than one it wrote hesitantly, however
+    sure the read-out). The corrected confidence is ``sigmoid(w_read ln p_read + w_quote ln
+    p_quote + w_recall ln p_recall - b ln(1 - c) + m)`` with every weight >= 0, so it rises with
+    each part; ranking answers by it can differ from ranking them by the confidence, so a rule
+    fitted with it thresholds it (abstention.py). An answer without parts (the direct format)
+    is read as all read-out."""
+
+    read: float
+    quote: float
+    recall: float
+    b: float
+    m: float
+    METHOD = "confidence parts"
+    FIELDS = ("read", "quote", "recall", "b", "m")
+
+    def chance(self, confidence: float, parts: Parts | None = None) -> float:
+        read, quote, recall, rest = _part_features(confidence, parts)
+        return _sigmoid(self.read * read + self.quote * quote + self.recall * recall - self.b * rest + self.m)
+
+    def to_dict(self) -> dict[str, float | str]:
+        return {"method": self.METHOD, **{k: getattr(self, k) for k in self.FIELDS}}
+
+    def describe(self) -> str:
+        return (f"confidence parts weighed apart: read-out {self.read:.3g}, quote {self.quote:.3g}, recall "
+                f"{self.recall:.3g}, b={self.b:.3g}, m={self.m:.3g}")
+
+
+def _sigmoid(z: float) -> float:
+    return 1 / (1 + math.exp(-z)) if z >= 0 else math.exp(z) / (1 + math.exp(z))
+
+
+def _part_features(confidence: float, parts: Parts | None) -> tuple[float, float, float, float]:
+    """ln p_read, ln p_quote, ln p_recall (each floored) and ln(1 - c), for an answer; an answer
+    never closed (confidence 0) has every part at the floor."""
+    c = min(max(confidence, _FLOOR), 1 - _FLOOR)
+    floor = math.log(_FLOOR)
+    if confidence <= 0:
+        read, quote, recall = floor, floor, floor
+    elif parts is None:
+        read, quote, recall = math.log(c), 0.0, 0.0
+    else:
+        read, quote, recall = (max(p, floor) for p in parts)
+    return read, quote, recall, math.log1p(-c)
+
+
+def corrected(confidence: Sequence[float], correction: Correction | PartsCorrection | None,
+              parts: Sequence[Parts | None] | None = None) -> list[float]:
+    """Each confidence after ``correction`` (None: unchanged), with each answer's ``parts``
+    where the correction weighs them."""
+    if correction is None:
+        return list(confidence)
+    return [correction.chance(c, p) for c, p in zip(confidence, parts or [None] * len(confidence))]
 
 
 def _beta_features(confidence: Sequence[float]) -> np.ndarray:
@@ -195,7 +260,7 @@ def _beta_features(confidence: Sequence[float]) -> np.ndarray:
 
 def _logistic_fit(x: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
     """Maximum-likelihood logistic regression (a small ridge on the slopes keeps it finite when
-    the classes separate) by Newton's method with step halving: three parameters at most, so
+    the classes separate) by Newton's method with step halving: five parameters at most, so
     a library would add nothing but a dependency."""
     w = np.zeros(x.shape[1])
     penalty = np.full(x.shape[1], ridge)
@@ -225,17 +290,52 @@ def correctable(correct: Sequence[bool]) -> bool:
     return any(correct) and not all(correct)
 
 
-def fit_correction(confidence: Sequence[float], correct: Sequence[bool]) -> Correction:
-    """Beta calibration fitted by maximum likelihood on right/wrong answers (the training
-    subjects a run held out of finetuning, never dev or test); a slope that comes out negative
-    is dropped and the rest refitted, as Kull et al. do, so the correction stays monotone."""
+def fit_correction(confidence: Sequence[float], correct: Sequence[bool],
+                   parts: Sequence[Parts | None] | None = None) -> Correction | PartsCorrection:
+    """A correction fitted by maximum likelihood on right/wrong answers (the training subjects a
+    run held out of finetuning, never dev or test): when every answer has its ``parts``, the
+    parts weighed apart (PartsCorrection) or beta calibration of their product, whichever
+    predicts the answers better under cross-validation on these same answers (CV_FOLDS folds:
+    five numbers fitted on a hundred answers can fit noise, where three do not); else beta
+    calibration. A weight that comes out negative is dropped and the rest refitted, as Kull et
+    al. do, so the correction rises with each."""
     _check(confidence, correct)
     right = [bool(r) for r in correct]
     if not correctable(right):
         raise ValueError("a correction needs right and wrong answers among the held-out questions: "
                          f"{sum(right)} of {len(right)} are right")
-    features, y = _beta_features(confidence), np.asarray(right, dtype=np.float64)
-    kept = [0, 1, 2]
+    y = np.asarray(right, dtype=np.float64)
+    beta = _beta_features(confidence)
+    if parts is not None and len(parts) == len(right) and all(p is not None for p in parts):
+        rows = [_part_features(c, p) for c, p in zip(confidence, parts)]
+        weighed = np.array([[read, quote, recall, -rest, 1.0] for read, quote, recall, rest in rows])
+        if cross_validated_loss(weighed, y) < cross_validated_loss(beta, y):
+            return PartsCorrection(*_monotone_fit(weighed, y))
+    return Correction(*_monotone_fit(beta, y))
+
+
+CV_FOLDS = 5
+
+
+def cross_validated_loss(features: np.ndarray, y: np.ndarray, folds: int = CV_FOLDS) -> float:
+    """Mean log-loss of the monotone logistic fit of ``features`` on answers it was not fitted on:
+    answer i is predicted by a fit on every answer of another fold (i mod ``folds``); a fold
+    whose other answers are all right or all wrong is left out (infinite when every fold is)."""
+    fold = np.arange(len(y)) % folds
+    losses = []
+    for k in range(folds):
+        train, test = fold != k, fold == k
+        if not test.any() or not correctable(list(y[train] > 0.5)):
+            continue
+        z = features[test] @ np.asarray(_monotone_fit(features[train], y[train]))
+        losses.extend(np.logaddexp(0.0, z) - y[test] * z)
+    return float(np.mean(losses)) if losses else math.inf
+
+
+def _monotone_fit(features: np.ndarray, y: np.ndarray) -> list[float]:
+    """Logistic weights of ``features`` (the last column the intercept), every slope >= 0: the
+    most negative slope is dropped (set to 0) and the rest refitted until none is negative."""
+    kept = list(range(features.shape[1]))
     while True:
         w = _logistic_fit(features[:, kept], y, ridge=1e-3)
         slopes = dict(zip(kept[:-1], w[:-1]))
@@ -244,7 +344,7 @@ def fit_correction(confidence: Sequence[float], correct: Sequence[bool]) -> Corr
             break
         kept.remove(min(negative, key=lambda i: slopes[i]))
     full = dict(zip(kept, w))
-    return Correction(float(full.get(0, 0.0)), float(full.get(1, 0.0)), float(full[2]))
+    return [float(full.get(i, 0.0)) for i in range(features.shape[1])]
 
 
 def kalai_score(right: Sequence[bool], given: Sequence[bool], target: float) -> float:

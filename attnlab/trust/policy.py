@@ -110,7 +110,7 @@ class AbstainPolicy(Settings):
         from .abstention import fit_rules
 
         return fit_rules(model, vocab, resolve(self.holdout_file), self.fraction(meta or {}), self.keep_right,
-                         order=recorded_order(meta or {}))
+                         order=recorded_order(meta or {}), correct=_recorded(meta or {}) > 0)
 
     def choose(self, fitted: dict[str, Rule]) -> Rule | None:
         """The policy's rule given the rules ``fit_rules`` fitted (unused for off and below):

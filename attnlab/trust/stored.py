@@ -22,7 +22,7 @@ from typing import Any
 from ..core import logs
 from ..core.paths import write_atomically
 from ..data.subject_orders import DEFAULT_ORDER
-from .calibration import Correction, correctable, fit_correction
+from .calibration import Correction, PartsCorrection
 
 STORED_NAME = "abstention.json"
 # 3: the confidence threshold keeps the conformal count of held-out right answers (2 kept
@@ -96,7 +96,8 @@ def matches(stored: dict[str, Any] | None, digest: str, fit: dict[str, Any]) -> 
 def stored_json(digest: str, fit: dict[str, Any], rules: dict[str, Any], correction: Correction | None,
                 held_out: dict[str, int]) -> str:
     """The file's text: the weights, the policy fields, each fitted rule, the confidence correction."""
-    rules_out = {kind: {"confidence": r.confidence, "familiarity": r.familiarity, "how": r.how}
+    rules_out = {kind: {"confidence": r.confidence, "familiarity": r.familiarity, "how": r.how,
+                        **({"score": "chance"} if r.chance is not None else {})}
                  for kind, r in rules.items()}
     body = {"format": FORMAT, "weights": digest, "policy": {k: fit[k] for k in FIT_FIELDS},
             "rules": rules_out,
@@ -119,7 +120,9 @@ def stored_rules(stored: dict[str, Any]) -> dict[str, Any]:
     """The stored rules as ``Rule`` objects, by kind (both, name, confidence)."""
     from .abstention import Rule
 
-    return {kind: Rule(r.get("confidence"), r.get("familiarity"), f"stored: {r.get('how', '')}")
+    chance = stored_correction(stored)
+    return {kind: Rule(r.get("confidence"), r.get("familiarity"), f"stored: {r.get('how', '')}",
+                       chance if r.get("score") == "chance" else None)
             for kind, r in stored.get("rules", {}).items()}
 
 
@@ -128,12 +131,12 @@ def fit_for_storing(model, vocab, meta: dict[str, Any], policy, *, batch_size: i
     run records people held out from finetuning, the correction of its confidence, all on those
     people, answered once; the text of abstention.json."""
     from ..core.datafiles import resolve
-    from .abstention import held_out_signals, rules_from
+    from .abstention import fitted_on_held_out
 
     fit = policy.fit_fields(meta)
-    held = held_out_signals(model, vocab, resolve(fit["holdout_file"]), fit["holdout_fraction"],
-                            order=fit["subject_order"], batch_size=batch_size)
     recorded = float((meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
-    correction = fit_correction(held.confidence, held.right) if recorded > 0 and correctable(held.right) else None
-    return stored_json(weights_digest(model), fit, rules_from(held, policy.keep_right), correction,
+    rules, correction, held = fitted_on_held_out(model, vocab, resolve(fit["holdout_file"]), fit["holdout_fraction"],
+                                                 policy.keep_right, order=fit["subject_order"], correct=recorded > 0,
+                                                 batch_size=batch_size)
+    return stored_json(weights_digest(model), fit, rules, correction,
                        {"people": len(held.right), "right": sum(held.right)})
