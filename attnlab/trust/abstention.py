@@ -127,7 +127,8 @@ def held_out_signals(model: GPT, vocab: Vocab, train_file: str | Path, holdout_f
     schema = Schema.from_list(model.config.relations)
     people = held_out_people(train_file, holdout_fraction, subject_reader(schema), order=order)
     answers = answer_questions(model, vocab, people, batch_size=batch_size)
-    return HeldOut(f"the last {holdout_fraction:.3g} of {train_file}",
+    where = "" if order == "file" else " in hashed subject order"
+    return HeldOut(f"the last {holdout_fraction:.3g} of {train_file}{where}",
                    [a.answer == e.answer for a, e in zip(answers, people)], [a.confidence for a in answers],
                    name_familiarity(model, vocab, people_of(people, model), batch_size),
                    "questions" if schema.cued else "people", [a.parts for a in answers])
