@@ -145,7 +145,7 @@ def test_the_fit_reads_only_held_out_training_labels(recall_run, capsys):
     assert (policy["holdout_fraction"], policy["holdout_file"]) == (0.25, str(recall_run / "train.tsv"))
 
 
-def test_familiarity_is_the_least_likely_character_of_the_name(recall_run):
+def test_familiarity_is_the_probability_of_the_whole_name_or_of_its_least_likely_character(recall_run):
     import math
 
     import torch
@@ -155,11 +155,32 @@ def test_familiarity_is_the_least_likely_character_of_the_name(recall_run):
 
     model, vocab, _ = load_model(recall_run / "ft")
     names = ["Ada Brook", "Fay Dunmore", "Jun Sato"]
-    batched = name_familiarity(model, vocab, names)  # padded to the longest
-    for name, value in zip(names, batched):
+    whole = name_familiarity(model, vocab, names)  # padded to the longest
+    least = name_familiarity(model, vocab, names, measure="character")
+    for name, w, c in zip(names, whole, least):
         ids = torch.tensor([vocab.encode(name + ".")])
         logp = model(ids)[0][0, :-1].log_softmax(-1).gather(1, ids[0, 1:, None])
-        assert value == pytest.approx(math.exp(logp.min().item()), rel=1e-4)
+        assert w == pytest.approx(math.exp(logp.sum().item()), rel=1e-4)
+        assert c == pytest.approx(math.exp(logp.min().item()), rel=1e-4)
+        assert w < c
+    with pytest.raises(ValueError, match="unknown name familiarity measure 'mean'"):
+        name_familiarity(model, vocab, names, measure="mean")
+
+
+def test_a_rule_stored_without_a_measure_reads_the_least_likely_character():
+    from attnlab.trust.abstention import Rule
+    from attnlab.trust.stored import stored_json, stored_rules
+
+    fit = {"holdout_file": "t.tsv", "holdout_fraction": 0.1, "keep_right": 0.97, "subject_order": "file"}
+    text = stored_json("d", fit, {"both": Rule(0.5, 1e-6, "h"), "confidence": Rule(0.4, None, "h")}, None,
+                       {"people": 3, "right": 2})
+    data = json.loads(text)
+    assert data["rules"]["both"]["measure"] == "name" and "measure" not in data["rules"]["confidence"]
+    assert stored_rules(data)["both"].measure == "name"
+    del data["rules"]["both"]["measure"]  # as the shipped model's file, stored before measures
+    old = stored_rules(data)["both"]
+    assert old.measure == "character" and "least likely character" in old.describe()
+    assert old.answers(0.6, 2e-6) and not old.answers(0.6, 5e-7) and not old.answers(0.3, 2e-6)
 
 
 def test_audit_reports_invented_against_dev_people(recall_run, capsys):

@@ -4,13 +4,17 @@ Two signals, both from the model alone (it never reads the corpus at answer time
 
 - the answer's **confidence** (attnlab/answering/evaluate.py, attnlab/answering/knowledge.py): low when the model
   is unsure of the place;
-- the **name familiarity**: the lowest probability the model gives any character of
-  ``NAME.`` read as the opening of a corpus line (the first character has no context and is
-  not scored). Pretraining reads every corpus person's line, so a person the model has read
-  about has a name it can spell on; an invented name ("Mariano Poulet", a first name and a
-  surname of two different people) has a character the model did not expect. The confidence
-  alone cannot tell: the model recalls an invented person's line as fluently as a real one's
-  and reads a place out of it (docs/guides/trust.md; the measurements are in docs/notebook.md).
+- the **name familiarity**: the probability the model gives ``NAME.`` read as the opening of a
+  corpus line (the product of its characters' probabilities; the first character has no context
+  and is not scored). Pretraining reads every corpus person's line, so a name the model has read
+  is one it spells out with most of a line's opening probability; an invented name ("Mariano
+  Poulet", a first name and a surname of two different people) leaves the names it has read at
+  some character and is spelled on against the model's expectation. The whole name's
+  probability counts every such surprise; the lowest single character's probability (the
+  measure of rules stored before, ``MEASURE_BEFORE``) misses a recombined name whose parts each
+  open many real names. The confidence alone cannot tell: the model recalls an invented
+  person's line as fluently as a real one's and reads a place out of it (docs/guides/trust.md;
+  the measurements are in docs/notebook.md).
 
 A rule answers when confidence >= ``confidence`` and familiarity >= ``familiarity`` (either may
 be None: not checked). ``fit_rules`` sets them on training-file people held out from
@@ -44,6 +48,12 @@ from ..data.vocab import PAD_ID, Vocab
 # answers to the confidence threshold; invented names still fall below it (trust/audit.py).
 KNOWN_SHARE = 0.995
 
+# How a name's familiarity is measured: "name", the probability of the whole name; "character",
+# the lowest probability of one of its characters (a rule stored without a measure used it).
+FAMILIARITY_MEASURES = ("name", "character")
+DEFAULT_MEASURE = "name"
+MEASURE_BEFORE = "character"
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -51,6 +61,12 @@ class Rule:
     familiarity: float | None = None  # answer only people whose name is at least this familiar
     how: str = ""  # where the thresholds came from, in words
     chance: Correction | PartsCorrection | None = None  # threshold the corrected confidence instead
+    measure: str = DEFAULT_MEASURE  # how the familiarity is measured (FAMILIARITY_MEASURES)
+
+    def __post_init__(self):
+        if self.measure not in FAMILIARITY_MEASURES:
+            raise ValueError(f"unknown name familiarity measure {self.measure!r}; known: "
+                             f"{', '.join(FAMILIARITY_MEASURES)}")
 
     def score(self, confidence: float, parts: Parts | None = None) -> float:
         """What ``confidence`` is compared with: the confidence, or its chance of being right."""
@@ -73,7 +89,8 @@ class Rule:
         if self.confidence is not None:
             parts.append(f"{self.scored} < {self.confidence:.3g}")
         if self.familiarity is not None:
-            parts.append(f"name familiarity < {self.familiarity:.3g}")
+            of = "" if self.measure == DEFAULT_MEASURE else " (its least likely character)"
+            parts.append(f"name familiarity{of} < {self.familiarity:.3g}")
         text = "abstain when " + " or ".join(parts) if parts else "never abstain"
         return f"{text} ({self.how})" if self.how else text
 
@@ -83,9 +100,14 @@ class Rule:
 
 
 @torch.no_grad()
-def name_familiarity(model: GPT, vocab: Vocab, names: Sequence[str], batch_size: int = 256) -> list[float]:
-    """For each name, the lowest probability the model gives a character of ``NAME.`` (after
-    the first) read from the start of a line."""
+def name_familiarity(model: GPT, vocab: Vocab, names: Sequence[str], batch_size: int = 256,
+                     measure: str = DEFAULT_MEASURE) -> list[float]:
+    """For each name, the probability the model gives ``NAME.`` (its characters after the
+    first) read from the start of a line: of the whole of it ("name"), or of its least likely
+    character ("character")."""
+    if measure not in FAMILIARITY_MEASURES:
+        raise ValueError(f"unknown name familiarity measure {measure!r}; known: {', '.join(FAMILIARITY_MEASURES)}")
+    summary = torch.sum if measure == "name" else torch.min
     device = next(model.parameters()).device
     out: list[float] = []
     was_training = model.training
@@ -101,7 +123,7 @@ def name_familiarity(model: GPT, vocab: Vocab, names: Sequence[str], batch_size:
             logp = logits[:, :-1].float().log_softmax(-1).gather(2, idx[:, 1:, None])[..., 0]
             for i, e in enumerate(encoded):
                 scored = logp[i, : len(e) - 1]
-                out.append(math.exp(scored.min().item()) if len(scored) else 1.0)
+                out.append(math.exp(summary(scored).item()) if len(scored) else 1.0)
     finally:
         model.train(was_training)
     return out
@@ -118,6 +140,8 @@ class HeldOut:
     familiarity: list[float]
     unit: str = "people"  # what each answer is of: "questions" for a model of several relations
     parts: list[Parts | None] | None = None  # each confidence in parts (recall answers)
+    measure: str = DEFAULT_MEASURE  # how ``familiarity`` was measured
+    names: list[str] | None = None  # whose familiarity it is (each question's subject)
 
 
 def held_out_signals(model: GPT, vocab: Vocab, train_file: str | Path, holdout_fraction: float,
@@ -128,10 +152,11 @@ def held_out_signals(model: GPT, vocab: Vocab, train_file: str | Path, holdout_f
     people = held_out_people(train_file, holdout_fraction, subject_reader(schema), order=order)
     answers = answer_questions(model, vocab, people, batch_size=batch_size)
     where = "" if order == "file" else " in hashed subject order"
+    names = people_of(people, model)
     return HeldOut(f"the last {holdout_fraction:.3g} of {train_file}{where}",
                    [a.answer == e.answer for a, e in zip(answers, people)], [a.confidence for a in answers],
-                   name_familiarity(model, vocab, people_of(people, model), batch_size),
-                   "questions" if schema.cued else "people", [a.parts for a in answers])
+                   name_familiarity(model, vocab, names, batch_size), "questions" if schema.cued else "people",
+                   [a.parts for a in answers], names=names)
 
 
 def fit_rules(model: GPT, vocab: Vocab, train_file: str | Path, holdout_fraction: float, keep_right: float,
@@ -176,9 +201,9 @@ def rules_from(held: HeldOut, keep_right: float, chance: Correction | PartsCorre
     return {
         "confidence": Rule(_highest_keeping(confidence, right, needed), None, how, chance),
         "name": Rule(None, familiarity_min, f"fitted on {held.source}: keeps {KNOWN_SHARE:.1%} of its "
-                     f"{len(right)} held-out {held.unit}"),
+                     f"{len(right)} held-out {held.unit}", measure=held.measure),
         "both": Rule(_highest_keeping(confidence, [r and k for r, k in zip(right, known)], needed),
-                     familiarity_min, how, chance),
+                     familiarity_min, how, chance, held.measure),
     }
 
 
@@ -196,7 +221,8 @@ def _highest_keeping(confidence: Sequence[float], eligible: Sequence[bool], need
 def decide(model: GPT, vocab: Vocab, rule: Rule, names: Sequence[str], answers: Sequence[Answer],
            batch_size: int = 256) -> list[bool]:
     """Whether each answer (its confidence and parts) is given (True) or withheld (False) under the rule."""
-    familiar = name_familiarity(model, vocab, names, batch_size) if rule.needs_familiarity else [None] * len(names)
+    familiar = (name_familiarity(model, vocab, names, batch_size, rule.measure) if rule.needs_familiarity
+                else [None] * len(names))
     return [rule.answers(a.confidence, f, a.parts) for a, f in zip(answers, familiar)]
 
 

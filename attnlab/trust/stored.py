@@ -97,6 +97,7 @@ def stored_json(digest: str, fit: dict[str, Any], rules: dict[str, Any], correct
                 held_out: dict[str, int]) -> str:
     """The file's text: the weights, the policy fields, each fitted rule, the confidence correction."""
     rules_out = {kind: {"confidence": r.confidence, "familiarity": r.familiarity, "how": r.how,
+                        **({"measure": r.measure} if r.familiarity is not None else {}),
                         **({"score": "chance"} if r.chance is not None else {})}
                  for kind, r in rules.items()}
     body = {"format": FORMAT, "weights": digest, "policy": {k: fit[k] for k in FIT_FIELDS},
@@ -118,11 +119,11 @@ def stored_correction(stored: dict[str, Any] | None) -> Correction | None:
 
 def stored_rules(stored: dict[str, Any]) -> dict[str, Any]:
     """The stored rules as ``Rule`` objects, by kind (both, name, confidence)."""
-    from .abstention import Rule
+    from .abstention import MEASURE_BEFORE, Rule
 
     chance = stored_correction(stored)
     return {kind: Rule(r.get("confidence"), r.get("familiarity"), f"stored: {r.get('how', '')}",
-                       chance if r.get("score") == "chance" else None)
+                       chance if r.get("score") == "chance" else None, r.get("measure", MEASURE_BEFORE))
             for kind, r in stored.get("rules", {}).items()}
 
 

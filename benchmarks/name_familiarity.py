@@ -1,0 +1,81 @@
+"""Two measures of a name's familiarity, on the same weights: the probability of the whole name
+(``NAME.`` read as a corpus line's opening; the measure rules are fitted on now) against the
+lowest probability of one of its characters (the measure of rules stored before), each with its
+threshold fitted on the held-out training subjects (keeping 99.5% of them), judged on the dev
+subjects (real, never in a fit) and on invented ones (``attnlab audit``'s names: the first word
+of one name and the last of another).
+
+    .venv/bin/python benchmarks/name_familiarity.py runs/firms15 runs/species15 models/cpu --write
+
+Per run and measure: how well the familiarity tells dev from invented names (AUROC), the name
+check alone (dev subjects passing it, invented subjects stopped), and the default rule (the name
+check and the confidence threshold, keep-right 0.97, on the run's correction): dev right answers
+kept, dev wrong answers withheld, invented subjects abstained on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from _common import count_with_interval, report, table  # puts the checkout's attnlab first on sys.path
+from confidence_parts import files_of
+
+from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
+from attnlab.data.subject_orders import recorded_order  # noqa: E402
+from attnlab.model.checkpoint import load_model  # noqa: E402
+from attnlab.trust.abstention import FAMILIARITY_MEASURES, held_out_signals, name_familiarity, people_of, rules_from  # noqa: E402
+from attnlab.trust.audit import audit_answers, invent_people  # noqa: E402
+from attnlab.trust.calibration import auroc, correctable, fit_correction  # noqa: E402
+from attnlab.trust.policy import DEFAULT_HOLDOUT, DEFAULT_KEEP_RIGHT  # noqa: E402
+
+
+def measure(run: str, names: int, keep: float) -> list[list[str]]:
+    model, vocab, checkpoint = load_model(run, device="cpu")
+    corpus, train, dev_file = files_of(run)
+    fraction = float((checkpoint.meta.get("train_config") or {}).get("holdout_fraction") or DEFAULT_HOLDOUT)
+    held = held_out_signals(model, vocab, train, fraction, order=recorded_order(checkpoint.meta))
+    correction = fit_correction(held.confidence, held.right, held.parts) if correctable(held.right) else None
+    dev = read_qa(dev_file, labelled=True)
+    seen = audit_answers(model, vocab, invent_people(documents(read_text(corpus)), names, 0), dev,
+                         read_qa(train, labelled=True))
+    dev_names = sorted(set(people_of(dev, model)))
+    wrong = len(seen.dev_right) - sum(seen.dev_right)
+    rows = []
+    for how in FAMILIARITY_MEASURES:
+        measured = dataclasses.replace(held, measure=how,
+                                       familiarity=name_familiarity(model, vocab, held.names, measure=how))
+        rules = rules_from(measured, keep, correction)
+        known = name_familiarity(model, vocab, dev_names, measure=how)
+        invented = name_familiarity(model, vocab, seen.invented, measure=how)
+        separation = auroc(known + invented, [True] * len(known) + [False] * len(invented))
+        passing = sum(f >= rules["name"].familiarity for f in known)
+        stopped = sum(f < rules["name"].familiarity for f in invented)
+        judged = seen.report(model, vocab, rules["both"])
+        withheld_wrong = judged.dev_abstained - (judged.dev_right - judged.dev_right_kept)
+        rows.append([run.rstrip("/").split("/")[-1], how, f"{separation:.3f}", f"{passing}/{len(known)}",
+                     count_with_interval(stopped, len(invented)),
+                     count_with_interval(judged.dev_right_kept, judged.dev_right), f"{withheld_wrong}/{wrong}",
+                     count_with_interval(judged.invented_abstained, judged.invented)])
+        print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="runs with a recall model that held people out of finetuning")
+    parser.add_argument("--names", type=int, default=500, help="invented subjects asked about (default 500)")
+    parser.add_argument("--keep-right", type=float, default=DEFAULT_KEEP_RIGHT)
+    parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    rows = [row for run in args.runs for row in measure(run, args.names, args.keep_right)]
+    headers = ["run", "familiarity of", "AUROC dev/invented names", "dev names passing", "invented names stopped",
+               "dev right kept (rule)", "dev wrong withheld", "invented abstained (rule)"]
+    report("name-familiarity", table(headers, rows), write=args.write,
+           title="A name's familiarity: the whole name's probability against its least likely character")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
