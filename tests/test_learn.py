@@ -448,3 +448,31 @@ def test_baseline_of_several_relations_gives_each_its_own_most_frequent_answer(t
     country = Counter(a for q, a in train if q.startswith("Which country")).most_common(1)[0][0]
     assert f'country: most frequent answer in {facts / "train.tsv"}: "{country}"' in lines[0]
     assert "all: each relation's most frequent answer on" in lines[2]
+
+
+def test_serve_reads_each_run_with_the_fact_set_it_learned(learned, tmp_path):
+    """A lab of runs that learned different sets: each run's dev view, evidence and abstention fit
+    are its own set's, not the first run's."""
+    import shutil
+
+    from attnlab.cli import build_parser, flags
+    from attnlab.cli.serving import build_lab
+
+    facts, run = learned
+    other = write_set(tmp_path / "towns-b", dev="Which country is Dunmoor in?\tSorn\n")  # another dev file
+    second = tmp_path / "second"
+    shutil.copytree(run, second)
+    (second / "abstention.json").unlink(missing_ok=True)
+    (second / "factset.json").write_text(json.dumps(factset.load(other).record()), encoding="utf-8")
+    argv = ["serve", str(run), str(second), "--out-dir", str(tmp_path / "serve"), "--device", "cpu"]
+    args = build_parser().parse_args(argv)
+    flags.apply_fact_set(args)
+    flags.resolve_data_paths(args)
+    lab = build_lab(args)
+    try:
+        first, own = lab.runs
+        assert first.facts is None and len(lab.facts_of(first).dev) == 4  # the lab's: the first run's set
+        assert len(own.facts.dev) == 1 and lab.facts_of(own).dev[0].question == "Which country is Dunmoor in?"
+        assert str(facts / "train.tsv") in first.rule.how and str(other / "train.tsv") in own.rule.how
+    finally:
+        lab.close()

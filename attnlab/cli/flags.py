@@ -289,6 +289,8 @@ def apply_fact_set(args: argparse.Namespace) -> None:
 
     if not hasattr(args, "facts"):  # a command that reads no data files
         return
+    args.data_defaults = [option for option, (default, _) in FACT_SET_OPTIONS.items()
+                          if getattr(args, option, None) == default.as_written]
     run = getattr(args, "checkpoint", None) or (getattr(args, "runs", None) or [None])[0]
     learned = factset.learned_record(run) if isinstance(run, str) and Path(run).exists() else None
     chosen = getattr(args, "facts", None)
@@ -309,6 +311,19 @@ def apply_fact_set(args: argparse.Namespace) -> None:
             setattr(args, option, str(facts.files[role]))
     if getattr(args, "held_out", None) == [DEFAULT_DEV.as_written, DEFAULT_TEST.as_written]:
         args.held_out = [str(p) for p in facts.held_out]
+
+
+def with_fact_set(args: argparse.Namespace, facts) -> argparse.Namespace:
+    """A copy of ``args`` whose data options left at their defaults are the files of ``facts``
+    (a FactSet; None: the course's files), resolved as ``resolve_data_paths`` resolves them: how
+    a command of several runs (serve) reads the set each run learned, not the first run's."""
+    copy = argparse.Namespace(**vars(args))
+    copy.fact_set = facts
+    for option in getattr(args, "data_defaults", ()):
+        default, role = FACT_SET_OPTIONS[option]
+        chosen = facts.files[role] if facts is not None and role in facts.files else default.as_written
+        setattr(copy, option, datafiles.resolved_text(str(chosen)))
+    return copy
 
 
 def load_facts(args: argparse.Namespace) -> dict:

@@ -62,9 +62,22 @@ def build_lab(args: argparse.Namespace):
         _say(f"loading {path}")
         # --facts names the first run's set (flags.apply_fact_set reads the first run's record)
         model = load(path, device=args.device, **(flags.load_facts(args) if n == 0 else {}))
-        rule = trust.rule_from_args(args, model, path, log)
-        runs.append(Run(path, model, rule))
+        own = None if n == 0 or _same_set(model.fact_set, facts) else _served_facts(model.fact_set)
+        run_args = args if own is None else flags.with_fact_set(args, model.fact_set)
+        runs.append(Run(path, model, trust.rule_from_args(run_args, model, path, log), facts=own))
     return Lab(runs, docs, dev, out, trained, stat_lines=args.stat_lines, answer_cache=args.answer_cache)
+
+
+def _same_set(a, b) -> bool:
+    """Whether two fact sets (None: the course's files) are the same set."""
+    return a is None and b is None or a is not None and b is not None and a.digest() == b.digest()
+
+
+def _served_facts(facts):
+    """The page's facts of a run whose set is not the lab's: its own, or the course's."""
+    from ..serve.lab import Facts
+
+    return Facts.load(facts.root if facts is not None else flags._fact_set_dir("data"))
 
 
 def _say(message: str) -> None:
