@@ -35,6 +35,7 @@ from .core import cpu_settings, logs
 from .core.datafiles import resolve as found  # data/NAME and models/NAME from any directory
 from .core.paths import PathError
 from .data.datasets import DataError, QAExample, read_corpus, read_questions
+from .data.splits import recorded_holdout
 from .data.subject_orders import recorded_order
 from .data.vocab import Vocab
 from .facts.correction import edit_fact, training_answers
@@ -216,7 +217,7 @@ class LoadedModel:
         course's training file, and the share the run recorded holding out, else 0.1) so that
         a new person's right answer is still given with probability ``keep_right``.
         ``Rule(confidence=0.8)`` is ``--abstain-below 0.8``."""
-        recorded = float((self.checkpoint.meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
+        recorded = recorded_holdout(self.checkpoint.meta)
         fraction = holdout_fraction or recorded or DEFAULT_HOLDOUT
         own = self.fact_set.train if self.fact_set else DEFAULT_TRAIN
         return fit_rules(self.gpt, self.vocab, train_file or own, fraction, keep_right,

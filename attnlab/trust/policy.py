@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..config.settings import DEFAULT_TRAIN, Settings, _f
 from ..core import bounds
 from ..core.datafiles import resolve
+from ..data.splits import recorded_holdout
 from ..data.subject_orders import recorded_order
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ class AbstainPolicy(Settings):
     def fraction(self, meta: dict[str, Any]) -> float:
         """The held-out share: ``holdout_fraction``, else what the run's metadata records
         holding out (finetune --holdout-fraction), else DEFAULT_HOLDOUT."""
-        return self.holdout_fraction or _recorded(meta) or DEFAULT_HOLDOUT
+        return self.holdout_fraction or recorded_holdout(meta) or DEFAULT_HOLDOUT
 
     def resolved(self, meta: dict[str, Any] | None) -> tuple[AbstainPolicy, str]:
         """This policy with mode run settled for a run whose metadata is ``meta`` (auto when it
@@ -81,7 +82,7 @@ class AbstainPolicy(Settings):
         mode was chosen)."""
         if self.mode != "run":
             return self, ""
-        recorded = _recorded(meta or {})
+        recorded = recorded_holdout(meta or {})
         if recorded > 0:
             return self.replace(mode="auto"), f"it records holding out the last {recorded:.3g} of its training file"
         return self.replace(mode="names"), ("it records no people held out from finetuning, so a confidence "
@@ -110,7 +111,7 @@ class AbstainPolicy(Settings):
         from .abstention import fit_rules
 
         return fit_rules(model, vocab, resolve(self.holdout_file), self.fraction(meta or {}), self.keep_right,
-                         order=recorded_order(meta or {}), correct=_recorded(meta or {}) > 0)
+                         order=recorded_order(meta or {}), correct=recorded_holdout(meta or {}) > 0)
 
     def choose(self, fitted: dict[str, Rule]) -> Rule | None:
         """The policy's rule given the rules ``fit_rules`` fitted (unused for off and below):
@@ -122,8 +123,3 @@ class AbstainPolicy(Settings):
 
             return Rule(self.below, None, "--abstain-below")
         return fitted["name" if self.mode == "names" else "both"]
-
-
-def _recorded(meta: dict[str, Any]) -> float:
-    """The share of its training file a run records holding out from finetuning (0: none)."""
-    return float((meta.get("train_config") or {}).get("holdout_fraction") or 0.0)

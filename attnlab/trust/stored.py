@@ -21,6 +21,7 @@ from typing import Any
 
 from ..core import logs
 from ..core.paths import write_atomically
+from ..data.splits import recorded_holdout
 from ..data.subject_orders import DEFAULT_ORDER
 from .calibration import Correction, PartsCorrection
 
@@ -135,9 +136,8 @@ def fit_for_storing(model, vocab, meta: dict[str, Any], policy, *, batch_size: i
     from .abstention import fitted_on_held_out
 
     fit = policy.fit_fields(meta)
-    recorded = float((meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
     rules, correction, held = fitted_on_held_out(model, vocab, resolve(fit["holdout_file"]), fit["holdout_fraction"],
-                                                 policy.keep_right, order=fit["subject_order"], correct=recorded > 0,
-                                                 batch_size=batch_size)
+                                                 policy.keep_right, order=fit["subject_order"],
+                                                 correct=recorded_holdout(meta) > 0, batch_size=batch_size)
     return stored_json(weights_digest(model), fit, rules, correction,
                        {"people": len(held.right), "right": sum(held.right)})
