@@ -83,4 +83,20 @@ def test_the_fitted_confidence_threshold_answers_the_conformal_count_of_held_out
     held = HeldOut("ten people", right, confidence, [1.0] * 10)
     rules = rules_from(held, 0.75)
     assert rules["confidence"].confidence == 0.2  # the 8th most confident right answer, not the 7th (0.3)
-    assert rules["both"].confidence == 0.2 and "the 8 most confident" in rules["both"].how
+    # with the name check, which turns away up to (0 + 1) / (10 + 1) of real people: ceil((0.75 +
+    # 1/11) * 10) = 9, every right answer
+    assert rules["both"].confidence == 0.1 and "the 9 most confident" in rules["both"].how
+    assert "9.1% of real names" in rules["both"].how
+
+
+def test_the_name_checks_share_counts_each_held_out_person_once():
+    """(k + 1) / (n + 1): k of the n held-out people below the threshold, each person's least
+    familiar question counted once."""
+    from attnlab.trust.abstention import HeldOut, name_check_share
+
+    held = HeldOut("four people", [True] * 8, [0.5] * 8, [0.9, 0.9, 0.1, 0.1, 0.5, 0.6, 0.7, 0.7],
+                   names=["a", "a", "b", "b", "c", "c", "d", "d"])
+    assert name_check_share(held, 0.5) == pytest.approx(2 / 5)  # b below
+    assert name_check_share(held, 0.65) == pytest.approx(3 / 5)  # b and c (its least: 0.5)
+    unnamed = HeldOut("eight answers", [True] * 8, [0.5] * 8, held.familiarity)
+    assert name_check_share(unnamed, 0.5) == pytest.approx(3 / 9)

@@ -195,16 +195,33 @@ def rules_from(held: HeldOut, keep_right: float, chance: Correction | PartsCorre
     familiarity_min = sorted(familiar, reverse=True)[math.ceil(KNOWN_SHARE * len(familiar)) - 1]
     known = [f >= familiarity_min for f in familiar]
     needed = conformal_count(sum(right), keep_right)
-    how = (f"fitted on {held.source}: {len(right)} held-out {held.unit}, {sum(right)} answered correctly; "
-           f"target: answer {keep_right:.0%} of new people's right answers (the {needed} most confident "
-           "of those)")
+    source = f"fitted on {held.source}: {len(right)} held-out {held.unit}, {sum(right)} answered correctly"
+    how = f"{source}; target: answer {keep_right:.0%} of new people's right answers (the {needed} most confident of those)"
+    eligible = [r and k for r, k in zip(right, known)]
+    turned_away = name_check_share(held, familiarity_min)
+    # The name check turns some real people away too: the confidence threshold keeps that many
+    # more right answers, so that both checks together still answer keep_right of them.
+    needed_both = max(needed, min(conformal_count(sum(right), min(1.0, keep_right + turned_away)), sum(eligible)))
     return {
         "confidence": Rule(_highest_keeping(confidence, right, needed), None, how, chance),
         "name": Rule(None, familiarity_min, f"fitted on {held.source}: keeps {KNOWN_SHARE:.1%} of its "
                      f"{len(right)} held-out {held.unit}", measure=held.measure),
-        "both": Rule(_highest_keeping(confidence, [r and k for r, k in zip(right, known)], needed),
-                     familiarity_min, how, chance, held.measure),
+        "both": Rule(_highest_keeping(confidence, eligible, needed_both), familiarity_min,
+                     f"{source}; target: answer {keep_right:.0%} of new people's right answers (the "
+                     f"{needed_both} most confident of those whose names pass the name check, which turns "
+                     f"away at most {turned_away:.1%} of real names)", chance, held.measure),
     }
+
+
+def name_check_share(held: HeldOut, threshold: float) -> float:
+    """At most the chance that a new real person's name falls below ``threshold``: (k + 1) / (n + 1)
+    with k of the n held-out people below it (split conformal prediction, as for the confidence;
+    each person counted once however many questions ask about them)."""
+    names = held.names or list(range(len(held.familiarity)))  # unnamed: each answer its own person
+    least: dict = {}
+    for name, f in zip(names, held.familiarity):
+        least[name] = min(f, least.get(name, f))
+    return (sum(f < threshold for f in least.values()) + 1) / (len(least) + 1)
 
 
 def _highest_keeping(confidence: Sequence[float], eligible: Sequence[bool], needed: int) -> float:
