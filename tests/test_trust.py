@@ -408,6 +408,22 @@ def test_a_stored_rule_of_another_format_is_refitted_and_said_so(tmp_path, caplo
     assert read_stored(tmp_path) is None  # a damaged file: fitted again, quietly
 
 
+def test_a_stored_rule_that_does_not_read_is_refitted_and_said_so(tmp_path, caplog):
+    from attnlab.trust.stored import FORMAT, read_stored
+
+    good = {"format": FORMAT, "weights": "w", "policy": {}, "correction": None,
+            "rules": {"both": {"confidence": 0.5, "familiarity": 1e-6, "how": "h", "measure": "name"}}}
+    (tmp_path / "abstention.json").write_text(json.dumps(good))
+    assert read_stored(tmp_path) == good
+    for damaged in ({"measure": "loudness"}, {"confidence": "high"}):
+        rules = {"both": {**good["rules"]["both"], **damaged}}
+        (tmp_path / "abstention.json").write_text(json.dumps({**good, "rules": rules}))
+        assert read_stored(tmp_path) is None
+    assert "cannot be read (unknown name familiarity measure 'loudness'" in caplog.text
+    (tmp_path / "abstention.json").write_text(json.dumps({**good, "correction": {"method": "beta calibration"}}))
+    assert read_stored(tmp_path) is None  # a correction without its numbers
+
+
 def test_the_default_policy_is_settled_by_what_the_run_held_out():
     assert AbstainPolicy().resolved({"train_config": {"holdout_fraction": 0.2}})[0].mode == "auto"
     assert AbstainPolicy().resolved({})[0].mode == "names"

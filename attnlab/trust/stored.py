@@ -83,6 +83,13 @@ def read_stored(run: str | os.PathLike | None) -> dict[str, Any] | None:
                   f"reads {FORMAT}): the rule is fitted again at each start; `attnlab calibrate {path.parent}` "
                   "stores a new one")
         return None
+    try:  # every rule and the correction must read, or none is used
+        stored_rules(data)
+        stored_correction(data)
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        logs.warn(f"{path} cannot be read ({e}): the rule is fitted again at each start; "
+                  f"`attnlab calibrate {path.parent}` stores a new one")
+        return None
     return data
 
 
@@ -123,7 +130,10 @@ def stored_rules(stored: dict[str, Any]) -> dict[str, Any]:
     from .abstention import MEASURE_BEFORE, Rule
 
     chance = stored_correction(stored)
-    return {kind: Rule(r.get("confidence"), r.get("familiarity"), f"stored: {r.get('how', '')}",
+    def number(value):
+        return None if value is None else float(value)
+
+    return {kind: Rule(number(r.get("confidence")), number(r.get("familiarity")), f"stored: {r.get('how', '')}",
                        chance if r.get("score") == "chance" else None, r.get("measure", MEASURE_BEFORE))
             for kind, r in stored.get("rules", {}).items()}
 
