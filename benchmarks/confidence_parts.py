@@ -65,25 +65,35 @@ def measure(run: str, names: int, keep: float) -> list[list[str]]:
         correction = fit_correction(held.confidence, held.right, held.parts if parts else None)
         chance = corrected([a.confidence for a in answers], correction, [a.parts for a in answers])
         rule = rules_from(held, keep, correction if parts else None)["both"]
-        judged = seen.report(model, vocab, rule)
-        wrong = len(right) - sum(right)
-        withheld_wrong = judged.dev_abstained - (judged.dev_right - judged.dev_right_kept)
         label = f"{'parts' if isinstance(correction, PartsCorrection) else 'beta'}, {method.split(', ')[1]}"
         rows.append([Path(run).name, label, f"{sum(held.right)}/{len(held.right)}",
                      f"{expected_calibration_error(chance, right):.3f}", f"{log_loss(chance, right):.3f}",
-                     f"{auroc(chance, right):.3f}", count_with_interval(judged.dev_right_kept, judged.dev_right),
-                     f"{withheld_wrong}/{wrong}", count_with_interval(judged.invented_abstained, judged.invented)])
+                     f"{auroc(chance, right):.3f}", *rule_cells(seen.report(model, vocab, rule))])
         print(" | ".join(rows[-1]), flush=True)
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def rule_cells(judged) -> list[str]:
+    """An audit report's (trust/audit.py AuditReport) dev right answers kept, dev wrong answers
+    withheld and invented subjects abstained on, as table cells."""
+    wrong = judged.dev - judged.dev_right
+    withheld_wrong = judged.dev_abstained - (judged.dev_right - judged.dev_right_kept)
+    return [count_with_interval(judged.dev_right_kept, judged.dev_right), f"{withheld_wrong}/{wrong}",
+            count_with_interval(judged.invented_abstained, judged.invented)]
+
+
+def runs_arguments(doc: str, argv: list[str] | None) -> argparse.Namespace:
+    """The flags of a benchmark that judges runs' rules: the runs, invented names, keep-right, --write."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="runs with a recall model that held people out of finetuning")
     parser.add_argument("--names", type=int, default=500, help="invented subjects asked about (default 500)")
     parser.add_argument("--keep-right", type=float, default=DEFAULT_KEEP_RIGHT)
     parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = runs_arguments(__doc__, argv)
     rows = [row for run in args.runs for row in measure(run, args.names, args.keep_right)]
     headers = ["run", "correction, rule on", "held-out right", "dev ECE", "dev log-loss", "AUROC",
                "dev right kept", "dev wrong withheld", "invented abstained"]

@@ -15,12 +15,11 @@ kept, dev wrong answers withheld, invented subjects abstained on.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 
 from _common import count_with_interval, report, table  # puts the checkout's attnlab first on sys.path
-from confidence_parts import files_of
+from confidence_parts import files_of, rule_cells, runs_arguments
 
 from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
 from attnlab.data.subject_orders import recorded_order  # noqa: E402
@@ -28,7 +27,7 @@ from attnlab.model.checkpoint import load_model  # noqa: E402
 from attnlab.trust.abstention import FAMILIARITY_MEASURES, held_out_signals, name_familiarity, people_of, rules_from  # noqa: E402
 from attnlab.trust.audit import audit_answers, invent_people  # noqa: E402
 from attnlab.trust.calibration import auroc, correctable, fit_correction  # noqa: E402
-from attnlab.trust.policy import DEFAULT_HOLDOUT, DEFAULT_KEEP_RIGHT  # noqa: E402
+from attnlab.trust.policy import DEFAULT_HOLDOUT  # noqa: E402
 
 
 def measure(run: str, names: int, keep: float) -> list[list[str]]:
@@ -41,7 +40,6 @@ def measure(run: str, names: int, keep: float) -> list[list[str]]:
     seen = audit_answers(model, vocab, invent_people(documents(read_text(corpus)), names, 0), dev,
                          read_qa(train, labelled=True))
     dev_names = sorted(set(people_of(dev, model)))
-    wrong = len(seen.dev_right) - sum(seen.dev_right)
     rows = []
     for how in FAMILIARITY_MEASURES:
         measured = dataclasses.replace(held, measure=how,
@@ -52,23 +50,14 @@ def measure(run: str, names: int, keep: float) -> list[list[str]]:
         separation = auroc(known + invented, [True] * len(known) + [False] * len(invented))
         passing = sum(f >= rules["name"].familiarity for f in known)
         stopped = sum(f < rules["name"].familiarity for f in invented)
-        judged = seen.report(model, vocab, rules["both"])
-        withheld_wrong = judged.dev_abstained - (judged.dev_right - judged.dev_right_kept)
         rows.append([run.rstrip("/").split("/")[-1], how, f"{separation:.3f}", f"{passing}/{len(known)}",
-                     count_with_interval(stopped, len(invented)),
-                     count_with_interval(judged.dev_right_kept, judged.dev_right), f"{withheld_wrong}/{wrong}",
-                     count_with_interval(judged.invented_abstained, judged.invented)])
+                     count_with_interval(stopped, len(invented)), *rule_cells(seen.report(model, vocab, rules["both"]))])
         print(" | ".join(rows[-1]), flush=True)
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", help="runs with a recall model that held people out of finetuning")
-    parser.add_argument("--names", type=int, default=500, help="invented subjects asked about (default 500)")
-    parser.add_argument("--keep-right", type=float, default=DEFAULT_KEEP_RIGHT)
-    parser.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
-    args = parser.parse_args(argv)
+    args = runs_arguments(__doc__, argv)
     rows = [row for run in args.runs for row in measure(run, args.names, args.keep_right)]
     headers = ["run", "familiarity of", "AUROC dev/invented names", "dev names passing", "invented names stopped",
                "dev right kept (rule)", "dev wrong withheld", "invented abstained (rule)"]
