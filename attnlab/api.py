@@ -35,8 +35,7 @@ from .core import cpu_settings, logs
 from .core.datafiles import resolve as found  # data/NAME and models/NAME from any directory
 from .core.paths import PathError
 from .data.datasets import DataError, QAExample, read_corpus, read_questions
-from .data.splits import recorded_holdout
-from .data.subject_orders import recorded_order
+from .data.subject_orders import recorded_holdout, recorded_order
 from .data.vocab import Vocab
 from .facts.correction import edit_fact, training_answers
 from .data import factset

@@ -18,12 +18,6 @@ from .subject_orders import DEFAULT_ORDER, in_order
 SubjectOf = Callable[[QAExample], str] | None
 
 
-def recorded_holdout(meta: dict) -> float:
-    """The share of its training file a run records holding out from finetuning (0: none), from
-    its checkpoint's metadata."""
-    return float((meta.get("train_config") or {}).get("holdout_fraction") or 0.0)
-
-
 def subject_reader(schema: Schema) -> SubjectOf:
     """For a fact set of several relations, who a training question is about (a recipe counts
     subjects, each with all its questions); None for one relation (one question a person: the

@@ -1,5 +1,6 @@
 """The order in which a run takes the people of its training file (``TrainConfig.subject_order``),
-without importing torch: the configs and the command line's --help read the names here, and
+and what a run records of how it split them (the order, the share held out), without importing
+torch: the configs and the command line's --help read the names here, and
 data/splits.py cuts every split in this order.
 
 ``file`` takes the people in the training file's order (the last held out of finetuning, the
@@ -39,3 +40,9 @@ def in_order(examples: Sequence[QAExample], subject_of: Callable[[QAExample], st
 def recorded_order(meta: dict) -> str:
     """The subject order a run's metadata records training with (DEFAULT_ORDER when none)."""
     return (meta.get("train_config") or {}).get("subject_order") or DEFAULT_ORDER
+
+
+def recorded_holdout(meta: dict) -> float:
+    """The share of its training file a run's metadata records holding out from finetuning, in
+    that order (0: none)."""
+    return float((meta.get("train_config") or {}).get("holdout_fraction") or 0.0)

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..config.settings import DEFAULT_TRAIN, Settings, _f
 from ..core import bounds
 from ..core.datafiles import resolve
-from ..data.splits import recorded_holdout
-from ..data.subject_orders import recorded_order
+from ..data.subject_orders import recorded_holdout, recorded_order
 
 if TYPE_CHECKING:
     from .abstention import Rule

@@ -21,8 +21,7 @@ from typing import Any
 
 from ..core import logs
 from ..core.paths import write_atomically
-from ..data.splits import recorded_holdout
-from ..data.subject_orders import DEFAULT_ORDER
+from ..data.subject_orders import DEFAULT_ORDER, recorded_holdout
 from .calibration import Correction, PartsCorrection
 
 STORED_NAME = "abstention.json"
