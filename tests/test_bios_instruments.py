@@ -92,3 +92,27 @@ def test_serve_answers_traces_and_scores_it(learned, tmp_path):
     assert dev["total"] == len(read_qa(facts.dev, labelled=True))
     edit = client.post("/api/edit", json={"run": 0, "person": subject, "place": "Boston"})
     assert 400 <= edit.status_code < 500 and "several relations" in edit.json()["error"]
+
+
+def test_a_lab_of_two_fact_sets_answers_a_question_with_the_runs_that_can_be_asked_it(learned, tmp_path):
+    """The bios run beside the shipped model (the course's birthplace question): each run answers
+    its own set's questions and says why it was not asked the other's; a question neither run
+    can be asked is refused."""
+    from attnlab.serve.lab import Facts
+
+    from tests.conftest import DATA, REPO
+
+    facts, run = learned
+    question, _ = first_dev(facts)
+    shipped = REPO / "models" / "cpu"
+    lab = Lab([Run(str(run), load(run, device="cpu")),
+               Run(str(shipped), load(shipped, device="cpu"), facts=Facts.load(DATA))],
+              read_corpus(facts.corpus).split("\n"), read_qa(facts.dev, labelled=True), tmp_path / "out", stat_lines=20)
+    client = TestClient(create_app(lab, rate=0))
+    bios, course = client.post("/api/ask", json={"question": question}).json()["answers"]
+    assert "answer" in bios and "problem" not in bios
+    assert "answer" not in course and "matches no relation" in course["problem"] and course["name"] == str(shipped)
+    both = client.post("/api/ask", json={"question": "Where was Ralf Wadephul born?"}).json()["answers"]
+    assert both[1]["answer"] == "Berlin"  # the bios set's birth-city question is the course's too
+    refused = client.post("/api/ask", json={"question": "What colour is the sky?"})
+    assert 400 <= refused.status_code < 500 and "matches no relation" in refused.json()["error"]

@@ -382,10 +382,19 @@ class Lab:
                     with self._waiting_lock:
                         batch, self._waiting = self._waiting, []
                     self._answer_waiting(batch)
-        for a in asked:
-            if a.error is not None:
+        failed = [a for a in asked if a.error is not None]
+        for a in failed:  # a bug, or a question no run chosen can be asked: the request fails
+            if not isinstance(a.error, ValueError) or len(failed) == len(asked):
                 raise a.error
-        return {"question": asked[0].question, "answers": [self._shown(a) for a in asked]}
+        # Runs of different fact sets side by side: a run that cannot be asked this question
+        # says why on its card while the others answer.
+        return {"question": next(a.question for a in asked if a.error is None),
+                "answers": [self._shown(a) if a.error is None else self._not_asked(a) for a in asked]}
+
+    def _not_asked(self, asked: _Asked) -> dict[str, Any]:
+        """The card of a run that could not be asked the question, and why."""
+        return {"run": asked.run, "name": self.runs[asked.run].name, "question": asked.question,
+                "problem": str(asked.error)}
 
     def question_for(self, text: str, run: Run) -> str:
         """The question ``run`` is asked: a bare subject made a question of its fact set, the

@@ -60,7 +60,7 @@ async function ask(event) {
     const data = await api("/api/ask", { question: $("question").value, runs: chosenRuns() });
     state.question = data.question;
     $("answers").replaceChildren(...data.answers.map(answerCard));
-    $("why-run").value = String(data.answers[0].run);
+    $("why-run").value = String(data.answers.find((a) => !a.problem).run);
     $("why").hidden = false;
     $("trace").replaceChildren();
     $("trace-status").textContent = "";
@@ -70,6 +70,11 @@ async function ask(event) {
 }
 
 function answerCard(a) {
+  if (a.problem) {  // a run of another fact set: this question is not one of its relations
+    return el("div", { className: "card" }, el("h3", { textContent: a.name }),
+      el("div", { className: "answer withheld", textContent: "not asked" }),
+      el("div", { className: "in-words unsure", textContent: a.problem }));
+  }
   const shown = a.given ? el("div", { className: "answer", textContent: a.answer || "(no answer)" })
     : el("div", { className: "answer withheld", textContent: "I don't know" });
   const card = el("div", { className: "card" }, el("h3", { textContent: a.name }), shown,
