@@ -205,6 +205,12 @@ def test_a_training_job_is_watched_and_its_run_joins_the_list(page, served, tmp_
     page.click("#ask")
     page.wait_for_selector(".card .relation")
     assert page.inner_text(".card .relation") == "relation: river"
+    page.locator(".run-choice").first.check()  # models/cpu beside it: a question of another set
+    page.click("#ask")
+    not_asked = page.locator(".card", has_text="not asked")
+    not_asked.wait_for()
+    assert page.locator("#answers .card").count() == 2 and "matches no relation" in not_asked.inner_text()
+    assert page.locator("#answers .card .relation").inner_text() == "relation: river"  # learn-towns answered
 
 
 def test_two_runs_are_compared(page, served, tmp_path):
