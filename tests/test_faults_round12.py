@@ -222,7 +222,7 @@ def test_audit_on_a_tiny_corpus_names_the_file(run, tmp_path, capsys):  # noqa: 
     message = refused(["audit", str(run / "run"), "--corpus", str(corpus), "--eval-file", str(run / "dev.tsv"),
                        "--train-file", str(run / "dev.tsv"), "--holdout-file", str(run / "dev.tsv"),
                        "--out-dir", str(tmp_path / "audit"), "--device", "cpu", "--names", "3"], capsys)
-    assert f"{corpus}: too few people to recombine their names" in message
+    assert f"{corpus}: too few subjects to recombine their names" in message
     assert not (tmp_path / "audit").exists()
 
 

@@ -642,3 +642,20 @@ def test_the_page_says_how_often_answers_this_confident_are_right():
     assert in_words(rule, 0.7, True, 0.874) == ("sure: at or above this model's threshold 0.50; about 87 in 100 "
                                                 "answers this confident are right")
     assert in_words(rule, 0.3, False, None) == "unsure: below this model's threshold 0.50"
+
+
+def test_subjects_of_one_word_are_invented_from_halves_of_their_names():
+    """A set whose subjects are single words (elements, countries): an invented subject is the
+    first half of one name and the second half of another, in no corpus line."""
+    from attnlab.trust.audit import name_parts
+
+    docs = ["Hydrogen. It is the lightest.", "Carbon. Coal is mostly carbon.", "Oxygen. We breathe it.",
+            "Nitrogen. Most of the air.", "Argon. A noble gas."]
+    heads, tails, joiner, recipe = name_parts(docs)
+    assert joiner == "" and "Hydr" in heads and "ogen" in tails and "half" in recipe
+    names = invent_people(docs, 8, seed=3)
+    text = "\n".join(docs)
+    assert len(set(names)) == 8 and not [n for n in names if n in text]
+    assert all(any(n.startswith(h) and n[len(h):] in tails for h in heads) for n in names)
+    with pytest.raises(ValueError, match="too few subjects to recombine.*1 one-word name"):
+        invent_people(["Hydrogen. It is the lightest.", "the rest. of it"], 2)

@@ -349,7 +349,7 @@ def report_lines(report: dict) -> list[str]:
 
 # ---- audit -------------------------------------------------------------------------------------
 def cmd_audit(args: argparse.Namespace) -> int:
-    from ..trust.audit import AUDIT_FILES, audit, audit_words, invent_people
+    from ..trust.audit import AUDIT_FILES, audit, audit_words, invent_people, name_parts
     from ..trust.stored import read_stored
     from ..model.checkpoint import load_model
     from ..data.datasets import documents, read_corpus, read_qa, read_questions
@@ -368,7 +368,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     result = audit(model, vocab, invented, dev, read_qa(args.train_file, labelled=True), policy, rules, out,
                    batch_size=args.batch_size, overwrite=args.overwrite)
     who, _, _ = words = audit_words(model)
-    print(f"{len(invented)} invented {who} (seed {args.seed}; first and last words of the names of {args.corpus}, "
+    print(f"{len(invented)} invented {who} (seed {args.seed}; {name_parts(docs)[3]} of {args.corpus}, "
           f"no line of which contains the whole name), e.g. {', '.join(invented[:3])}; "
           f"{len(dev)} dev questions of {args.eval_file}, {sum(result.answers.dev_right)} answered correctly")
     _print_audit(args, result, words)

@@ -26,6 +26,7 @@ from .abstention import Rule, decide, people_of
 from ..data.relations import Schema
 
 _NAME = re.compile(r"^[A-Z][\w'-]*( [A-Z][\w'.-]*)+$")
+_ONE_WORD = re.compile(r"^[A-Z][\w'-]+$")
 
 
 def corpus_people(docs: Sequence[str], max_chars: int = 40) -> list[str]:
@@ -39,18 +40,39 @@ def corpus_people(docs: Sequence[str], max_chars: int = 40) -> list[str]:
     return people
 
 
-def invent_people(docs: Sequence[str], n: int, seed: int = 0, source: str = "the corpus") -> list[str]:
-    """``n`` distinct names "FIRST SURNAME", each part taken from a different corpus person,
-    such that no corpus line contains the full name (seeded, so the same list every time).
-    ``source`` names the corpus in the errors."""
-    if n <= 0:
-        raise ValueError(f"--names must be a positive number of people, got {n}")
+def one_word_names(docs: Sequence[str], max_chars: int = 40) -> list[str]:
+    """The subjects of corpus lines ``NAME. text`` whose NAME is one capitalised word."""
+    titles = (doc.split(". ", 1)[0] for doc in docs)
+    return [t for t in titles if len(t) <= max_chars and _ONE_WORD.match(t)]
+
+
+def name_parts(docs: Sequence[str], source: str = "the corpus") -> tuple[list[str], list[str], str, str]:
+    """What invented names are made of: the first parts, the last parts, what joins them, and
+    the recipe in words. The first word of one corpus name and the last word of another when the
+    corpus names its subjects with two or more words; else (chemical elements, countries) the
+    first half of one one-word name and the second half of another."""
     people = corpus_people(docs)
     firsts = sorted({p.split()[0] for p in people})
     surnames = sorted({p.split()[-1] for p in people if not p.split()[-1].endswith(".")})
-    if len(firsts) < 2 or len(surnames) < 2:
-        raise ValueError(f"{source}: too few people to recombine their names ({len(firsts)} first name(s) and "
-                         f"{len(surnames)} surname(s) of {len(people)} people; at least 2 of each are needed)")
+    if len(firsts) >= 2 and len(surnames) >= 2:
+        return firsts, surnames, " ", "the first word of one name and the last word of another"
+    words = one_word_names(docs)
+    heads = sorted({w[: len(w) // 2] for w in words})
+    tails = sorted({w[len(w) // 2:] for w in words})
+    if len(heads) >= 2 and len(tails) >= 2:
+        return heads, tails, "", "the first half of one one-word name and the second half of another"
+    raise ValueError(f"{source}: too few subjects to recombine their names ({len(firsts)} first name(s) and "
+                     f"{len(surnames)} surname(s) of {len(people)} people, {len(words)} one-word name(s); at "
+                     "least 2 of each are needed)")
+
+
+def invent_people(docs: Sequence[str], n: int, seed: int = 0, source: str = "the corpus") -> list[str]:
+    """``n`` distinct names recombined from the names of the corpus's subjects (``name_parts``:
+    "FIRST SURNAME", each part from a different person), such that no corpus line contains the
+    full name (seeded, so the same list every time). ``source`` names the corpus in the errors."""
+    if n <= 0:
+        raise ValueError(f"--names must be a positive number of people, got {n}")
+    firsts, lasts, joiner, _ = name_parts(docs, source)
     text = "\n".join(docs)
     rng = random.Random(seed)
     names: list[str] = []
@@ -58,7 +80,7 @@ def invent_people(docs: Sequence[str], n: int, seed: int = 0, source: str = "the
     for _ in range(200 * n):
         if len(names) == n:
             break
-        name = f"{rng.choice(firsts)} {rng.choice(surnames)}"
+        name = f"{rng.choice(firsts)}{joiner}{rng.choice(lasts)}"
         if name in seen:
             continue
         seen.add(name)
