@@ -129,6 +129,7 @@ def stored_rules(stored: dict[str, Any]) -> dict[str, Any]:
     from .abstention import MEASURE_BEFORE, Rule
 
     chance = stored_correction(stored)
+
     def number(value):
         return None if value is None else float(value)
 
