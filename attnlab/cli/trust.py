@@ -119,7 +119,7 @@ def rule_from_args(args: argparse.Namespace, model, run: str, log: Log):
 def _given(args, answers) -> tuple:
     """The rule (or None) and whether each answer is given."""
     from ..api import load
-    from ..trust.abstention import decide, people_of
+    from ..trust.abstention import decide_answers
     from ..core.devices import resolve_device
 
     model = load(args.checkpoint, device=str(resolve_device(getattr(args, "device", "auto"))),
@@ -127,14 +127,7 @@ def _given(args, answers) -> tuple:
     rule = rule_from_args(args, model, args.checkpoint, logs.note)
     if rule is None:
         return None, [True] * len(answers)
-    names = people_of(answers_as_examples(answers), model.gpt) if rule.needs_familiarity else [""] * len(answers)
-    return rule, decide(model.gpt, model.vocab, rule, names, answers)
-
-
-def answers_as_examples(answers):
-    from ..data.datasets import QAExample
-
-    return [QAExample(a.question, None, "<question>", i + 1) for i, a in enumerate(answers)]
+    return rule, decide_answers(model.gpt, model.vocab, rule, answers)
 
 
 def abstain_in_evaluation(args: argparse.Namespace, answers, out: Path, log: Log = logs.result) -> dict | None:
@@ -222,11 +215,10 @@ def given_in_ask(args: argparse.Namespace, model, log: Log | None = None) -> Cal
     if rule is None:
         return lambda answers: [True] * len(answers)
     log(rule.describe())
-    from ..trust.abstention import decide, people_of
+    from ..trust.abstention import decide_answers
 
     def given(answers: Sequence) -> list[bool]:
-        names = people_of(answers_as_examples(answers), model.gpt) if rule.needs_familiarity else [""] * len(answers)
-        return decide(model.gpt, model.vocab, rule, names, answers)
+        return decide_answers(model.gpt, model.vocab, rule, answers)
 
     return given
 

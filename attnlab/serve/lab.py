@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Hashable
 
-from ..trust.abstention import Rule, decide, people_of
+from ..trust.abstention import Rule, decide_answers
 from ..trust.stored import weights_digest
 from .trace_worker import NotPortable, TraceWorker, portable
 from ..api import LoadedModel
@@ -476,9 +476,7 @@ class Lab:
         """Whether ``rule`` gives each of ``model``'s answers (None: every one)."""
         if rule is None:
             return [True] * len(answers)
-        asked = [QAExample(a.question, None, "question", 1) for a in answers]
-        names = people_of(asked, model.gpt) if rule.needs_familiarity else [""] * len(answers)
-        return decide(model.gpt, model.vocab, rule, names, answers)
+        return decide_answers(model.gpt, model.vocab, rule, answers)
 
     # ---- why: attention and causal trace -----------------------------------------------------
     def attention(self, text: str, number: int) -> dict[str, Any]:

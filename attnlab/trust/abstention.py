@@ -243,6 +243,15 @@ def decide(model: GPT, vocab: Vocab, rule: Rule, names: Sequence[str], answers: 
     return [rule.answers(a.confidence, f, a.parts) for a, f in zip(answers, familiar)]
 
 
+def decide_answers(model: GPT, vocab: Vocab, rule: Rule, answers: Sequence[Answer], batch_size: int = 256
+                   ) -> list[bool]:
+    """``decide`` for answers that carry their questions: each one's name is read from its
+    question, and only when the rule checks names."""
+    asked = [QAExample(a.question, None, "<question>", i + 1) for i, a in enumerate(answers)]
+    names = people_of(asked, model) if rule.needs_familiarity else [""] * len(answers)
+    return decide(model, vocab, rule, names, answers, batch_size)
+
+
 def people_of(examples: Sequence[QAExample], model: GPT | None = None) -> list[str]:
     """Who each question asks about, by the relations of ``model``'s fact set (else the course's
     one question); a question no relation matches stands for itself."""
