@@ -25,6 +25,7 @@ MISTAKES = [
     ("heads_mixed.py", "CausalSelfAttention", None, "causality"),
     ("rotary_on_values.py", "RotaryAttention", "rotary", "same as rotary"),
     ("dropout_at_inference.py", "CausalSelfAttention", None, "no dropout in eval"),
+    ("dropout_on_scores.py", "CausalSelfAttention", None, "dropout in training"),
 ]
 
 
@@ -46,6 +47,7 @@ SLIPS = [
     ("fused_qkv.py", "UnscaledAttention", "vanilla", "scores not scaled by 1/sqrt(d/h)"),
     ("slips.py", "WidthScaled", "vanilla", "1/sqrt(n_embd), the model's width"),
     ("slips.py", "OneHead", "vanilla", "never split into heads"),
+    ("slips.py", "KeysQueriesSwapped", "vanilla", "k @ q^T"),
     ("rotary_on_values.py", "RotaryAttention", "rotary", "the rotation applied to the values too"),
     ("slips.py", "RotaryHalves", "rotary", "rotate_half"),
     ("slips.py", "RotaryFrequencies", "rotary", "10000^(-i/e)"),
@@ -89,6 +91,16 @@ def test_a_mask_never_cut_to_the_input_is_named() -> None:
                  if c.name == "shape and dtype")
     assert check.status == "fail" and "slips.py:" in check.reason
     assert "it runs with T=16, the block size, only" in check.reason
+
+
+def test_dropout_in_training_passes_a_layer_without_dropout_and_says_so() -> None:
+    """Dropout is the student's choice: a layer with none passes the training check, which says
+    nothing was dropped; the course's layer (nn.Dropout after the softmax) passes and drops."""
+    without = check_attention(f"{FIXTURES / 'slips.py'}:CausalSelfAttention")
+    check = next(c for c in without.checks if c.name == "dropout in training")
+    assert check.status == "pass" and "nothing is dropped" in check.reason
+    check = next(c for c in check_attention(COURSE).checks if c.name == "dropout in training")
+    assert check.status == "pass" and "and it drops" in check.reason
 
 
 def test_weights_under_other_names_are_copied_by_role() -> None:

@@ -4,6 +4,7 @@
 variant by name) and runs, each to a pass or fail with its reason and the smallest failing
 example: output shape and dtype (and finite values); causality, by gradients, for every
 position; batch independence; the same output in training and eval mode without dropout;
+no dropout at inference, and in training finite, causal outputs with dropout;
 gradients reaching every parameter; the parameter count against vanilla; determinism under a
 seed; the KV-cache decode against the full forward (the lab's interface promises it; the
 course's does not, so it is skipped there); and with ``same_as``, equality to a lab variant
@@ -119,7 +120,7 @@ def check_attention(name: str, same_as: str | None = None, *, config: ModelConfi
     checks: list[tuple[str, Callable[[Subject], Check]]] = [
         ("shape and dtype", shape_and_dtype), ("causality", causality),
         ("batch independence", batch_independence), ("train and eval alike", train_equals_eval),
-        ("no dropout in eval", no_dropout_in_eval),
+        ("no dropout in eval", no_dropout_in_eval), ("dropout in training", dropout_in_training),
         ("gradients reach every parameter", gradients_reach), ("parameter count", parameter_count),
         ("deterministic under a seed", deterministic), ("KV-cache decode", cache_decode)]
     if same_as is not None:
@@ -251,6 +252,38 @@ def no_dropout_in_eval(s: Subject) -> Check:
     return Check("", "pass", "built with dropout 0.5, eval() gives the dropout-0 output: no dropout at inference")
 
 
+def dropout_in_training(s: Subject) -> Check:
+    """Built with dropout 0.5 and in train(), the layer must still give finite values that no
+    later input reaches: dropout applied to the masked scores before the softmax multiplies a
+    dropped -inf by 0, which is NaN, so training diverges at its first step while every check in
+    eval() passes."""
+    dropping = s.build(0, dropout=0.5).train()
+    C = s.config.n_embd
+    for T in range(2, s.config.block_size + 1):
+        torch.manual_seed(T)
+        x = inputs(2, T, C).requires_grad_(True)
+        y = s.run(x, dropping)
+        if not bool(torch.isfinite(y).all()):
+            b, t = ((~torch.isfinite(y.detach())).nonzero()[0, :2]).tolist()
+            return Check("", "fail", "built with dropout 0.5, the layer in train() gives NaN or infinite values "
+                         "(dropout applied to the scores before the softmax turns a dropped -inf into NaN: "
+                         "drop the attention weights after the softmax)",
+                         f"T={T}, B=2, dropout 0.5, train(): output[{b}, {t}] is {float(y.detach()[b, t].sum()):.3g}")
+        for t in range(T - 1):
+            (g,) = torch.autograd.grad(y[:, t].sum(), x, retain_graph=True, allow_unused=True)
+            later = [] if g is None else (g[:, t + 1:].abs().sum((0, 2)) > GRAD_TOL).nonzero()
+            if len(later):
+                j = t + 1 + int(later[0])
+                return Check("", "fail", f"built with dropout 0.5, in train() output position {t} depends on input "
+                             f"position {j}, a later one (dropout applied before the mask, or a mask that "
+                             "only eval() applies?)", f"T={T}, B=2, dropout 0.5, train(): d output[{t}] / d x[{j}]")
+    with torch.no_grad():
+        x = inputs(2, s.config.block_size, C)
+        drops = beyond_tolerance(s.run(x, dropping), s.run(x)) is not None
+    how = "and it drops" if drops else "though nothing is dropped: no dropout in the layer (a choice, not an error)"
+    return Check("", "pass", f"built with dropout 0.5, train() gives finite outputs no later input reaches, {how}")
+
+
 def gradients_reach(s: Subject) -> Check:
     x = inputs(2, 8, s.config.n_embd)
     layer = s.layer
@@ -369,6 +402,14 @@ def _scaled(scale: Callable[[int, int], float]) -> Callable[[type, int], dict[st
     return hooks
 
 
+def _keys_queries_swapped(cls: type, d: int) -> dict[str, Callable]:
+    """Scores computed as k q^T (each key against the later queries) where the course has q k^T."""
+    def queries_keys(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, float]:
+        q, k, scale = cls.queries_keys(self, x, positions)
+        return k, q, scale
+    return {"queries_keys": queries_keys}
+
+
 def _rotary_halves(cls: type, d: int) -> dict[str, Callable]:
     """Rotary pairing coordinate i with i + e/2 (GPT-NeoX's rotate_half) instead of 2i with 2i+1."""
     def with_positions(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
@@ -421,6 +462,8 @@ SLIPS: tuple[tuple[str, type, int | None, Callable[[type, int], dict[str, Callab
      DotProductAttention, None, _scaled(lambda d, C: C ** -0.5)),
     ("scores scaled by 1/(d/h) instead of 1/sqrt(d/h)", DotProductAttention, None, _scaled(lambda d, C: 1.0 / d)),
     ("scores multiplied by sqrt(d/h) instead of divided", DotProductAttention, None, _scaled(lambda d, C: d ** 0.5)),
+    ("the scores' two factors swapped: k @ q^T where the course computes q @ k^T", DotProductAttention, None,
+     _keys_queries_swapped),
     ("one head of the full width: the input never split into heads", DotProductAttention, 1,
      _scaled(lambda d, C: C ** -0.5)),
     ("one head of the full width (the input never split into heads), scaled by 1/sqrt(d/h)",
