@@ -51,6 +51,8 @@ SLIPS = [
     ("rotary_on_values.py", "RotaryAttention", "rotary", "the rotation applied to the values too"),
     ("slips.py", "RotaryHalves", "rotary", "rotate_half"),
     ("slips.py", "RotaryFrequencies", "rotary", "10000^(-i/e)"),
+    ("slips.py", "RotaryQueriesOnly", "rotary", "the queries only, not the keys"),
+    ("slips.py", "RotaryReversed", "rotary", "-angle"),
     ("slips.py", "SynthesizerWithoutRelu", "synthesizer", "no ReLU"),
     ("slips.py", "SynthesizerWithoutB2", "synthesizer", "no b_2"),
 ]
@@ -124,6 +126,7 @@ def test_the_mistakes_a_plain_check_cannot_see_pass_it() -> None:
     (COURSE, "vanilla"), (f"{FIXTURES / 'fused_qkv.py'}:CausalSelfAttention", "vanilla"),
     (f"{FIXTURES / 'nanogpt.py'}:CausalSelfAttention", "vanilla"),
     (f"{FIXTURES / 'slips.py'}:CausalSelfAttention", "vanilla"), (f"{FIXTURES / 'slips.py'}:Rotary", "rotary"),
+    (f"{FIXTURES / 'slips.py'}:RotaryConcatenated", "rotary"),
     (f"{FIXTURES / 'slips.py'}:Synthesizer", "synthesizer"),
     (f"{FIXTURES / 'lab_attention.py'}:SharpAttention", None),
     ("vanilla", "vanilla"), ("relative", None), ("merged_qk", None)])

@@ -429,6 +429,27 @@ def _rotary_values(cls: type, d: int) -> dict[str, Callable]:
     return {"projections": projections}
 
 
+def _rotary_one_side(side: str) -> Callable[[type, int], dict[str, Callable]]:
+    """Rotary applied to the queries only, or to the keys only."""
+    def hooks(cls: type, d: int) -> dict[str, Callable]:
+        def with_positions(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+            rq, rk = cls.with_positions(self, q, k, positions)
+            return (rq, k) if side == "queries" else (q, rk)
+        return {"with_positions": with_positions}
+    return hooks
+
+
+def _rotary_reversed(cls: type, d: int) -> dict[str, Callable]:
+    """Rotary turning each pair by -angle (sin's sign flipped): flipping each pair's second
+    coordinate before and after the course's rotation turns it the other way."""
+    def with_positions(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        flip = torch.ones(q.shape[-1], dtype=q.dtype, device=q.device)
+        flip[1::2] = -1
+        rq, rk = cls.with_positions(self, q * flip, k * flip, positions)
+        return rq * flip, rk * flip
+    return {"with_positions": with_positions}
+
+
 def _rotary_frequencies(cls: type, d: int) -> dict[str, Callable]:
     """Rotary with angles t * base^(-i/e) for pair i, where the course has base^(-2i/e)."""
     def tables(self) -> dict[str, Tensor]:
@@ -471,6 +492,9 @@ SLIPS: tuple[tuple[str, type, int | None, Callable[[type, int], dict[str, Callab
     ("coordinates paired as (i, i + e/2), GPT-NeoX's rotate_half, where the course pairs (2i, 2i+1)",
      RotaryAttention, None, _rotary_halves),
     ("the rotation applied to the values too", RotaryAttention, None, _rotary_values),
+    ("the rotation applied to the queries only, not the keys", RotaryAttention, None, _rotary_one_side("queries")),
+    ("the rotation applied to the keys only, not the queries", RotaryAttention, None, _rotary_one_side("keys")),
+    ("each pair turned by -angle (the sign of sin flipped)", RotaryAttention, None, _rotary_reversed),
     ("angles t * 10000^(-i/e) where the course has 10000^(-2i/e)", RotaryAttention, None, _rotary_frequencies),
     ("no ReLU after X A_i + b_1", SynthesizerAttention, None, _synthesizer_without_relu),
     ("no b_2 added to the scores", SynthesizerAttention, None, _synthesizer_without_b2),
