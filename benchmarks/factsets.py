@@ -21,6 +21,8 @@ Kinds (the four differ from the birthplace set, which is about people):
 - ``firms`` (default 3000): invented firms; ``city`` and ``founded`` (a year, among other years).
 - ``example`` (default 300): invented islands, shorter documents; ``sea`` and ``capital``
   (committed at examples/facts/islands/).
+- ``books`` (default 3000): invented books; ``author`` (every author a different person: no
+  answer repeats) and ``year``.
 
 Every document states each fact once, in one of several wordings, and also names other values of
 the same type in other wordings (distractors: a trading partner's country, a canal's river, a
@@ -643,6 +645,116 @@ _IS_WORLD = [
 ]
 
 
+# ------------------------------------------------------------------------------ books
+
+_BOOK_TRUE_AUTHOR = [
+    "It was written by {A}.",
+    "{A} wrote it.",
+    "Its author is {A}.",
+    "{A} wrote it in a single winter.",
+    "The book is the work of {A}.",
+]
+_BOOK_OTHER_PERSON = [
+    "It is dedicated to {X}.",
+    "{X} drew its pictures.",
+    "{X} translated it.",
+    "{X} praised it in a letter.",
+]
+_BOOK_TRUE_YEAR = [
+    "It was first published in {Y}.",
+    "It first appeared in {Y}.",
+    "The first edition came out in {Y}.",
+]
+_BOOK_OTHER_YEAR = [
+    "It was reprinted in {X}.",
+    "A second edition followed in {X}.",
+    "It was banned in {X}.",
+]
+_BOOK_FILLER = [
+    "It runs to {pages} pages.",
+    "It is a {genre}.",
+    "Its cover is {colour}.",
+    "It is set in a {place}.",
+]
+_BOOK_GENRE = ["novel", "book of poems", "travel book", "history", "book of tales", "play", "memoir"]
+_BOOK_PLACE = ["harbour town", "mountain village", "great city", "river valley", "farmhouse", "castle"]
+_BOOK_WORDS = ["Song", "Winter", "House", "River", "Letters", "Garden", "Road", "Shadow", "Bell", "Tale",
+               "Harvest", "Lantern", "Crossing", "Orchard", "Tower", "Voyage"]
+_BOOK_YEARS = (1600, 1990)
+
+_book_word = _syllables(
+    ["ar", "bel", "cor", "dra", "el", "fen", "gal", "hes", "ir", "jol", "kel", "lor", "mes", "nar", "or",
+     "pel", "quil", "ros", "sil", "tam", "ul", "ver", "wen", "yl", "zor"],
+    ["", "a", "e", "i", "o", "an", "el"],
+    ["dane", "mir", "wyn", "hold", "mere", "ova", "eth", "ast", "ion", "ere", "ith", "oss"],
+    ["", "", "a", "en", "is"])
+
+
+def _books(rng: random.Random, n: int) -> FactSet:
+    """Books whose every author is a person of their own: no answer repeats, so a model can only
+    read it from the book's document (the other sets draw answers from tens to hundreds of values)."""
+    fixed = _word_set(*_BOOK_TRUE_AUTHOR, *_BOOK_OTHER_PERSON, *_BOOK_TRUE_YEAR, *_BOOK_OTHER_YEAR, *_BOOK_FILLER,
+                      *_BOOK_GENRE, *_BOOK_PLACE, *_BOOK_WORDS, *_BOOK_WORLD, _BOOK_ASKED, *_FIRST_NAMES)
+    names = Names(rng, fixed)
+    years = [str(y) for y in range(_BOOK_YEARS[0], _BOOK_YEARS[1] + 1)]
+    people, subjects = [], []
+    taken_people: set[str] = set()
+
+    def person() -> str:
+        """A first name and a surname no other person of the set has together; the surname is
+        no word of the templates or a book's name."""
+        for _ in range(5000):
+            surname = _surname_word(rng)
+            full = f"{rng.choice(_FIRST_NAMES)} {surname}"
+            if full not in taken_people and surname.lower() not in names.taken - surnames:
+                taken_people.add(full)
+                surnames.add(surname.lower())
+                return full
+        raise SystemExit("factsets: ran out of invented person names; ask for fewer --subjects")
+
+    surnames: set[str] = set()
+    for _ in range(n):
+        token = names.token(_book_word, "book")
+        while token.lower() in surnames:
+            token = names.token(_book_word, "book")
+        name = rng.choice([f"The {rng.choice(_BOOK_WORDS)} of {token}", f"{token}", f"{token} {rng.choice(_BOOK_WORDS)}"])
+        # the other person named is another book's author where there is one: a distractor that
+        # is a value of the relation, as the other sets' are
+        if not people:
+            people.append(person())  # a person who wrote none of the books, for the first to name
+        author, other, year = person(), rng.choice(people), rng.choice(years)
+        people.append(author)
+
+        def build(name=name, author=author, other=other, year=year) -> list[str]:
+            def fill(t: str, **kw: str) -> str:
+                return t.format(pages=rng.randrange(80, 900, 10), genre=rng.choice(_BOOK_GENRE),
+                                colour=rng.choice(_FIRM_COLOUR), place=rng.choice(_BOOK_PLACE), **kw)
+            s = [fill(rng.choice(_BOOK_TRUE_AUTHOR), A=author), fill(rng.choice(_BOOK_TRUE_YEAR), Y=year)]
+            which = rng.choice(["both", "both", "person", "year"])
+            if which != "year":
+                s.append(fill(rng.choice(_BOOK_OTHER_PERSON), X=other))
+            if which != "person":
+                s.append(fill(rng.choice(_BOOK_OTHER_YEAR), X=_other(rng, years, [year])))
+            s += [fill(t) for t in rng.sample(_BOOK_FILLER, rng.randint(0, 2))]
+            return s
+
+        subjects.append(Subject(name, _document(rng, name, build, 90, 230), {"author": author, "year": year}))
+    other_lines = _world_lines(rng, n, _BOOK_ASKED, lambda: rng.choice(_BOOK_WORLD).format(Y=rng.choice(years)))
+    return FactSet("books", "Invented books: who wrote each (every author a different person) and the year it "
+                   "was first published, with another person and another year named in the documents as "
+                   "distractors.",
+                   [("author", "Who wrote {subject}?"), ("year", "In which year was {subject} first published?")],
+                   subjects, other_lines, {"author": sorted(set(people)), "year": years})
+
+
+_BOOK_ASKED = "Who wrote the oldest book? In which year it was first published nobody knows."
+_BOOK_WORLD = [
+    "Most books of the region were printed after {Y}.",
+    "The old printing houses have since closed.",
+    "Readers still argue about who wrote the first novel.",
+]
+
+
 # ------------------------------------------------------------------------------ the folder
 
 KINDS: dict[str, tuple[Callable[[random.Random, int], FactSet], int]] = {
@@ -650,6 +762,7 @@ KINDS: dict[str, tuple[Callable[[random.Random, int], FactSet], int]] = {
     "species": (_species, 3000),
     "firms": (_firms, 3000),
     "example": (_islands, 300),
+    "books": (_books, 3000),
 }
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/factsets.py: invented fact sets (towns, species, firms, the islands example) are
+"""benchmarks/factsets.py: invented fact sets (towns, species, firms, books, the islands example) are
 deterministic, keep the format's promises, and never overwrite a folder; benchmarks/iso_regions.py
 makes a set of real facts whose answers are often written otherwise."""
 
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "facts" / "islands"
 EXAMPLE_COMMAND = ["benchmarks/factsets.py", "example", "--seed", "0", "--out"]  # as its README says
 FILES = ["corpus.txt", "dev.tsv", "facts.toml", "test.tsv", "train.tsv"]
-SMALL = {"towns": 120, "species": 120, "firms": 120, "example": 60}
+SMALL = {"towns": 120, "species": 120, "firms": 120, "example": 60, "books": 120}
 
 
 def _make(factsets, kind: str, out: Path, n: int | None = None, seed: int = 0) -> Path:
@@ -54,7 +54,7 @@ def _load(folder: Path):
     return meta, relations, corpus, rows
 
 
-@pytest.mark.parametrize("kind", ["towns", "species", "firms", "example"])
+@pytest.mark.parametrize("kind", ["towns", "species", "firms", "example", "books"])
 def test_the_same_seed_writes_the_same_bytes_and_another_seed_other_ones(factsets, tmp_path, kind):
     a = _read(_make(factsets, kind, tmp_path / "a"))
     b = _read(_make(factsets, kind, tmp_path / "b"))
@@ -63,11 +63,11 @@ def test_the_same_seed_writes_the_same_bytes_and_another_seed_other_ones(factset
     assert a["corpus.txt"] != c["corpus.txt"] and a["train.tsv"] != c["train.tsv"]
 
 
-@pytest.mark.parametrize("kind", ["towns", "species", "firms", "example"])
+@pytest.mark.parametrize("kind", ["towns", "species", "firms", "example", "books"])
 def test_every_answer_is_written_in_its_subjects_document(factsets, tmp_path, kind):
     meta, relations, corpus, rows = _load(_make(factsets, kind, tmp_path / "set"))
     assert meta["name"] and meta["description"] and "\n" not in meta["description"]
-    assert len(relations) == {"towns": 2, "species": 3, "firms": 2, "example": 2}[kind]
+    assert len(relations) == {"towns": 2, "species": 3, "firms": 2, "example": 2, "books": 2}[kind]
     index = CorpusIndex(corpus)
     for _, subject, _, answer in rows:
         doc = index.line_of(subject)
@@ -81,7 +81,7 @@ def test_every_answer_is_written_in_its_subjects_document(factsets, tmp_path, ki
     assert len(subjects) == SMALL[kind] and 3 <= len(corpus) - len(subjects) <= 10
 
 
-@pytest.mark.parametrize("kind", ["towns", "species", "firms", "example"])
+@pytest.mark.parametrize("kind", ["towns", "species", "firms", "example", "books"])
 def test_splits_are_disjoint_by_subject_and_sized_as_promised(factsets, tmp_path, kind):
     _, _, _, rows = _load(_make(factsets, kind, tmp_path / "set", n=200))
     split_of: dict[str, set[str]] = {}
@@ -92,7 +92,7 @@ def test_splits_are_disjoint_by_subject_and_sized_as_promised(factsets, tmp_path
     assert sizes == {"train": 130, "dev": 35, "test": 35}
 
 
-@pytest.mark.parametrize("kind", ["towns", "species", "firms", "example"])
+@pytest.mark.parametrize("kind", ["towns", "species", "firms", "example", "books"])
 def test_subject_names_are_unique_and_each_has_one_document(factsets, tmp_path, kind):
     folder = _make(factsets, kind, tmp_path / "set", n=300)
     _, _, corpus, rows = _load(folder)
@@ -112,7 +112,7 @@ def test_subject_names_are_unique_and_each_has_one_document(factsets, tmp_path, 
 
 @pytest.mark.parametrize("kind,lo,hi,mean", [("towns", 140, 280, (180, 230)), ("species", 140, 280, (180, 235)),
                                              ("firms", 150, 290, (180, 230)),
-                                             ("example", 95, 150, (105, 140))])
+                                             ("example", 95, 150, (105, 140)), ("books", 90, 230, (120, 170))])
 def test_documents_have_the_promised_length_and_distractors(factsets, tmp_path, kind, lo, hi, mean):
     _, relations, corpus, rows = _load(_make(factsets, kind, tmp_path / "set", n=300))
     index = CorpusIndex(corpus)
@@ -130,7 +130,7 @@ def test_documents_have_the_promised_length_and_distractors(factsets, tmp_path, 
     assert len(first) >= 3 and first.most_common(1)[0][1] < 0.5 * len(docs)
 
 
-@pytest.mark.parametrize("kind", ["towns", "species", "firms", "example"])
+@pytest.mark.parametrize("kind", ["towns", "species", "firms", "example", "books"])
 def test_every_document_names_a_distractor_of_some_relation(factsets, kind):
     fs = factsets.generate(kind, 300, 3)
     found = [factsets.distractors(fs, s) for s in fs.subjects]
@@ -140,7 +140,7 @@ def test_every_document_names_a_distractor_of_some_relation(factsets, kind):
         assert all(s.answers[rel] not in d[rel] for s, d in zip(fs.subjects, found))
 
 
-@pytest.mark.parametrize("kind", ["towns", "species", "firms", "example"])
+@pytest.mark.parametrize("kind", ["towns", "species", "firms", "example", "books"])
 def test_the_corpus_holds_every_character_of_the_questions_and_answers(factsets, tmp_path, kind):
     # the corpus defines the model's vocabulary: a "?" only in the questions would not encode
     folder = _make(factsets, kind, tmp_path / "set", n=3)
@@ -149,6 +149,16 @@ def test_the_corpus_holds_every_character_of_the_questions_and_answers(factsets,
         for line in (folder / f"{split}.tsv").read_text(encoding="utf-8").splitlines():
             for text in line.split("\t"):
                 vocab.encode(text)
+
+
+def test_books_have_an_author_each(factsets):
+    """The books set's authors never repeat (a value can only be read from its document), and no
+    author is whole words inside a book's name or another author's."""
+    fs = factsets.generate("books", 600, 1)
+    authors = [s.answers["author"] for s in fs.subjects]
+    assert len(set(authors)) == len(authors)
+    names = [s.name for s in fs.subjects]
+    assert not any(contains_words(n, a.split()[1]) for n in names[:100] for a in authors)
 
 
 def test_most_frequent_answer_baselines_are_low(factsets, tmp_path):
