@@ -133,6 +133,40 @@ def test_swapped_read_outs_can_exchange_the_answer_with_a_distractor_the_line_na
     assert not any(vocab.decode(s.ids).startswith("Eve") for s in cut)  # "Rome" would end past 25
 
 
+def test_swapped_read_outs_can_write_in_disguised_values_only_copying_can_answer():
+    """With ``novel``, that share of the swapped copies gets a value of the right shape that no
+    training value is (each letter and digit redrawn from the values' own), so that the model
+    must copy what the line states; none at 0, all at 1; seeded; every character in the vocab."""
+    vocab = _vocab()
+    index = CorpusIndex(DOCS)
+    people = [_qa("Ada Brook", "Paris"), _qa("Bo Li", "Lima"), _qa("Di Fo", "Rome")]
+    known = {"Paris", "Lima", "Rome"}
+    plain = swapped_place_read_outs(people, index, vocab, 64, 60, 3, seed=0)
+    assert plain == swapped_place_read_outs(people, index, vocab, 64, 60, 3, seed=0, novel=0.0)  # draws unchanged
+    every = swapped_place_read_outs(people, index, vocab, 64, 60, 3, seed=0, novel=1.0)
+    assert len(every) == len(plain) == 9
+    for seq in every:
+        line, new = vocab.decode(seq.ids).split(MASK_CHAR)[:2]
+        assert new not in known and new[0].isupper() and new[1:].islower() and len(new) in (4, 5)
+        assert set(new) <= set("PLR") | set("arisoe" + "im") and f"born in {new}" in line
+    assert every == swapped_place_read_outs(people, index, vocab, 64, 60, 3, seed=0, novel=1.0)  # seeded
+    half = swapped_place_read_outs(people, index, vocab, 64, 60, 40, seed=1, novel=0.5)
+    share = sum(vocab.decode(s.ids).split(MASK_CHAR)[1] not in known for s in half) / len(half)
+    assert 0.3 < share < 0.7
+
+
+def test_a_disguised_value_keeps_its_shape():
+    import random
+
+    from attnlab.data.objectives import alphabet_of, disguised
+
+    alphabet = alphabet_of(["Paul Braun", "1958", "O'Neil-Smith"])
+    assert alphabet == {"upper": "BNOPS", "lower": "aehilmnrtu", "digit": "1589"}
+    out = disguised("O'Neil-Smith 1901", alphabet, random.Random(0))
+    assert len(out) == 17 and out[1] == "'" and out[6] == "-" and out[12] == " "
+    assert out[0].isupper() and out[2].isupper() and out[13:].isdigit() and set(out[13:]) <= set("1589")
+
+
 def test_mixing_adds_qa_examples_in_proportion_to_the_corpus():
     corpus = [Sequence([2, 3, 4])] * 10
     qa = [Sequence([5, 6, i]) for i in range(4)]
@@ -166,3 +200,7 @@ def test_distractor_exchanges_need_swapped_copies():
     with pytest.raises(ValueError, match="swap_distractors .* needs read_out_swaps > 0"):
         TrainConfig(swap_distractors=True)
     assert TrainConfig(swap_distractors=True, read_out_swaps=1).swap_distractors
+    with pytest.raises(ValueError, match="swap_novel .* needs read_out_swaps > 0"):
+        TrainConfig(swap_novel=0.5)
+    with pytest.raises(ValueError):
+        TrainConfig(swap_novel=1.5, read_out_swaps=1)

@@ -264,6 +264,11 @@ class TrainConfig(_Serialisable):
                                 "the two instead of writing in a random value, so the model learns which wording "
                                 "answers the question, not which value looks like an answer",
                                 stages=("pretrain", "finetune"))
+    swap_novel: float = _f(0.0, "recall format, with --read-out-swaps: the share of swapped copies whose value is no "
+                           "value of the set but a disguised one (each letter and digit of a training value "
+                           "replaced by another of its kind), so the read-out learns to copy what the line states "
+                           "and not to pick among the values it knows (a set whose every answer is new, as "
+                           "authors of books are, needs it)", stages=("pretrain", "finetune"), bound=b.UNIT)
     replay_lines: bool = _f(False, "recall-format finetuning: also train on every corpus line as pretraining did "
                             "(cut at the recalled characters, no place), so that the finetuning's read-out "
                             "examples do not wear away the lines pretraining stored", stages=("finetune",))
@@ -291,6 +296,8 @@ class TrainConfig(_Serialisable):
             raise ValueError("mix_ratio needs the lm objective (span corruption mixes nothing in)")
         if self.swap_distractors and not self.read_out_swaps:
             raise ValueError("swap_distractors chooses the values of the swapped copies: it needs read_out_swaps > 0")
+        if self.swap_novel and not self.read_out_swaps:
+            raise ValueError("swap_novel chooses the values of the swapped copies: it needs read_out_swaps > 0")
 
 
 

@@ -67,7 +67,7 @@ def qa_sequences(examples: list[QAExample], vocab: Vocab, block_size: int, qa_fo
 def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab: Vocab, block_size: int,
                             recall_chars: int, per_person: float, seed: int,
                             schema: Schema = COURSE, *, distractors: bool = False,
-                            quote: bool = False) -> list[Sequence]:
+                            quote: bool = False, novel: float = 0.0) -> list[Sequence]:
     """Read-out examples made from training people's own lines: each line with its place
     replaced by another of the training file's places (``per_person`` draws; a fraction draws
     once more for that share of the people, chosen by the seed), cut at ``recall_chars``, then
@@ -79,12 +79,18 @@ def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab
     With ``distractors``, a line that also names other values of the relation (as whole words,
     within the recalled characters) has the answer exchanged with one of them: the same two
     values, in each other's places, and the answer is the one that now stands where the answer
-    stood. A line without one gets a random value as before."""
+    stood. A line without one gets a random value as before.
+
+    With ``novel``, that share of the random values is disguised (``disguised``): a string no
+    value of the set is, which the model can only write by copying it from the line. Without
+    them a read-out can score by choosing among the values it knows, and fails on a set whose
+    answers are each new (authors of books, dates)."""
     rng = random.Random(seed)
     asked = [schema.require(e) for e in examples]
     values = {r.name: sorted({e.answer for e, a in zip(examples, asked) if a.relation is r})
               for r in schema.relations}
     finders = {name: whole_words(*vals) for name, vals in values.items() if vals} if distractors else {}
+    alphabets = {name: alphabet_of(vals) for name, vals in values.items()}
     whole, share = int(per_person), per_person - int(per_person)
     # only a fractional count draws the extra people, so whole counts keep their seeded draws
     once_more = set(rng.sample(range(len(examples)), round(share * len(examples)))) if share else set()
@@ -106,6 +112,8 @@ def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab
                 slot += len(ex.answer) - len(new) if where < at else 0
             else:
                 new = rng.choice(others)
+                if novel and rng.random() < novel:
+                    new = disguised(new, alphabets[question.relation.name], rng)
                 swapped = line[:at] + new + line[at + len(ex.answer):]
             said = sentence_quote(swapped[:recall_chars], slot, len(new), len(recall_prompt(name))) if quote else None
             text = recall_string(swapped, recall_chars, new, cue, said)
@@ -113,6 +121,27 @@ def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab
             if slot + len(new) <= recall_chars and len(text) <= block_size + 1:
                 out.append(Sequence(vocab.encode(text, source=ex.source, line=ex.line), given))
     return out
+
+
+def _kind(ch: str) -> str | None:
+    return "upper" if ch.isupper() else "lower" if ch.islower() else "digit" if ch.isdigit() else None
+
+
+def alphabet_of(values: list[str]) -> dict[str, str]:
+    """The upper-case letters, lower-case letters and digits that ``values`` use, by kind: the
+    characters a disguised value is drawn from (all of them in the vocabulary)."""
+    kinds: dict[str, set[str]] = {}
+    for value in values:
+        for ch in value:
+            if (kind := _kind(ch)) is not None:
+                kinds.setdefault(kind, set()).add(ch)
+    return {kind: "".join(sorted(chars)) for kind, chars in kinds.items()}
+
+
+def disguised(value: str, alphabet: dict[str, str], rng: random.Random) -> str:
+    """``value`` with each letter and digit replaced by one drawn from ``alphabet`` of its kind
+    (upper case, lower case, digit); spaces and punctuation kept, so it has the value's shape."""
+    return "".join(rng.choice(alphabet[kind]) if (kind := _kind(ch)) in alphabet else ch for ch in value)
 
 
 def _distractors(finder: re.Pattern, text: str, at: int, answer: str) -> list[tuple[int, str]]:

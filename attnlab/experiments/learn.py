@@ -60,6 +60,11 @@ READ_OUT_SWAPS = 2
 # recipe does the same); each copy costs about a document of compute, so a budget fits fewer
 # passes, and the reading they buy was worth more than those passes on the sets it was tried on.
 PRETRAIN_READ_OUT_SWAPS = 1
+# The share of those copies whose value is disguised (each letter and digit replaced by another
+# of its kind): the model can only write it by copying it from the line. Swapped copies of known
+# values alone let a read-out choose among the values it knows, which fails on a set whose every
+# answer is new (authors of books).
+SWAP_NOVEL = 0.0
 # Training subjects that teach the answer format in a 15-minute budget (fewer in less): their
 # documents are pretrained on with their answers; the other training subjects' documents are
 # left out of pretraining (they only teach reading, their document given), so that each pass
@@ -142,11 +147,12 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     pre_minutes = round(max(0.05, minutes - after_pretraining(minutes)), 2)
     pre = dataclasses.replace(base.pretrain, seed=seed, minutes=pre_minutes, epochs=400, mix_people=n_format,
                               mix_ratio=min(100.0, n_format / len(docs)), mix_overlap="drop", holdout_fraction=holdout,
-                              read_out_swaps=PRETRAIN_READ_OUT_SWAPS, subject_order=SUBJECT_ORDER)
+                              read_out_swaps=PRETRAIN_READ_OUT_SWAPS, swap_novel=SWAP_NOVEL,
+                              subject_order=SUBJECT_ORDER)
     fine = dataclasses.replace(base.finetune, seed=seed, mix_people=n_format, preset="", holdout_fraction=holdout,
                                read_out_people=READ_OUTS_PER_FORMAT_SUBJECT * n_format,
-                               read_out_swaps=READ_OUT_SWAPS, minutes=after_pretraining(minutes),
-                               subject_order=SUBJECT_ORDER)
+                               read_out_swaps=READ_OUT_SWAPS, swap_novel=SWAP_NOVEL,
+                               minutes=after_pretraining(minutes), subject_order=SUBJECT_ORDER)
     return Recipe(model, pre, fine, n_format, pre_minutes, sizes)
 
 

@@ -32,7 +32,7 @@ NOT_RESULTS = frozenset({"device", "log_every", "checkpoint_every", "tensorboard
 # as before the option existed: at that value it stays out of the key, so older records still
 # match; any other value changes the key.
 ADDED_SINCE = {"read_out_swaps": 0, "swap_distractors": False, "replay_lines": False, "minutes": 0.0,
-               "subject_order": "file"}
+               "subject_order": "file", "swap_novel": 0.0}
 # Model settings added since, likewise: a model of the course's one question with the answer
 # budget that was a constant (answering/formats.py MAX_NEW_CHARS), answering without a quote, is
 # the model of older records.

@@ -220,7 +220,7 @@ def _lm_batches(text: str, vocab: Vocab, model_config: ModelConfig, config: Trai
         if config.read_out_swaps:
             swaps = swapped_place_read_outs(mix, index, vocab, block, K, config.read_out_swaps, config.seed,
                                             schema, distractors=config.swap_distractors,
-                                            quote=model_config.quote)
+                                            quote=model_config.quote, novel=config.swap_novel)
             sequences += swaps
             described += f" + {len(swaps):,} swapped-place read-outs of its people"
     rows = pack(sequences, block)
@@ -388,7 +388,8 @@ def _recall_qa_batches(train_file, corpus, vocab: Vocab, config: ModelConfig, tr
                               read_out_only=True, schema=schema, quote=config.quote)
     sequences += swapped_place_read_outs(examples + readers, index, vocab, config.block_size, config.recall_chars,
                                          train_config.read_out_swaps, train_config.seed, schema,
-                                         distractors=train_config.swap_distractors, quote=config.quote)
+                                         distractors=train_config.swap_distractors, quote=config.quote,
+                                         novel=train_config.swap_novel)
     if train_config.replay_lines:  # read-out examples alone wear the stored lines away
         sequences += corpus_sequences(lines, vocab, config.block_size, config.qa_format,
                                       config.recall_chars)
