@@ -11,8 +11,8 @@ import pytest
 from attnlab import cli
 from attnlab.data import factset
 from attnlab.data.splits import held_out_people, subject_reader
-from attnlab.experiments.learn import (LEAST_PASSES, PRETRAIN_READ_OUT_SWAPS, READ_OUT_SWAPS, budget_check,
-                                      calibration_fraction, layers_for, recipe_for)
+from attnlab.experiments.learn import (LEAST_PASSES, PRETRAIN_READ_OUT_SWAPS, READ_OUT_SWAPS, SWAP_NOVEL,
+                                      budget_check, calibration_fraction, layers_for, recipe_for)
 
 from .test_factsets import write_set
 
@@ -140,6 +140,8 @@ def test_the_recipe_is_derived_from_the_data(tmp_path):
     assert recipe.finetune.read_out_swaps == READ_OUT_SWAPS > 0
     # pretraining reads swapped copies of its format subjects too, over every pass
     assert recipe.pretrain.read_out_swaps == PRETRAIN_READ_OUT_SWAPS > 0 and recipe.pretrain.mix_ratio > 0
+    # the copies' values are the set's own (none disguised: SWAP_NOVEL)
+    assert recipe.pretrain.swap_novel == recipe.finetune.swap_novel == SWAP_NOVEL == 0.0
     assert 0 < recipe.finetune.minutes <= 15 - recipe.pretrain_minutes + 1e-9
     assert layers_for(10_000) == 4 and layers_for(20_000) == 3 and layers_for(100_000) == 2
     # each relation's training answers, most frequent first, for the span read-out's look-alikes

@@ -60,10 +60,10 @@ READ_OUT_SWAPS = 2
 # recipe does the same); each copy costs about a document of compute, so a budget fits fewer
 # passes, and the reading they buy was worth more than those passes on the sets it was tried on.
 PRETRAIN_READ_OUT_SWAPS = 1
-# The share of those copies whose value is disguised (each letter and digit replaced by another
-# of its kind): the model can only write it by copying it from the line. Swapped copies of known
-# values alone let a read-out choose among the values it knows, which fails on a set whose every
-# answer is new (authors of books).
+# The share of swapped copies given a disguised value (TrainConfig.swap_novel), which only copying
+# answers. Off: where every subject has its own value (authors of books, islands' capitals) the
+# copies of known values already teach a read-out that answers most of them in a full budget,
+# and disguised copies cost answers in short budgets and in quoting models (the notebook).
 SWAP_NOVEL = 0.0
 # Training subjects that teach the answer format in a 15-minute budget (fewer in less): their
 # documents are pretrained on with their answers; the other training subjects' documents are
