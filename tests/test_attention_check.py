@@ -105,6 +105,19 @@ def test_dropout_in_training_passes_a_layer_without_dropout_and_says_so() -> Non
     assert check.status == "pass" and "and it drops" in check.reason
 
 
+def test_a_mask_applied_in_eval_only_leaks_in_training(tmp_path: Path) -> None:
+    path = tmp_path / "eval_mask.py"
+    source = (FIXTURES / "course_attention.py").read_text()
+    masked = '        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))\n'
+    assert masked in source
+    path.write_text(source.replace(masked, "        if not self.training:\n    " + masked))
+    report = check_attention(f"{path}:CausalSelfAttention")
+    assert status(report, "causality") == "pass"  # run in eval(): masked
+    check = next(c for c in report.checks if c.name == "dropout in training")
+    assert check.status == "fail" and "a mask applied in eval() only?" in check.reason
+    assert check.example.startswith("T=2")
+
+
 def test_weights_under_other_names_are_copied_by_role() -> None:
     """nanoGPT's fused c_attn and c_proj: vanilla's query, key and value stacked into c_attn, its
     proj into c_proj; the check says so."""

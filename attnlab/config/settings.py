@@ -267,8 +267,8 @@ class TrainConfig(_Serialisable):
     swap_novel: float = _f(0.0, "recall format, with --read-out-swaps: the share of swapped copies whose value is no "
                            "value of the set but a disguised one (each letter and digit of a training value "
                            "replaced by another of its kind), so the read-out learns to copy what the line states "
-                           "and not to pick among the values it knows (a set whose every answer is new, as "
-                           "authors of books are, needs it)", stages=("pretrain", "finetune"), bound=b.UNIT)
+                           "and not to pick among the values it knows (a probe: learn's recipe leaves it off)",
+                           stages=("pretrain", "finetune"), bound=b.UNIT)
     replay_lines: bool = _f(False, "recall-format finetuning: also train on every corpus line as pretraining did "
                             "(cut at the recalled characters, no place), so that the finetuning's read-out "
                             "examples do not wear away the lines pretraining stored", stages=("finetune",))

@@ -82,9 +82,8 @@ def swapped_place_read_outs(examples: list[QAExample], index: CorpusIndex, vocab
     stood. A line without one gets a random value as before.
 
     With ``novel``, that share of the random values is disguised (``disguised``): a string no
-    value of the set is, which the model can only write by copying it from the line. Without
-    them a read-out can score by choosing among the values it knows, and fails on a set whose
-    answers are each new (authors of books, dates)."""
+    value of the set is, which the model can only write by copying it from the line, where
+    copies of known values let a read-out score by choosing among the values it has seen."""
     rng = random.Random(seed)
     asked = [schema.require(e) for e in examples]
     values = {r.name: sorted({e.answer for e, a in zip(examples, asked) if a.relation is r})

@@ -275,8 +275,7 @@ def dropout_in_training(s: Subject) -> Check:
             if len(later):
                 j = t + 1 + int(later[0])
                 return Check("", "fail", f"built with dropout 0.5, in train() output position {t} depends on input "
-                             f"position {j}, a later one (dropout applied before the mask, or a mask that "
-                             "only eval() applies?)", f"T={T}, B=2, dropout 0.5, train(): d output[{t}] / d x[{j}]")
+                             f"position {j}, a later one (a mask applied in eval() only?)", f"T={T}, B=2, dropout 0.5, train(): d output[{t}] / d x[{j}]")
     with torch.no_grad():
         x = inputs(2, s.config.block_size, C)
         drops = beyond_tolerance(s.run(x, dropping), s.run(x)) is not None
