@@ -14,7 +14,7 @@ A fact set is a folder holding
 - ``facts.toml``: ``name``, ``description`` and one ``[[relation]]`` table (``name``,
   ``question`` with a ``{subject}`` slot) per question form.
 
-Kinds (the four differ from the birthplace set, which is about people):
+Kinds (each differs from the birthplace set, which is about people):
 
 - ``towns`` (default 3000 subjects): invented towns; ``country`` and ``river``.
 - ``species`` (default 3000): invented animals; ``habitat``, ``diet`` and ``discoverer``.
@@ -699,20 +699,19 @@ def _books(rng: random.Random, n: int) -> FactSet:
     years = [str(y) for y in range(_BOOK_YEARS[0], _BOOK_YEARS[1] + 1)]
     people, subjects = [], []
     taken_people: set[str] = set()
+    surnames: set[str] = set()  # a surname may be shared; it is never a template word or a book's name
 
     def person() -> str:
-        """A first name and a surname no other person of the set has together; the surname is
-        no word of the templates or a book's name."""
+        """A first name and a surname no other person of the set has together."""
         for _ in range(5000):
             surname = _surname_word(rng)
             full = f"{rng.choice(_FIRST_NAMES)} {surname}"
-            if full not in taken_people and surname.lower() not in names.taken - surnames:
+            if full not in taken_people and (surname.lower() in surnames or surname.lower() not in names.taken):
                 taken_people.add(full)
                 surnames.add(surname.lower())
                 return full
         raise SystemExit("factsets: ran out of invented person names; ask for fewer --subjects")
 
-    surnames: set[str] = set()
     for _ in range(n):
         token = names.token(_book_word, "book")
         while token.lower() in surnames:
