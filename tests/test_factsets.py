@@ -116,6 +116,8 @@ BAD = [
      "train.tsv:2: 'Ardale' has two answers for country"),
     (dict(train="Which country is Nowhere in?\tOrna\n"), "train.tsv:1: the subject 'Nowhere' has no document"),
     (dict(dev=""), "dev.tsv: no questions"),
+    (dict(dev="Which country is Ardale in?\n"), "dev.tsv:1: expected 'question<TAB>answer', found no tab"),
+    (dict(train="Which country is Ardale in?\t\n"), "train.tsv:1: empty answer"),
     (dict(corpus=""), "corpus.txt: the corpus is empty"),
 ]
 

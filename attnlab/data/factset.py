@@ -223,14 +223,16 @@ def _files(root: Path, meta: dict, path: Path) -> dict[str, Path]:
 
 def check(facts: FactSet) -> None:
     """Every question matches a relation, every train subject has a document, no subject has two
-    answers for one relation (unless the set declares namesakes), and no question file is empty."""
+    answers for one relation (unless the set declares namesakes), no question file is empty, and
+    train and dev are labelled on every line (test may be unlabelled)."""
     docs = documents(read_corpus(facts.corpus))
     index = CorpusIndex(docs)
     for role in ("train", "dev", "test"):
         path = facts.files.get(role)
         if path is None:
             continue
-        examples = read_qa(path)
+        # Finetuning and scoring need every answer; a test file may hold questions alone.
+        examples = read_qa(path, labelled=True if role in ("train", "dev") else None)
         if not examples:
             raise DataError(str(path), None, "no questions (the file has no line with text)")
         seen: dict[tuple[str, str], QAExample] = {}
