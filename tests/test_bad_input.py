@@ -577,6 +577,7 @@ def test_an_unknown_choice_is_refused_and_the_choices_are_in_the_help(name, flag
     ("trace {run} '' --out-dir {out}", "<argument>: empty question"),
     ("edit {run} --person '' --place Paris --out-dir {out}", "--person is empty"),
     ("edit {run} --person 'Ada Brook' --place ' ' --out-dir {out}", "--place is empty"),
+    ("edit {run} --subject 'Ada Brook' --answer '' --out-dir {out}", "--place is empty"),
 ])
 def test_an_empty_question_or_text_is_refused(files, capsys, template, problem):
     err = refused(command(template, files), capsys)

@@ -291,7 +291,7 @@ def _register_edit(command) -> None:
     p.add_argument("--person", "--subject", dest="person", default=None,
                    help="the subject, as in the model's question ('Where was NAME born?' for the birthplace set) "
                         "(default: none; required unless --undo)")
-    p.add_argument("--place", "--value", dest="place", default=None,
+    p.add_argument("--place", "--value", "--answer", dest="place", default=None,
                    help="the new answer (the birth place) (default: none; required unless --undo)")
     p.add_argument("--relation", default=None,
                    help="the relation edited (default: the model's one relation; a model of several "
