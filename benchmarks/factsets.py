@@ -32,11 +32,15 @@ the sentences is shuffled per document, so the value to answer is found by the s
 wording, not its place. Answers are drawn
 from tens to hundreds of values so that always giving the most frequent one scores a few per cent.
 
-Output is a function of the kind, --subjects and --seed only (one ``random.Random(seed)``, no
+``--lead MAX`` makes the documents longer the way real ones often are: one to MAX general
+sentences ("A weekly market is held in the square.") after each line's opening ``NAME. ``, before
+its facts, so that the facts lie further into the document (the recall must reach them).
+
+Output is a function of the kind, --subjects, --seed and --lead only (one ``random.Random(seed)``, no
 set iteration, no clock), written byte for byte the same on every machine: plain ASCII with
 ``\\n`` line ends. Standard library only.
 
-Run: python benchmarks/factsets.py KIND [--subjects N] [--seed S] --out DIR
+Run: python benchmarks/factsets.py KIND [--subjects N] [--seed S] [--lead MAX] --out DIR
 (DIR must not exist or be empty; each file is written to a temporary file and moved into place,
 facts.toml last.)
 """
@@ -765,9 +769,10 @@ KINDS: dict[str, tuple[Callable[[random.Random, int], FactSet], int]] = {
 }
 
 
-def generate(kind: str, n: int, seed: int) -> FactSet:
+def generate(kind: str, n: int, seed: int, lead: int = 0) -> FactSet:
     """The fact set of ``kind`` with ``n`` subjects from ``random.Random(seed)``, split and
-    checked (see ``check``); the corpus lines in file order in ``.corpus``."""
+    checked (see ``check``); the corpus lines in file order in ``.corpus``; with ``lead``, one to
+    ``lead`` general sentences after each line's opening (``lengthen``)."""
     if n < 3:
         raise ValueError(f"need at least 3 subjects (one a split), got {n}")
     make, _ = KINDS[kind]
@@ -780,12 +785,39 @@ def generate(kind: str, n: int, seed: int) -> FactSet:
         fs.subjects[i].split = "dev" if rank < n_dev else "test" if rank < n_dev + n_test else "train"
     fs.corpus = [s.doc for s in fs.subjects] + fs.other_lines
     rng.shuffle(fs.corpus)
+    if lead:
+        lengthen(fs, lead, seed)
     for split in SPLITS:  # a subject's questions are shuffled among the others'
         fs.rows[split] = [(q.format(subject=s.name), s.answers[rel]) for s in fs.subjects if s.split == split
                           for rel, q in fs.relations]
         rng.shuffle(fs.rows[split])
     check(fs)
     return fs
+
+
+# General sentences that name no value of any kind: what a longer document says before its facts.
+_LEAD = ["The surrounding country is mostly farmland and low hills.", "Its old quarter keeps a few timber houses.",
+         "A weekly market is held in the square.", "The climate is mild, with wet winters.",
+         "Several chapels stand along the high street.", "Local stone was used for most of its buildings.",
+         "A road leads north to the coast.", "The railway reached it late.",
+         "Its football club plays in a regional league.", "A small museum shows the history of the district.",
+         "Fishing was once the main trade.", "Many of its people work in the nearby towns.",
+         "The school dates from the last century.", "Its bridge was rebuilt after a flood.",
+         "Visitors come for the walks in the woods.", "The parish church has a tall spire."]
+
+
+def lengthen(fs: FactSet, most: int, seed: int) -> None:
+    """Every corpus line ``NAME. text`` (in file order) becomes ``NAME. `` + one to ``most``
+    distinct sentences of _LEAD + `` text``, drawn from their own ``random.Random(seed)`` so the
+    set is otherwise the one generated without them; subjects' documents follow their lines."""
+    rng = random.Random(seed)
+    for i, line in enumerate(fs.corpus):
+        if ". " in line:
+            name, rest = line.split(". ", 1)
+            fs.corpus[i] = f"{name}. " + " ".join(rng.sample(_LEAD, rng.randint(1, min(most, len(_LEAD))))) + " " + rest
+    line_of = {line.split(". ", 1)[0]: line for line in fs.corpus}
+    for subject in fs.subjects:
+        subject.doc = line_of[subject.name]
 
 
 def _contains_words(text: str, phrase: str) -> int:
@@ -873,6 +905,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("kind", choices=list(KINDS))
     p.add_argument("--subjects", type=int, default=None, help="how many subjects (default: the kind's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lead", type=int, default=0, metavar="MAX",
+                   help="put 1 to MAX general sentences before each document's facts (default: none)")
     p.add_argument("--out", type=Path, required=True, help="folder to write; must not exist or be empty")
     args = p.parse_args(argv)
     out: Path = args.out
@@ -883,7 +917,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if n < 3:
         print(f"factsets: --subjects must be at least 3, got {n}", file=sys.stderr)
         return 2
-    fs = generate(args.kind, n, args.seed)
+    if args.lead < 0:
+        print(f"factsets: --lead must be 0 or more, got {args.lead}", file=sys.stderr)
+        return 2
+    fs = generate(args.kind, n, args.seed, args.lead)
     write(out, files(fs))
     print("\n".join(summary(fs)) + f"\n  written to {out}")
     return 0

@@ -174,12 +174,15 @@ def test_answers_the_copy_cannot_reach_are_counted_and_said(tmp_path):
     assert (sizes.out_of_reach, sizes.answers) == (1, 6)
     said = []
     _say_out_of_reach(sizes, sizes.recall_chars, said.append)
-    assert len(said) == 1 and "1 of 6 training answers are not written" in said[0]
-    # a recipe recalling fewer characters reaches fewer answers, and is told so by its own length
+    assert len(said) == 1 and "of 6 training answers, 1 are not written in their subject's first document" in said[0]
+    assert "past the first" not in said[0]
+    # a recipe recalling fewer characters reaches fewer answers, and is told so by its own length,
+    # apart from the one answer no recall reaches
     short = min(sizes.ends)
-    assert sizes.beyond(short) == 6 - sum(end <= short for end in sizes.ends) > 1
+    late = sizes.beyond(short) - 1
+    assert late == 5 - sum(end <= short for end in sizes.ends) > 0
     _say_out_of_reach(sizes, short, said.append)
-    assert f"{sizes.beyond(short)} of 6 training answers" in said[1] and f"first {short} characters" in said[1]
+    assert "1 are not written" in said[1] and f"{late} are written past the first {short} characters" in said[1]
 
 
 def test_a_run_record_is_checked_against_the_folder(tmp_path):

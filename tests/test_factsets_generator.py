@@ -161,6 +161,35 @@ def test_books_have_an_author_each(factsets):
     assert not any(contains_words(n, a.split()[1]) for n in names[:100] for a in authors)
 
 
+def test_lead_sentences_push_the_facts_further_in_and_change_nothing_else(factsets, tmp_path):
+    plain = _make(factsets, "towns", tmp_path / "plain")
+    assert factsets.main(["towns", "--subjects", str(SMALL["towns"]), "--lead", "7", "--out", str(tmp_path / "long")]) == 0
+    long = tmp_path / "long"
+    for name in ("train.tsv", "dev.tsv", "test.tsv", "facts.toml"):
+        assert (long / name).read_bytes() == (plain / name).read_bytes()
+    before = (plain / "corpus.txt").read_text().splitlines()
+    after = (long / "corpus.txt").read_text().splitlines()
+    assert len(before) == len(after)
+    leads = []
+    for b, a in zip(before, after):
+        if ". " not in b:
+            assert a == b
+            continue
+        name, rest = b.split(". ", 1)
+        assert a.startswith(f"{name}. ") and a.endswith(" " + rest)
+        added = a[len(name) + 2: len(a) - len(rest) - 1]
+        count = sum(added.count(lead) for lead in factsets._LEAD)
+        assert 1 <= count <= 7 and len(added) == sum(len(x) for x in factsets._LEAD if x in added) + count - 1
+        leads.append(count)
+    assert len(set(leads)) > 3  # one to seven, not a fixed number
+    # the answers are still written once in their documents (the generator's own check ran), further in
+    _, _, corpus, rows = _load(long)
+    index = CorpusIndex(corpus)
+    assert all(contains_words(index.line_of(subject), answer) == 1 for _, subject, _, answer in rows)
+    assert factsets.main(["towns", "--lead", "-1", "--out", str(tmp_path / "bad")]) == 2
+    assert not (tmp_path / "bad").exists()
+
+
 def test_most_frequent_answer_baselines_are_low(factsets, tmp_path):
     _, relations, _, rows = _load(_make(factsets, "towns", tmp_path / "set", n=1000))
     for rel in relations:

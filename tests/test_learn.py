@@ -11,6 +11,7 @@ import pytest
 from attnlab import cli
 from attnlab.data import factset
 from attnlab.data.splits import held_out_people, subject_reader
+from attnlab.experiments import learn as learn_recipe
 from attnlab.experiments.learn import (LEAST_PASSES, PRETRAIN_READ_OUT_SWAPS, READ_OUT_SWAPS, SWAP_NOVEL,
                                       budget_check, calibration_fraction, layers_for, recipe_for)
 
@@ -125,6 +126,17 @@ def test_learn_refuses_an_existing_run_and_a_bad_fact_set(learned, tmp_path, cap
     err = capsys.readouterr().err
     assert "train.tsv:1:" in err and "matches no relation" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()
+
+
+def test_the_recall_stops_at_the_recipes_longest_and_says_what_it_leaves_out(tmp_path, monkeypatch):
+    facts = factset.load(write_set(tmp_path / "towns"))
+    whole = recipe_for(facts, 15)
+    assert whole.sizes.out_of_reach == 0 and whole.model.recall_chars > 40
+    monkeypatch.setattr(learn_recipe, "RECALL_MOST", 40)
+    capped = recipe_for(facts, 15)
+    assert capped.model.recall_chars == 40 and capped.model.block_size < whole.model.block_size
+    # the answers written past the 40th character are counted, for learn's warning
+    assert capped.sizes.out_of_reach == capped.sizes.beyond(40) > 0
 
 
 def test_the_recipe_is_derived_from_the_data(tmp_path):
@@ -381,7 +393,7 @@ def test_answers_not_written_in_their_documents_are_told_before_training(tmp_pat
     facts = factset.load(write_set(tmp_path / "s", corpus=corpus, train=train))
     said = []
     _say_out_of_reach(factset.sizes(facts), 96, said.append)
-    assert len(said) == 1 and said[0].startswith("warning: 3 of 3 training answers are not written")
+    assert len(said) == 1 and said[0].startswith("warning: of 3 training answers, 3 are not written")
     assert '"provinces" for "Province"' in said[0]
     said.clear()
     _say_out_of_reach(factset.sizes(factset.load(write_set(tmp_path / "ok"))), 96, said.append)

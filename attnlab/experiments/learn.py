@@ -95,6 +95,9 @@ LEAST_PASSES = 20
 # open differently is learned without it. None: decided by this rule; True or False: always.
 QUOTE_WHEN_SHARED = 0.25
 QUOTE: bool | None = None
+# The longest recall, in characters (the recall reaches 95% of the training answers up to it):
+# every character recalled is generated before an answer and read in every pass.
+RECALL_MOST = 320
 
 
 @dataclass(frozen=True)
@@ -127,10 +130,10 @@ def recipe_for(facts: factsets.FactSet, minutes: float, seed: int = 0) -> Recipe
     (LAYERS_BY_LOAD: in a short budget more passes store more than depth); the finetuning
     subjects' answers go with the model, for the read-out of answers written in other letters
     (``answer_values``)."""
-    sizes = factsets.sizes(facts)
+    sizes = factsets.sizes(facts, most=RECALL_MOST)
     quote = quotes(facts, sizes.recall_chars)
     if quote:  # the block then holds the quote too
-        sizes = factsets.sizes(facts, quote=True)
+        sizes = factsets.sizes(facts, most=RECALL_MOST, quote=True)
     base = get_preset(BASE_PRESET)
     train = read_qa(facts.train, labelled=True)
     subjects = list(dict.fromkeys(facts.schema.require(e).subject for e in train))
@@ -218,7 +221,7 @@ def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, 
     _begin(out, facts, {"minutes": minutes, "seed": seed, "pretrained": pretrained}, resume=resume,
            overwrite=overwrite)
     recipe = recipe or recipe_for(facts, minutes, seed)
-    _say_out_of_reach(recipe.sizes or factsets.sizes(facts), recipe.model.recall_chars, log)
+    _say_out_of_reach(recipe.sizes or factsets.sizes(facts, most=RECALL_MOST), recipe.model.recall_chars, log)
     _say_undocumented(facts, log)
     log(f"learning {facts.name} ({len(facts.schema.relations)} relation(s): {', '.join(facts.schema.names)}) "
         f"in {minutes:g} minutes: {recipe.describe()}" + ("" if pretrained else "; no pretraining"))
@@ -296,14 +299,24 @@ def rescore(run: str | Path, *, device: str = "auto", log: Callable[[str], None]
 
 
 def _say_out_of_reach(sizes: factsets.Sizes, recall_chars: int, log: Callable[[str], None]) -> None:
-    """A fact set whose answers the span read-out often cannot reach is told so: the model answers
-    with a span of the first document about the subject, within the recall of ``recall_chars``."""
+    """A fact set whose answers the span read-out often cannot reach is told so, and why: the model
+    answers with a span of the first document about the subject, within the recall of
+    ``recall_chars`` characters (at most RECALL_MOST)."""
     beyond = sizes.beyond(recall_chars)
-    if sizes.answers and beyond > 0.05 * sizes.answers:
-        log(f"warning: {beyond} of {sizes.answers} training answers are not written in their "
-            f"subject's first document within its first {recall_chars} characters: the model answers such a "
-            "question only where the document writes it in other letters (\"provinces\" for \"Province\"); "
-            "put each subject's facts in its first document")
+    if not sizes.answers or beyond <= 0.05 * sizes.answers:
+        return
+    unwritten = sizes.answers - len(sizes.ends)
+    late = beyond - unwritten
+    why = []
+    if unwritten:
+        why.append(f"{unwritten} are not written in their subject's first document (put each subject's facts "
+                   "in its first document)")
+    if late:
+        why.append(f"{late} are written past the first {recall_chars} characters, which the model recalls "
+                   f"(at most {RECALL_MOST}: state the facts early in the document; a longer document also fits "
+                   "fewer passes)")
+    log(f"warning: of {sizes.answers} training answers, {'; '.join(why)}: the model answers such a question only "
+        "where the recall writes the answer in other letters (\"provinces\" for \"Province\")")
 
 
 def _say_undocumented(facts: factsets.FactSet, log: Callable[[str], None]) -> None:
