@@ -86,7 +86,8 @@ CALIBRATION_SUBJECTS = 100
 # since a user's file may be sorted (by answer, by relation) and its ends are then unlike the rest.
 SUBJECT_ORDER = "hashed"
 # Pretraining passes below which the recipe's answers stayed at the most-frequent baseline on
-# the sets it was tried on (the notebook): a budget that fits fewer is told so before the first step.
+# the sets it was tried on, of documents of about 200 characters (longer documents, their facts
+# further in, needed more; the notebook): a budget that fits fewer is told so before the first step.
 LEAST_PASSES = 20
 # The model quotes the sentence that states an answer before writing it (ModelConfig.quote) when
 # a relation's answers this often share their first character with another value of the
@@ -341,8 +342,9 @@ def budget_check(minutes: float, recipe: Recipe, fitted: dict[str, float],
         needed = math.ceil((minutes - recipe.pretrain_minutes) + recipe.pretrain_minutes * LEAST_PASSES / passes)
         fitted["budget_short"] = True
         log(f"warning: {minutes:g} minutes fit {passes:.0f} pretraining passes on this machine, and this recipe "
-            f"needs about {LEAST_PASSES} to store facts: expect answers near the most-frequent baseline "
-            f"(about {needed} minutes would fit {LEAST_PASSES}); training goes on")
+            f"needs about {LEAST_PASSES} to store facts in documents of about 200 characters (longer ones need "
+            f"more): expect answers near the most-frequent baseline (about {needed} minutes would fit "
+            f"{LEAST_PASSES}); training goes on")
     return check
 
 
