@@ -33,7 +33,8 @@ wording, not its place. Answers are drawn
 from tens to hundreds of values so that always giving the most frequent one scores a few per cent.
 
 ``--lead MAX`` makes the documents longer the way real ones often are: one to MAX general
-sentences ("A weekly market is held in the square.") after each line's opening ``NAME. ``, before
+sentences about a place ("A weekly market is held in the square.", whatever the kind) after each
+line's opening ``NAME. ``, before
 its facts, so that the facts lie further into the document (the recall must reach them).
 
 Output is a function of the kind, --subjects, --seed and --lead only (one ``random.Random(seed)``, no
@@ -795,7 +796,8 @@ def generate(kind: str, n: int, seed: int, lead: int = 0) -> FactSet:
     return fs
 
 
-# General sentences that name no value of any kind: what a longer document says before its facts.
+# Sentences that name no value of any kind, written about a place whatever the kind (they only
+# lengthen): what a longer document says before its facts.
 _LEAD = ["The surrounding country is mostly farmland and low hills.", "Its old quarter keeps a few timber houses.",
          "A weekly market is held in the square.", "The climate is mild, with wet winters.",
          "Several chapels stand along the high street.", "Local stone was used for most of its buildings.",
