@@ -34,8 +34,8 @@ from tens to hundreds of values so that always giving the most frequent one scor
 
 ``--lead MAX`` makes the documents longer the way real ones often are: one to MAX general
 sentences about a place ("A weekly market is held in the square.", whatever the kind) after each
-line's opening ``NAME. ``, before
-its facts, so that the facts lie further into the document (the recall must reach them).
+line's opening ``NAME. ``, before its facts, so that the facts lie further into the document (the
+recall must reach them).
 
 Output is a function of the kind, --subjects, --seed and --lead only (one ``random.Random(seed)``, no
 set iteration, no clock), written byte for byte the same on every machine: plain ASCII with
