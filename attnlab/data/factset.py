@@ -289,9 +289,10 @@ class Sizes:
         return self.answers - sum(end <= recall_chars for end in self.ends)
 
 
-def sizes(facts: FactSet, *, coverage: float = 0.95, most: int = 320, quote: bool = False) -> Sizes:
+def sizes(facts: FactSet, *, coverage: float = 0.95, most: int | None = None, quote: bool = False) -> Sizes:
     """The recall length that reaches the end of ``coverage`` of the training answers in their
-    subject's document (at most ``most``), the longest answer with a margin, and the block that
+    subject's document (at most ``most``, a recipe's choice: learn.RECALL_MOST; None, no cap),
+    the longest answer with a margin, and the block that
     holds the recall, the cue, the quote of a quoting model (``ModelConfig.quote``: the longest
     training answer's sentence) and the answer."""
     index = CorpusIndex(documents(read_corpus(facts.corpus)))
@@ -306,7 +307,7 @@ def sizes(facts: FactSet, *, coverage: float = 0.95, most: int = 320, quote: boo
             ends.append(at + len(ex.answer))
     ends.sort()
     reach = ends[min(len(ends) - 1, int(coverage * len(ends)))] + 2 if ends else 96
-    recall = max(32, min(most, reach))
+    recall = max(32, reach if most is None else min(most, reach))
     answer = max(answers) + 8
     cue = max(len(n) for n in facts.schema.names) + 1 if facts.schema.cued else 0
     quoted = max((len(quote_of(*one, recall, True)) + 1 for one in found), default=1) if quote else 0
