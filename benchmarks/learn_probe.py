@@ -4,6 +4,8 @@ three seeds becomes a change there).
 
     # the whole recipe in a budget, one finetuning field changed
     .venv/bin/python benchmarks/learn_probe.py data --out runs/probe-a --minutes 2 --set finetune.epochs=3
+    # another seed of the same probe
+    .venv/bin/python benchmarks/learn_probe.py data --out runs/probe-a1 --minutes 2 --set finetune.epochs=3 --seed 1
     # fixed work instead of a time budget (a shared machine then changes the time, not the result)
     .venv/bin/python benchmarks/learn_probe.py runs/sets/species --out runs/probe-b --pretrain-passes 35
     # finetuning variants from one pretrained model (its recipe's finetuning, fields changed)
@@ -110,17 +112,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pretrain-passes", type=float, default=0.0, help="fixed pretraining epochs, not minutes")
     p.add_argument("--from-pretrained", type=Path, help="finetune this pretrained model only")
     p.add_argument("--resume", action="store_true", help="continue the probe's interrupted pretraining")
+    p.add_argument("--seed", type=int, default=0, help="the recipe's seed (learn --seed)")
     args = p.parse_args(argv)
     changes = parse_changes(args.set)
     set_recipe_constants(changes["recipe"])
-    label = " ".join(args.set + ([f"pretrain-passes={args.pretrain_passes:g}"] if args.pretrain_passes else []))
+    label = " ".join(args.set + ([f"pretrain-passes={args.pretrain_passes:g}"] if args.pretrain_passes else [])
+                     + ([f"seed={args.seed}"] if args.seed else []))
     if args.from_pretrained:
         results = finetune_only(args.facts, args.from_pretrained, args.out, args.minutes, changes)
     else:
-        recipe = changed_recipe(recipe_module.recipe_for(factset.load(args.facts), args.minutes), changes,
+        recipe = changed_recipe(recipe_module.recipe_for(factset.load(args.facts), args.minutes, args.seed), changes,
                                 args.pretrain_passes)
-        results = recipe_module.learn(args.facts, args.out, minutes=args.minutes, overwrite=not args.resume,
-                                      resume=args.resume, recipe=recipe)
+        results = recipe_module.learn(args.facts, args.out, minutes=args.minutes, seed=args.seed,
+                                      overwrite=not args.resume, resume=args.resume, recipe=recipe)
     print(summary(label, results))
     return 0
 

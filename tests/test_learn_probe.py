@@ -67,3 +67,18 @@ def test_a_wrong_answer_is_told_misread_or_not_recalled():
     assert read_or_recall.failure_kind("Zarn", "Ardale. Trades with Zarn.", "Orna") == "not recalled"
     assert read_or_recall.failure_kind("Orn", "Ardale. The Ornate hall.", "Orn") == "right"
     assert read_or_recall.failure_kind("Zarn", "Ardale. The Ornate hall.", "Orn") == "not recalled"
+
+
+def test_a_probes_seed_reaches_both_stages_and_learn(tmp_path, monkeypatch, capsys):
+    calls = {}
+
+    def fake_learn(facts_dir, out_dir, **kwargs):
+        calls.update(kwargs)
+        return {"relations": {}, "overall": {"correct": 0, "total": 0}}
+
+    monkeypatch.setattr(learn, "learn", fake_learn)
+    learn_probe.main([str(write_set(tmp_path / "towns")), "--out", str(tmp_path / "run"), "--minutes", "5",
+                      "--seed", "2"])
+    assert calls["seed"] == 2
+    assert (calls["recipe"].pretrain.seed, calls["recipe"].finetune.seed) == (2, 2)
+    assert capsys.readouterr().out.startswith("seed=2 |")
