@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="the recipe's seed (learn --seed)")
     args = p.parse_args(argv)
     changes = parse_changes(args.set)
+    if "n_layer" in changes["model"]:  # a probe that sets the depth keeps it (learn.FEWER_LAYERS_BELOW)
+        changes["recipe"].setdefault("FEWER_LAYERS_BELOW", "0")
     set_recipe_constants(changes["recipe"])
     label = " ".join(args.set + ([f"pretrain-passes={args.pretrain_passes:g}"] if args.pretrain_passes else [])
                      + ([f"seed={args.seed}"] if args.seed else []))

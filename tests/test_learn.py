@@ -422,6 +422,42 @@ def test_the_suggested_question_is_one_the_run_answered_right(tmp_path):
     assert example_question(course, run) == labels[2][0]
 
 
+def test_a_machine_short_of_passes_for_the_loads_depth_takes_fewer_layers(tmp_path):
+    enough = learn_recipe.FEWER_LAYERS_BELOW
+    assert learn_recipe.shallower_layers(3, enough) == 3 and learn_recipe.shallower_layers(2, 1) == 2
+    # a step costs as layers + SHALLOWER_COST: the deepest model expected to fit enough passes
+    cost = learn_recipe.SHALLOWER_COST
+    just = enough * (3 + cost) / (4 + cost)  # four layers' passes that three layers turn into enough
+    assert learn_recipe.shallower_layers(4, just + 0.01) == 3 and learn_recipe.shallower_layers(4, just - 0.5) == 2
+    assert learn_recipe.shallower_layers(4, 1) == 2  # never under two
+    recipe = recipe_for(factset.load(write_set(tmp_path / "towns")), 15)
+    handed = []
+    check = learn_recipe.depth_check(recipe, lambda passes, steps: handed.append(passes))
+    check(enough)
+    assert handed == [enough]
+    if recipe.model.n_layer > 2:
+        with pytest.raises(learn_recipe.TooDeep) as deep:
+            check(enough - 1)
+        assert (deep.value.layers, deep.value.passes) == (recipe.model.n_layer, enough - 1) and handed == [enough]
+
+
+def test_learn_begins_pretraining_again_with_the_layers_the_fit_calls_for(tmp_path, monkeypatch):
+    """The fit before pretraining's first step finds too few passes for four layers: learn
+    starts pretraining again with two (the time of the first fit taken from the budget), says
+    so, records it, and a resumed run continues with the layers chosen."""
+    monkeypatch.setattr(learn_recipe, "LAYERS_BY_LOAD", (10 ** 12, 10 ** 12))  # four layers by the load
+    monkeypatch.setattr(learn_recipe, "FEWER_LAYERS_BELOW", 10 ** 9)  # no budget fits enough passes
+    facts, out, said = write_set(tmp_path / "towns"), tmp_path / "run", []
+    results = learn_recipe.learn(facts, out, minutes=0.1, log=said.append)
+    assert results["deeper_fit"]["layers"] == 4 and results["recipe"]["model"]["n_layer"] == 2
+    assert results["recipe"]["pretrain"]["minutes"] <= recipe_for(factset.load(facts), 0.1).pretrain_minutes
+    assert any("4 layers fit" in line and "begins again with 2 layers" in line for line in said)
+    saved = json.loads((out / "pretrain" / "config.json").read_text())
+    assert saved["model"]["n_layer"] == 2 and json.loads((out / "config.json").read_text())["model"]["n_layer"] == 2
+    resumed = learn_recipe.as_pretrained(recipe_for(factset.load(facts), 0.1), out / "pretrain")
+    assert (resumed.model.n_layer, resumed.pretrain.minutes) == (2, saved["train"]["minutes"])
+
+
 def test_resume_continues_the_run_begun_and_refuses_another_in_words(tmp_path):
     """learn records what a run was begun with before training (learning.json): --resume with
     another budget or seed, or after the fact set changed, is refused naming what differs (not

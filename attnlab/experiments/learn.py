@@ -37,6 +37,7 @@ from ..data.splits import finetuning_people, subject_reader
 from ..model.checkpoint import CHECKPOINT_NAME, load_model
 from ..core.devices import resolve_device
 from ..training.pipeline import finetune, pretrain
+from ..training.rundir import CONFIG_NAME
 
 FACTSET_RECORD = factsets.RECORD_NAME
 RESULTS = "results.json"
@@ -75,6 +76,15 @@ FORMAT_SUBJECTS = 500
 # is a light load, the same set in 5 minutes (or a set of twice as long documents in 15) a
 # middle one.
 LAYERS_BY_LOAD = (15_000, 40_000)
+# Pretraining passes under which the depth the load chose is too deep for this machine: when
+# pretraining's fit to the budget finds fewer, learn starts pretraining again with fewer layers
+# (never under two), as many as fit about this many passes by SHALLOWER_COST. Near twenty passes
+# a shallower model's extra passes store more than its lost layer; the load alone cannot see a
+# slower machine (the notebook: documents of 375 characters, and the firms set, at three layers).
+FEWER_LAYERS_BELOW = 25
+# A pretraining step's cost grows as (layers + SHALLOWER_COST): the embeddings, the read-out
+# head and the data cost about one layer more (the notebook has the steps timed).
+SHALLOWER_COST = 1.0
 # Training subjects held out of finetuning, their documents pretrained on as dev's are: after
 # finetuning, the run's abstention rule and confidence correction are fitted on their questions
 # and stored with it (abstention.json), so that ask, evaluate, calibrate and serve have a rule fitted
@@ -198,6 +208,17 @@ def layers_for(load: float) -> int:
     return 4 if load <= LAYERS_BY_LOAD[0] else 3 if load <= LAYERS_BY_LOAD[1] else 2
 
 
+def shallower_layers(layers: int, passes: float) -> int:
+    """The depth for a budget that fits ``passes`` pretraining passes at ``layers`` on this
+    machine (FEWER_LAYERS_BELOW): ``layers`` when they are enough, else the deepest of fewer
+    layers expected to fit FEWER_LAYERS_BELOW passes, at least two."""
+    if passes >= FEWER_LAYERS_BELOW or layers <= 2:
+        return layers
+    fits = [n for n in range(layers - 1, 1, -1)
+            if passes * (layers + SHALLOWER_COST) / (n + SHALLOWER_COST) >= FEWER_LAYERS_BELOW]
+    return fits[0] if fits else 2
+
+
 def pass_characters(docs: list[str], left_out: list[str], recall_chars: int) -> int:
     """Characters one pretraining pass reads: every corpus document cut at the recall, but those
     of the ``left_out`` subjects."""
@@ -226,10 +247,12 @@ def learn(facts_dir: str | Path, out_dir: str | Path, *, minutes: float = 15.0, 
     _say_undocumented(facts, log)
     log(f"learning {facts.name} ({len(facts.schema.relations)} relation(s): {', '.join(facts.schema.names)}) "
         f"in {minutes:g} minutes: {recipe.describe()}" + ("" if pretrained else "; no pretraining"))
-    fitted: dict[str, float] = {}
+    fitted: dict[str, Any] = {}
     if pretrained:
-        steps = _pretrain_and_finetune(facts, recipe, out, device=device, overwrite=overwrite, resume=resume,
-                                       log=log, on_fit=budget_check(minutes, recipe, fitted, log))
+        if resume and (out / "pretrain" / CHECKPOINT_NAME).exists():
+            recipe = as_pretrained(recipe, out / "pretrain")
+        steps, recipe = _pretrain_fitted(facts, recipe, out, minutes=minutes, fitted=fitted, device=device,
+                                         overwrite=overwrite, resume=resume, log=log)
         if fitted.get("steps_per_pass"):  # the passes made: a --minutes run re-fits them as it goes
             fitted["pretraining_passes"] = round(steps / fitted.pop("steps_per_pass"), 2)
     else:
@@ -360,6 +383,67 @@ def _pretrain_and_finetune(facts: factsets.FactSet, recipe: Recipe, out: Path, *
     finetune(recipe.finetune, run_dir=out, init=pre_dir, corpus=facts.corpus, train_file=facts.train, log=log,
              device=device, overwrite=overwrite or resume)
     return result.steps
+
+
+class TooDeep(Exception):
+    """Pretraining's fit to the budget found too few passes for the recipe's depth
+    (FEWER_LAYERS_BELOW), before its first step."""
+
+    def __init__(self, layers: int, passes: float):
+        super().__init__(f"{layers} layers fit {passes:g} pretraining passes")
+        self.layers, self.passes = layers, passes
+
+
+def depth_check(recipe: Recipe, then: Callable[[float, int], None]) -> Callable[[float, int], None]:
+    """Pretraining's ``on_fit``: raises TooDeep where the passes fitted call for fewer layers
+    (shallower_layers), else hands the fit on to ``then``."""
+    def check(passes: float, steps_per_pass: int = 0) -> None:
+        if shallower_layers(recipe.model.n_layer, passes) < recipe.model.n_layer:
+            raise TooDeep(recipe.model.n_layer, passes)
+        then(passes, steps_per_pass)
+    return check
+
+
+def _pretrain_fitted(facts: factsets.FactSet, recipe: Recipe, out: Path, *, minutes: float, fitted: dict[str, Any],
+                     device: str, overwrite: bool, resume: bool,
+                     log: Callable[[str], None]) -> tuple[int, Recipe]:
+    """The recipe's two stages (_pretrain_and_finetune), pretraining begun again with fewer layers
+    when its fit finds too few passes for its depth on this machine, the time of the first
+    fit taken from the second's budget. Returns pretraining's steps and the recipe trained."""
+    began = time.perf_counter()
+    try:
+        steps = _pretrain_and_finetune(facts, recipe, out, device=device, overwrite=overwrite, resume=resume, log=log,
+                                       on_fit=depth_check(recipe, budget_check(minutes, recipe, fitted, log)))
+        return steps, recipe
+    except TooDeep as deep:
+        layers, passes = deep.layers, deep.passes
+    recipe = shallower(recipe, shallower_layers(layers, passes), (time.perf_counter() - began) / 60)
+    fitted["deeper_fit"] = {"layers": layers, "passes": round(passes, 2)}
+    log(f"{layers} layers fit {passes:.0f} pretraining passes on this machine, fewer than the "
+        f"{FEWER_LAYERS_BELOW} that depth needs: pretraining begins again with {recipe.model.n_layer} layers (short of "
+        "passes, more passes store more than depth)")
+    steps = _pretrain_and_finetune(facts, recipe, out, device=device, overwrite=overwrite, resume=resume, log=log,
+                                   on_fit=budget_check(minutes, recipe, fitted, log))
+    return steps, recipe
+
+
+def shallower(recipe: Recipe, layers: int, spent_minutes: float) -> Recipe:
+    """``recipe`` with ``layers`` layers, its pretraining's budget less ``spent_minutes``."""
+    return with_depth(recipe, layers, round(max(0.05, recipe.pretrain_minutes - spent_minutes), 2))
+
+
+def as_pretrained(recipe: Recipe, pre_dir: Path) -> Recipe:
+    """``recipe`` with the depth and pretraining budget of the pretraining in ``pre_dir``: a run
+    resumed after its fit chose fewer layers continues with them."""
+    saved = json.loads((pre_dir / CONFIG_NAME).read_text(encoding="utf-8"))
+    layers = saved["model"]["n_layer"]
+    return recipe if layers == recipe.model.n_layer else with_depth(recipe, layers, saved["train"]["minutes"])
+
+
+def with_depth(recipe: Recipe, layers: int, pre_minutes: float) -> Recipe:
+    return dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, n_layer=layers),
+                               pretrain=dataclasses.replace(recipe.pretrain, minutes=pre_minutes),
+                               pretrain_minutes=pre_minutes)
 
 
 def store_abstention(run: Path, facts: factsets.FactSet, *, device: str = "auto",
