@@ -82,3 +82,16 @@ def test_a_probes_seed_reaches_both_stages_and_learn(tmp_path, monkeypatch, caps
     assert calls["seed"] == 2
     assert (calls["recipe"].pretrain.seed, calls["recipe"].finetune.seed) == (2, 2)
     assert capsys.readouterr().out.startswith("seed=2 |")
+
+
+def test_a_probe_that_sets_the_depth_keeps_it(tmp_path, monkeypatch):
+    """learn's fit may take fewer layers on a slow machine (FEWER_LAYERS_BELOW); a probe that
+    names model.n_layer measures that depth, so the rule is off unless the probe sets it too."""
+    monkeypatch.setattr(learn, "FEWER_LAYERS_BELOW", learn.FEWER_LAYERS_BELOW)
+    monkeypatch.setattr(learn, "learn", lambda *a, **k: {"relations": {}, "overall": {"correct": 0, "total": 0}})
+    facts = str(write_set(tmp_path / "towns"))
+    learn_probe.main([facts, "--out", str(tmp_path / "a"), "--minutes", "5", "--set", "model.n_layer=2"])
+    assert learn.FEWER_LAYERS_BELOW == 0
+    learn_probe.main([facts, "--out", str(tmp_path / "b"), "--minutes", "5", "--set", "model.n_layer=2",
+                      "--set", "recipe.FEWER_LAYERS_BELOW=30"])
+    assert learn.FEWER_LAYERS_BELOW == 30
