@@ -423,22 +423,26 @@ def test_the_suggested_question_is_one_the_run_answered_right(tmp_path):
 
 
 def test_a_machine_short_of_passes_for_the_loads_depth_takes_fewer_layers(tmp_path):
-    enough = learn_recipe.FEWER_LAYERS_BELOW
-    assert learn_recipe.shallower_layers(3, enough) == 3 and learn_recipe.shallower_layers(2, 1) == 2
+    # the passes wanted grow with the characters recalled before a document's facts
+    assert learn_recipe.passes_wanted(300) == 3 * learn_recipe.passes_wanted(100) > 0
+    enough = 25.0
+    assert learn_recipe.shallower_layers(3, enough, enough) == 3 and learn_recipe.shallower_layers(2, 1, enough) == 2
     # a step costs as layers + SHALLOWER_COST: the deepest model expected to fit enough passes
     cost = learn_recipe.SHALLOWER_COST
     just = enough * (3 + cost) / (4 + cost)  # four layers' passes that three layers turn into enough
-    assert learn_recipe.shallower_layers(4, just + 0.01) == 3 and learn_recipe.shallower_layers(4, just - 0.5) == 2
-    assert learn_recipe.shallower_layers(4, 1) == 2  # never under two
+    assert learn_recipe.shallower_layers(4, just + 0.01, enough) == 3
+    assert learn_recipe.shallower_layers(4, just - 0.5, enough) == 2
+    assert learn_recipe.shallower_layers(4, 1, enough) == 2  # never under two
     recipe = recipe_for(factset.load(write_set(tmp_path / "towns")), 15)
+    wanted = learn_recipe.passes_wanted(recipe.model.recall_chars)
     handed = []
     check = learn_recipe.depth_check(recipe, lambda passes, steps: handed.append(passes))
-    check(enough)
-    assert handed == [enough]
+    check(wanted)
+    assert handed == [wanted]
     if recipe.model.n_layer > 2:
         with pytest.raises(learn_recipe.TooDeep) as deep:
-            check(enough - 1)
-        assert (deep.value.layers, deep.value.passes) == (recipe.model.n_layer, enough - 1) and handed == [enough]
+            check(wanted - 1)
+        assert (deep.value.layers, deep.value.passes) == (recipe.model.n_layer, wanted - 1) and handed == [wanted]
 
 
 def test_learn_begins_pretraining_again_with_the_layers_the_fit_calls_for(tmp_path, monkeypatch):

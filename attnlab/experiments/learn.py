@@ -76,12 +76,14 @@ FORMAT_SUBJECTS = 500
 # is a light load, the same set in 5 minutes (or a set of twice as long documents in 15) a
 # middle one.
 LAYERS_BY_LOAD = (15_000, 40_000)
-# Pretraining passes under which the depth the load chose is too deep for this machine: when
-# pretraining's fit to the budget finds fewer, learn starts pretraining again with fewer layers
-# (never under two), as many as fit about this many passes by SHALLOWER_COST. Near twenty passes
-# a shallower model's extra passes store more than its lost layer; the load alone cannot see a
-# slower machine (the notebook: documents of 375 characters, and the firms set, at three layers).
-FEWER_LAYERS_BELOW = 25
+# Pretraining passes, per 100 characters recalled, under which the depth the load chose is too
+# deep for this machine: when pretraining's fit to the budget finds fewer, learn starts
+# pretraining again with fewer layers (never under two), as many as are expected to fit that
+# many passes (SHALLOWER_COST). Short of passes, a shallower model's extra passes store more
+# than its lost layer, and the passes a document needs grow with the characters recalled
+# before its facts; the load alone cannot see a slower machine (the notebook: long documents,
+# the firms set, and the course's set in five minutes).
+FEWER_LAYERS_BELOW = 11
 # A pretraining step's cost grows as (layers + SHALLOWER_COST): the embeddings, the read-out
 # head and the data cost about one layer more (the notebook has the steps timed).
 SHALLOWER_COST = 1.0
@@ -208,14 +210,18 @@ def layers_for(load: float) -> int:
     return 4 if load <= LAYERS_BY_LOAD[0] else 3 if load <= LAYERS_BY_LOAD[1] else 2
 
 
-def shallower_layers(layers: int, passes: float) -> int:
+def passes_wanted(recall_chars: int) -> float:
+    """The pretraining passes under which a shallower model is taken (FEWER_LAYERS_BELOW)."""
+    return FEWER_LAYERS_BELOW * recall_chars / 100
+
+
+def shallower_layers(layers: int, passes: float, wanted: float) -> int:
     """The depth for a budget that fits ``passes`` pretraining passes at ``layers`` on this
-    machine (FEWER_LAYERS_BELOW): ``layers`` when they are enough, else the deepest of fewer
-    layers expected to fit FEWER_LAYERS_BELOW passes, at least two."""
-    if passes >= FEWER_LAYERS_BELOW or layers <= 2:
+    machine: ``layers`` when they reach ``wanted`` (passes_wanted), else the deepest of fewer
+    layers expected to fit ``wanted`` passes, at least two."""
+    if passes >= wanted or layers <= 2:
         return layers
-    fits = [n for n in range(layers - 1, 1, -1)
-            if passes * (layers + SHALLOWER_COST) / (n + SHALLOWER_COST) >= FEWER_LAYERS_BELOW]
+    fits = [n for n in range(layers - 1, 1, -1) if passes * (layers + SHALLOWER_COST) / (n + SHALLOWER_COST) >= wanted]
     return fits[0] if fits else 2
 
 
@@ -397,8 +403,10 @@ class TooDeep(Exception):
 def depth_check(recipe: Recipe, then: Callable[[float, int], None]) -> Callable[[float, int], None]:
     """Pretraining's ``on_fit``: raises TooDeep where the passes fitted call for fewer layers
     (shallower_layers), else hands the fit on to ``then``."""
+    wanted = passes_wanted(recipe.model.recall_chars)
+
     def check(passes: float, steps_per_pass: int = 0) -> None:
-        if shallower_layers(recipe.model.n_layer, passes) < recipe.model.n_layer:
+        if shallower_layers(recipe.model.n_layer, passes, wanted) < recipe.model.n_layer:
             raise TooDeep(recipe.model.n_layer, passes)
         then(passes, steps_per_pass)
     return check
@@ -417,11 +425,12 @@ def _pretrain_fitted(facts: factsets.FactSet, recipe: Recipe, out: Path, *, minu
         return steps, recipe
     except TooDeep as deep:
         layers, passes = deep.layers, deep.passes
-    recipe = shallower(recipe, shallower_layers(layers, passes), (time.perf_counter() - began) / 60)
+    wanted = passes_wanted(recipe.model.recall_chars)
+    recipe = shallower(recipe, shallower_layers(layers, passes, wanted), (time.perf_counter() - began) / 60)
     fitted["deeper_fit"] = {"layers": layers, "passes": round(passes, 2)}
-    log(f"{layers} layers fit {passes:.0f} pretraining passes on this machine, fewer than the "
-        f"{FEWER_LAYERS_BELOW} that depth needs: pretraining begins again with {recipe.model.n_layer} layers (short of "
-        "passes, more passes store more than depth)")
+    log(f"{layers} layers fit {passes:.0f} pretraining passes on this machine, fewer than the {wanted:.0f} that "
+        f"{recipe.model.recall_chars} characters recalled want: pretraining begins again with {recipe.model.n_layer} "
+        "layers (short of passes, more passes store more than depth)")
     steps = _pretrain_and_finetune(facts, recipe, out, device=device, overwrite=overwrite, resume=resume, log=log,
                                    on_fit=budget_check(minutes, recipe, fitted, log))
     return steps, recipe
