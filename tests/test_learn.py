@@ -443,6 +443,7 @@ def test_a_machine_short_of_passes_for_the_loads_depth_takes_fewer_layers(tmp_pa
         with pytest.raises(learn_recipe.TooDeep) as deep:
             check(wanted - 1)
         assert (deep.value.layers, deep.value.passes) == (recipe.model.n_layer, wanted - 1) and handed == [wanted]
+        assert deep.value.fewer == learn_recipe.shallower_layers(recipe.model.n_layer, wanted - 1, wanted)
 
 
 def test_learn_begins_pretraining_again_with_the_layers_the_fit_calls_for(tmp_path, monkeypatch):

@@ -395,9 +395,9 @@ class TooDeep(Exception):
     """Pretraining's fit to the budget found too few passes for the recipe's depth
     (FEWER_LAYERS_BELOW), before its first step."""
 
-    def __init__(self, layers: int, passes: float):
-        super().__init__(f"{layers} layers fit {passes:g} pretraining passes")
-        self.layers, self.passes = layers, passes
+    def __init__(self, layers: int, passes: float, wanted: float, fewer: int):
+        super().__init__(f"{layers} layers fit {passes:g} pretraining passes, fewer than {wanted:g}: take {fewer}")
+        self.layers, self.passes, self.wanted, self.fewer = layers, passes, wanted, fewer
 
 
 def depth_check(recipe: Recipe, then: Callable[[float, int], None]) -> Callable[[float, int], None]:
@@ -406,8 +406,9 @@ def depth_check(recipe: Recipe, then: Callable[[float, int], None]) -> Callable[
     wanted = passes_wanted(recipe.model.recall_chars)
 
     def check(passes: float, steps_per_pass: int = 0) -> None:
-        if shallower_layers(recipe.model.n_layer, passes, wanted) < recipe.model.n_layer:
-            raise TooDeep(recipe.model.n_layer, passes)
+        fewer = shallower_layers(recipe.model.n_layer, passes, wanted)
+        if fewer < recipe.model.n_layer:
+            raise TooDeep(recipe.model.n_layer, passes, wanted, fewer)
         then(passes, steps_per_pass)
     return check
 
@@ -424,9 +425,8 @@ def _pretrain_fitted(facts: factsets.FactSet, recipe: Recipe, out: Path, *, minu
                                        on_fit=depth_check(recipe, budget_check(minutes, recipe, fitted, log)))
         return steps, recipe
     except TooDeep as deep:
-        layers, passes = deep.layers, deep.passes
-    wanted = passes_wanted(recipe.model.recall_chars)
-    recipe = shallower(recipe, shallower_layers(layers, passes, wanted), (time.perf_counter() - began) / 60)
+        layers, passes, wanted, fewer = deep.layers, deep.passes, deep.wanted, deep.fewer
+    recipe = shallower(recipe, fewer, (time.perf_counter() - began) / 60)
     fitted["deeper_fit"] = {"layers": layers, "passes": round(passes, 2)}
     log(f"{layers} layers fit {passes:.0f} pretraining passes on this machine, fewer than the {wanted:.0f} that "
         f"{recipe.model.recall_chars} characters recalled want: pretraining begins again with {recipe.model.n_layer} "
