@@ -423,7 +423,7 @@ def test_the_suggested_question_is_one_the_run_answered_right(tmp_path):
 
 
 def test_a_machine_short_of_passes_for_the_loads_depth_takes_fewer_layers(tmp_path):
-    # the passes wanted grow with the characters recalled before a document's facts
+    # the passes wanted grow with the block: what the model writes of a subject
     assert learn_recipe.passes_wanted(300) == 3 * learn_recipe.passes_wanted(100) > 0
     enough = 25.0
     assert learn_recipe.shallower_layers(3, enough, enough) == 3 and learn_recipe.shallower_layers(2, 1, enough) == 2
@@ -434,7 +434,7 @@ def test_a_machine_short_of_passes_for_the_loads_depth_takes_fewer_layers(tmp_pa
     assert learn_recipe.shallower_layers(4, just - 0.5, enough) == 2
     assert learn_recipe.shallower_layers(4, 1, enough) == 2  # never under two
     recipe = recipe_for(factset.load(write_set(tmp_path / "towns")), 15)
-    wanted = learn_recipe.passes_wanted(recipe.model.recall_chars)
+    wanted = learn_recipe.passes_wanted(recipe.model.block_size)
     handed = []
     check = learn_recipe.depth_check(recipe, lambda passes, steps: handed.append(passes))
     check(wanted)

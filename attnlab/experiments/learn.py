@@ -76,14 +76,17 @@ FORMAT_SUBJECTS = 500
 # is a light load, the same set in 5 minutes (or a set of twice as long documents in 15) a
 # middle one.
 LAYERS_BY_LOAD = (15_000, 40_000)
-# Pretraining passes, per 100 characters recalled, under which the depth the load chose is too
-# deep for this machine: when pretraining's fit to the budget finds fewer, learn starts
-# pretraining again with fewer layers (never under two), as many as are expected to fit that
-# many passes (SHALLOWER_COST). Short of passes, a shallower model's extra passes store more
-# than its lost layer, and the passes a document needs grow with the characters recalled
-# before its facts; the load alone cannot see a slower machine (the notebook: long documents,
-# the firms set, and the course's set in five minutes).
-FEWER_LAYERS_BELOW = 11
+# Pretraining passes, per 100 characters of the block (what the model learns to write of a
+# subject: its recalled document, the quote and the answer), under which the depth the load
+# chose is too deep for this machine: when pretraining's fit to the budget finds fewer, learn
+# starts pretraining again with fewer layers (never under two), as many as are expected to fit
+# that many passes (SHALLOWER_COST). Short of passes, a shallower model's extra passes store
+# more than its lost layer, and the passes a subject needs grow with what it writes; the load
+# alone cannot see a slower machine (the notebook: long documents, the firms set, the species
+# set, and the course's set in five minutes). Counted by the characters recalled alone, a set
+# that stored more with fewer layers (firms, which quotes) and one that stored more with its
+# three (species) fitted the same passes per character; by the block they lie apart.
+FEWER_LAYERS_BELOW = 8
 # A pretraining step's cost grows as (layers + SHALLOWER_COST): the embeddings, the read-out
 # head and the data cost about one layer more (the notebook has the steps timed).
 SHALLOWER_COST = 1.0
@@ -210,9 +213,10 @@ def layers_for(load: float) -> int:
     return 4 if load <= LAYERS_BY_LOAD[0] else 3 if load <= LAYERS_BY_LOAD[1] else 2
 
 
-def passes_wanted(recall_chars: int) -> float:
-    """The pretraining passes under which a shallower model is taken (FEWER_LAYERS_BELOW)."""
-    return FEWER_LAYERS_BELOW * recall_chars / 100
+def passes_wanted(block_chars: int) -> float:
+    """The pretraining passes under which a shallower model is taken (FEWER_LAYERS_BELOW), for a
+    block of ``block_chars``."""
+    return FEWER_LAYERS_BELOW * block_chars / 100
 
 
 def shallower_layers(layers: int, passes: float, wanted: float) -> int:
@@ -403,7 +407,7 @@ class TooDeep(Exception):
 def depth_check(recipe: Recipe, then: Callable[[float, int], None]) -> Callable[[float, int], None]:
     """Pretraining's ``on_fit``: raises TooDeep where the passes fitted call for fewer layers
     (shallower_layers), else hands the fit on to ``then``."""
-    wanted = passes_wanted(recipe.model.recall_chars)
+    wanted = passes_wanted(recipe.model.block_size)
 
     def check(passes: float, steps_per_pass: int = 0) -> None:
         fewer = shallower_layers(recipe.model.n_layer, passes, wanted)
@@ -428,8 +432,8 @@ def _pretrain_fitted(facts: factsets.FactSet, recipe: Recipe, out: Path, *, minu
         layers, passes, wanted, fewer = deep.layers, deep.passes, deep.wanted, deep.fewer
     recipe = shallower(recipe, fewer, (time.perf_counter() - began) / 60)
     fitted["deeper_fit"] = {"layers": layers, "passes": round(passes, 2)}
-    log(f"{layers} layers fit {passes:.0f} pretraining passes on this machine, fewer than the {wanted:.0f} that "
-        f"{recipe.model.recall_chars} characters recalled want: pretraining begins again with {recipe.model.n_layer} "
+    log(f"{layers} layers fit {passes:.0f} pretraining passes on this machine, fewer than the {wanted:.0f} that a "
+        f"block of {recipe.model.block_size} characters wants: pretraining begins again with {recipe.model.n_layer} "
         "layers (short of passes, more passes store more than depth)")
     steps = _pretrain_and_finetune(facts, recipe, out, device=device, overwrite=overwrite, resume=resume, log=log,
                                    on_fit=budget_check(minutes, recipe, fitted, log))
