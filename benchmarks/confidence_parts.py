@@ -6,7 +6,8 @@ chance), both fitted on the training subjects the run held out of finetuning, ju
 
     .venv/bin/python benchmarks/confidence_parts.py runs/towns15 runs/firms15 models/cpu --write
 
-Per run and method: dev ECE (15 bins) and log-loss of the corrected confidence, its AUROC (right
+Per run and method: dev ECE (15 bins) of the corrected confidence beside the range a calibrated
+one scores on the same answers by chance (ece_by_chance), its log-loss and AUROC (right
 against wrong), and the default rule's counts: dev right answers kept, dev wrong answers
 withheld, invented subjects abstained on (keep-right 0.97). A run made by ``learn`` reads its
 fact set; any other reads the course's files.
@@ -29,8 +30,8 @@ from attnlab.data.subject_orders import recorded_order  # noqa: E402
 from attnlab.model.checkpoint import load_model  # noqa: E402
 from attnlab.trust.abstention import held_out_signals, rules_from  # noqa: E402
 from attnlab.trust.audit import audit_answers, invent_people  # noqa: E402
-from attnlab.trust.calibration import (PartsCorrection, auroc, corrected, expected_calibration_error,  # noqa: E402
-                                      fit_correction)
+from attnlab.trust.calibration import (PartsCorrection, auroc, corrected, ece_by_chance,  # noqa: E402
+                                      expected_calibration_error, fit_correction)
 from attnlab.trust.policy import DEFAULT_HOLDOUT, DEFAULT_KEEP_RIGHT  # noqa: E402
 
 METHODS = ("beta, confidence", "chosen, chance")
@@ -67,7 +68,8 @@ def measure(run: str, names: int, keep: float) -> list[list[str]]:
         rule = rules_from(held, keep, correction if parts else None)["both"]
         label = f"{'parts' if isinstance(correction, PartsCorrection) else 'beta'}, {method.split(', ')[1]}"
         rows.append([Path(run).name, label, f"{sum(held.right)}/{len(held.right)}",
-                     f"{expected_calibration_error(chance, right):.3f}", f"{log_loss(chance, right):.3f}",
+                     f"{expected_calibration_error(chance, right):.3f}", "{:.3f}-{:.3f}".format(*ece_by_chance(chance)),
+                     f"{log_loss(chance, right):.3f}",
                      f"{auroc(chance, right):.3f}", *rule_cells(seen.report(model, vocab, rule))])
         print(" | ".join(rows[-1]), flush=True)
     return rows
@@ -95,7 +97,7 @@ def runs_arguments(doc: str, argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = runs_arguments(__doc__, argv)
     rows = [row for run in args.runs for row in measure(run, args.names, args.keep_right)]
-    headers = ["run", "correction, rule on", "held-out right", "dev ECE", "dev log-loss", "AUROC",
+    headers = ["run", "correction, rule on", "held-out right", "dev ECE", "calibrated, by chance", "dev log-loss", "AUROC",
                "dev right kept", "dev wrong withheld", "invented abstained"]
     report("confidence-parts", table(headers, rows), write=args.write,
            title="The confidence's parts weighed apart, against beta calibration of their product")

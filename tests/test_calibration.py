@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnlab.trust.calibration import (
-    abstained_predictions, accuracy_at_coverage, auroc, coverage_curve, expected_calibration_error,
+    abstained_predictions, accuracy_at_coverage, auroc, coverage_curve, ece_by_chance, expected_calibration_error,
     finetuning_people, held_out_people, conformal_count, reliability_bins
 )
 
@@ -28,6 +28,39 @@ def test_ece_edges_perfect_and_worst():
     assert expected_calibration_error([1.0, 1.0], [True, True]) == 0.0
     assert expected_calibration_error([0.0, 1.0], [True, False]) == 1.0
     assert [b.count for b in reliability_bins([0.0, 1.0], [True, False])][::14] == [1, 1]  # 0 and 1 land inside
+
+
+def test_ece_by_chance_by_hand():
+    # one answer at 0.5 scores |1 - 0.5| or |0 - 0.5| whichever mark it draws
+    assert ece_by_chance([0.5]) == pytest.approx((0.5, 0.5))
+    # two answers at 0.5 in one bin: one right and one wrong (half the draws) score 0, both alike 0.5
+    assert ece_by_chance([0.5, 0.5]) == pytest.approx((0.0, 0.5))
+    # sure answers are always as sure as they are right
+    assert ece_by_chance([0.0, 1.0, 1.0]) == pytest.approx((0.0, 0.0))
+
+
+def test_ece_by_chance_is_the_spread_of_calibrated_marks_and_narrows_with_more_answers():
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    confidence = list(rng.uniform(0.05, 0.95, 300))
+    low, high = ece_by_chance(confidence)
+    assert 0.0 < low < high < 0.2
+    # marks drawn from the confidence itself (independently of the range's own draws) fall inside
+    # about 95% of the time; a confidence 0.2 too sure, hardly ever
+    calibrated = [expected_calibration_error(confidence, list(rng.random(300) < confidence)) for _ in range(200)]
+    too_sure = [expected_calibration_error(confidence, list(rng.random(300) < np.array(confidence) - 0.2))
+                for _ in range(200)]
+    assert 0.88 <= np.mean([low <= e <= high for e in calibrated]) <= 1.0
+    assert np.mean([e > high for e in too_sure]) > 0.95
+    assert ece_by_chance(confidence * 10)[1] < high / 2  # ten times the answers, a third of the spread
+
+
+def test_ece_by_chance_refuses_what_ece_refuses():
+    with pytest.raises(ValueError, match="no answers"):
+        ece_by_chance([])
+    with pytest.raises(ValueError, match="must lie in"):
+        ece_by_chance([1.5])
 
 
 def test_auroc_by_hand():

@@ -13,7 +13,7 @@ from attnlab.data import factset
 from attnlab.data.splits import held_out_people, subject_reader
 from attnlab.experiments import learn as learn_recipe
 from attnlab.experiments.learn import (LEAST_PASSES, PRETRAIN_READ_OUT_SWAPS, READ_OUT_SWAPS, SWAP_NOVEL,
-                                      budget_check, calibration_fraction, layers_for, recipe_for)
+                                      budget_check, calibration_fraction, layers_for, recipe_for, results_table)
 
 from .test_factsets import write_set
 
@@ -41,6 +41,19 @@ def test_learn_writes_a_model_its_fact_set_and_scores_per_relation(learned):
     # counted from the steps it took (a --minutes run re-fits them as it goes)
     assert results["pretraining_passes_fitted"] > 0 and results["pretraining_passes"] > 0
     assert "steps_per_pass" not in results
+
+
+def test_the_summary_puts_the_chance_range_beside_the_ece(learned):
+    _, out = learned
+    results = json.loads((out / "results.json").read_text())
+    calibration = results["calibration"]
+    low, high = calibration.get("ece_corrected_by_chance") or calibration["ece_by_chance"]
+    text = results_table(results)
+    assert f"ECE {calibration['ece']:.3f} (15 bins)" in text
+    assert f"(a calibrated confidence scores {low:.3f}-{high:.3f} on these 4 answers by chance alone)" in text
+    # a run written before the range was kept still prints its ECE
+    calibration.pop("ece_by_chance"), calibration.pop("ece_corrected_by_chance", None)
+    assert "by chance alone" not in results_table(results) and f"ECE {calibration['ece']:.3f}" in results_table(results)
 
 
 def test_a_budget_too_short_to_store_facts_is_said_before_training(tmp_path):
@@ -291,8 +304,10 @@ def test_learn_fits_its_abstention_rule_on_training_subjects_it_held_out(tmp_pat
     assert config["train"]["holdout_fraction"] == pytest.approx(fraction)
     assert config["train"]["subject_order"] == stored["policy"]["subject_order"] == "hashed"
     results = json.loads((out / "results.json").read_text())
-    corrected = {"correction", "ece_corrected"} if stored["correction"] else set()
-    assert set(results["calibration"]) == {"bins", "ece"} | corrected
+    corrected = {"correction", "ece_corrected", "ece_corrected_by_chance"} if stored["correction"] else set()
+    assert set(results["calibration"]) == {"bins", "ece", "ece_by_chance"} | corrected
+    low, high = results["calibration"]["ece_corrected_by_chance" if stored["correction"] else "ece_by_chance"]
+    assert 0.0 <= low <= high <= 1.0
     if stored["correction"]:  # recall answers: the parts weighed apart or not (cross-validation chooses),
         # and the rules threshold the chance
         assert stored["correction"]["method"] in ("confidence parts", "beta calibration")

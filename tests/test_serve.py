@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from attnlab.trust.calibration import expected_calibration_error
+from attnlab.trust.calibration import ece_by_chance, expected_calibration_error
 
 pytest.importorskip("fastapi", reason="the serve extra (pip install -e '.[serve]') is not installed")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -206,6 +206,8 @@ def test_dev_view_scores_every_question_with_its_interval(client, lab):
     right = [r["right"] for r in got["rows"]]  # the shipped run stores a correction: its ECE beside the raw one
     assert got["ece_corrected"] == pytest.approx(expected_calibration_error([a.chance_right for a in answers], right))
     assert got["ece"] == pytest.approx(expected_calibration_error([a.confidence for a in answers], right))
+    # the range a calibrated confidence scores by chance, for the corrected confidence the page shows
+    assert got["ece_by_chance"] == pytest.approx(list(ece_by_chance([a.chance_right for a in answers])))
     assert client.get("/api/dev", params={"run": 1}).json()["ece_corrected"] is None  # the tiny run stores none
     assert client.get("/api/dev", params={"run": 9}).status_code == 404
 

@@ -238,6 +238,8 @@ def test_dev_view_scores_filters_and_sorts(page, served, tmp_path):
     dev = lab.dev(0)
     assert page.locator("#dev-table tbody tr").count() == len(lab.dev_examples)
     assert dev["text"] in page.inner_text("#dev-accuracy")
+    low, high = dev["ece_by_chance"]  # the ECE's yardstick beside it
+    assert f"a calibrated confidence scores {low:.3f}-{high:.3f} on these answers" in page.inner_text("#dev-accuracy")
     assert page.locator("#calibration rect.bin").count() == sum(b["count"] > 0 for b in dev["bins"])
     screenshot(page, tmp_path, "dev")
 

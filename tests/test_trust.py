@@ -134,6 +134,8 @@ def test_the_fit_reads_only_held_out_training_labels(recall_run, capsys):
         out = capsys.readouterr().out
         rules.append([ln for ln in out.splitlines() if ln.startswith("abstain when")])
         assert "ECE (15 equal-width bins)" in out and "AUROC" in out
+        low, high = json.loads((recall_run / name / "calibration.json").read_text())["ece_by_chance"]
+        assert f"a calibrated confidence scores {low:.3f}-{high:.3f} on these " in out  # beside the ECE
         assert (recall_run / name / "reliability.png").stat().st_size > 0
         assert (recall_run / name / "coverage.png").stat().st_size > 0
     assert rules[0] == rules[1] and len(rules[0]) == 1

@@ -316,14 +316,17 @@ def _share(k: int, n: int) -> str:
 
 def report_lines(report: dict) -> list[str]:
     from ..trust.calibrate import auroc_text
-    from ..trust.calibration import N_BINS, Correction, kalai_text
+    from ..trust.calibration import N_BINS, Correction, chance_text, kalai_text
 
     overall = report["right"] / report["total"]
     corrected = ("" if report.get("ece_corrected") is None else
                  f"; {report['ece_corrected']:.3f} after the correction fitted on the held-out training people "
                  f"({Correction.from_dict(report['correction']).describe()})")
     n = report["total"]
+    span = report.get("ece_corrected_by_chance") or report.get("ece_by_chance")
     lines = [f"ECE ({N_BINS} equal-width bins): {report['ece']:.3f}{corrected}",
+             *([f"  {chance_text(span, n)}{' (the corrected one)' if report.get('ece_corrected') is not None else ''}"]
+               if span else []),
              f"Kalai score (+1 right, -t/(1-t) wrong, 0 abstained), every question answered: "
              f"{kalai_text(report['kalai'], n)}"]
     if "rule" in report:

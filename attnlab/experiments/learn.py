@@ -506,17 +506,20 @@ def predictions_file(run: str | Path, questions: str | Path) -> Path:
 
 
 def calibration_json(answers: list, right: list[bool], run: Path) -> dict[str, Any]:
-    """How far the answers' confidence is from accuracy (ECE over N_BINS equal-width bins), raw
-    and, when the run stores a correction fitted on its held-out subjects, after it."""
-    from ..trust.calibration import N_BINS, corrected, expected_calibration_error
+    """How far the answers' confidence is from accuracy (ECE over N_BINS equal-width bins, with
+    the range a calibrated confidence scores by chance), raw and, when the run stores a
+    correction fitted on its held-out subjects, after it."""
+    from ..trust.calibration import N_BINS, corrected, ece_by_chance, expected_calibration_error
     from ..trust.stored import read_stored, stored_correction
 
     confidence = [a.confidence for a in answers]
-    out: dict[str, Any] = {"bins": N_BINS, "ece": round(expected_calibration_error(confidence, right), 4)}
+    out: dict[str, Any] = {"bins": N_BINS, "ece": round(expected_calibration_error(confidence, right), 4),
+                           "ece_by_chance": [round(x, 4) for x in ece_by_chance(confidence)]}
     correction = stored_correction(read_stored(run))
     if correction is not None:
         chance = corrected(confidence, correction, [a.parts for a in answers])
-        out.update(correction=correction.to_dict(), ece_corrected=round(expected_calibration_error(chance, right), 4))
+        out.update(correction=correction.to_dict(), ece_corrected=round(expected_calibration_error(chance, right), 4),
+                   ece_corrected_by_chance=[round(x, 4) for x in ece_by_chance(chance)])
     return out
 
 
@@ -528,6 +531,8 @@ def score_json(score: Score) -> dict[str, Any]:
 
 def results_table(results: dict[str, Any]) -> str:
     """One table: each relation and all, the model's accuracy beside the baseline's."""
+    from ..trust.calibration import chance_text
+
     lines = ["| relation | questions | learned (95% CI) | most frequent answer (baseline) |",
              "| --- | --- | --- | --- |"]
     rows = [*results["relations"].items(), ("all", results["overall"])]
@@ -541,6 +546,9 @@ def results_table(results: dict[str, Any]) -> str:
         after = (f", {calibration['ece_corrected']:.3f} after the correction fitted on held-out training subjects"
                  if "ece_corrected" in calibration else "")
         lines.append(f"\nconfidence against accuracy: ECE {calibration['ece']:.3f} ({calibration['bins']} bins){after}")
+        span = calibration.get("ece_corrected_by_chance") or calibration.get("ece_by_chance")
+        if span:  # runs written before the range was kept have none
+            lines.append(f"({chance_text(span, results['overall']['total'])})")
     return "\n".join(lines)
 
 

@@ -27,7 +27,7 @@ from ..trust.abstention import Rule, decide_answers
 from ..trust.stored import weights_digest
 from .trace_worker import NotPortable, TraceWorker, portable
 from ..api import LoadedModel
-from ..trust.calibration import expected_calibration_error, kalai_scores, reliability_bins
+from ..trust.calibration import ece_by_chance, expected_calibration_error, kalai_scores, reliability_bins
 from ..data.corpus import alike_spans
 from ..data.datasets import QAExample
 from ..answering.evaluate import Answer, Score, answer_questions, score_by_relation
@@ -219,13 +219,13 @@ def copied_span(recalled: str | None, answer: str) -> list[int] | None:
     return list(alike[0]) if alike else None
 
 
-def _corrected_ece(model: LoadedModel, answers: list[Answer], right: list[bool]) -> float | None:
-    """The ECE of the answers' confidences through the run's stored correction (None: it stores
-    none, or its weights changed since)."""
+def _corrected_chance(model: LoadedModel, answers: list[Answer]) -> list[float] | None:
+    """The answers' confidences through the run's stored correction (None: it stores none, or
+    its weights changed since)."""
     correction = model.correction()
     if correction is None or not answers:
         return None
-    return expected_calibration_error([correction.chance(a.confidence, a.parts) for a in answers], right)
+    return [correction.chance(a.confidence, a.parts) for a in answers]
 
 
 def in_words(rule: Rule | None, confidence: float, given: bool, chance_right: float | None = None) -> str:
@@ -576,6 +576,7 @@ class Lab:
         given = self._given(run.model, run.rule, answers)
         right = [a.answer == e.answer for a, e in zip(answers, examples)]
         confidence = [a.confidence for a in answers]
+        chance = _corrected_chance(run.model, answers)
         result = Score(sum(right), len(right))
         low, high = result.interval
         rows = [{"question": e.question, "gold": e.answer, "answer": a.answer, "right": r,
@@ -591,7 +592,9 @@ class Lab:
                          "accuracy": result.correct / result.total if result.total else 0.0,
                          "interval": [low, high], "text": result.with_interval(), "bins": bins,
                          "ece": expected_calibration_error(confidence, right) if rows else 0.0,
-                         "ece_corrected": _corrected_ece(run.model, answers, right),
+                         "ece_corrected": expected_calibration_error(chance, right) if chance else None,
+                         # the range for the confidence whose ECE the page shows last
+                         "ece_by_chance": list(ece_by_chance(chance or confidence)) if rows else None,
                          "kalai": {"all": kalai_scores(right), "rule": kalai_scores(right, given)}}
 
     # ---- comparing runs ----------------------------------------------------------------------

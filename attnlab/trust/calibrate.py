@@ -16,7 +16,7 @@ from ..data.datasets import QAExample
 from .abstention import Rule, decide, people_of
 from .calibration import (
     COVERAGES, N_BINS, Correction, Parts, PartsCorrection, accuracy_at_coverage, auroc, corrected,
-    expected_calibration_error, kalai_scores,
+    ece_by_chance, expected_calibration_error, kalai_scores,
     plot_coverage, plot_reliability, reliability_bins,
 )
 
@@ -35,18 +35,20 @@ class Calibration:
 
 def calibration_report(conf: Sequence[float], right: Sequence[bool], correction: Correction | PartsCorrection | None = None,
                        parts: Sequence[Parts | None] | None = None) -> dict:
-    """ECE (N_BINS equal-width bins), AUROC, accuracy at coverage, Kalai's score when every
-    question is answered, and with ``correction`` the ECE and AUROC of the corrected confidence
-    (each answer's ``parts`` where the correction weighs them)."""
+    """ECE (N_BINS equal-width bins) with the range a calibrated confidence scores by chance
+    (ece_by_chance), AUROC, accuracy at coverage, Kalai's score when every question is answered,
+    and with ``correction`` the same measures of the corrected confidence (each answer's ``parts``
+    where the correction weighs them)."""
     at = {f"{c:g}": accuracy_at_coverage(conf, right, c) for c in COVERAGES}
     report = {"total": len(right), "right": sum(map(bool, right)), "ece": expected_calibration_error(conf, right),
-              "ece_bins": N_BINS, "auroc": auroc(conf, right),
+              "ece_bins": N_BINS, "ece_by_chance": list(ece_by_chance(conf)), "auroc": auroc(conf, right),
               "accuracy_at_coverage": {c: {"right": r, "answered": n} for c, (r, n) in at.items()},
               "kalai": kalai_scores(right), "correction": correction.to_dict() if correction else None,
-              "ece_corrected": None, "auroc_corrected": None}
+              "ece_corrected": None, "ece_corrected_by_chance": None, "auroc_corrected": None}
     if correction is not None:
         chance = corrected(conf, correction, parts)
-        report.update(ece_corrected=expected_calibration_error(chance, right), auroc_corrected=auroc(chance, right))
+        report.update(ece_corrected=expected_calibration_error(chance, right),
+                      ece_corrected_by_chance=list(ece_by_chance(chance)), auroc_corrected=auroc(chance, right))
     return report
 
 

@@ -72,6 +72,32 @@ def expected_calibration_error(confidence: Sequence[float], correct: Sequence[bo
     return sum(b.count / n * abs(b.accuracy - b.mean_confidence) for b in reliability_bins(confidence, correct, n_bins))
 
 
+# Draws of right/wrong marks behind ece_by_chance: enough that its 95% range moves by under a
+# thousandth between seeds on a few hundred answers.
+CHANCE_DRAWS = 400
+
+
+def ece_by_chance(confidence: Sequence[float], n_bins: int = N_BINS, draws: int = CHANCE_DRAWS,
+                  seed: int = 0) -> tuple[float, float]:
+    """The range (2.5th to 97.5th percentile) of the ECE a perfectly calibrated confidence scores
+    on these answers by chance alone: each answer marked right with probability its confidence,
+    ``draws`` times (consistency resampling, Broecker and Smith 2007). ECE is never below zero and
+    a few hundred answers in fifteen bins leave it well above, so an ECE inside this range is no
+    evidence of miscalibration, and one above it is."""
+    _check(confidence, [True] * len(confidence))
+    if not confidence:
+        raise ValueError("no answers to measure")
+    c = np.asarray(confidence, dtype=np.float64)
+    members = np.maximum(np.ceil(c * n_bins).astype(np.int64) - 1, 0)  # reliability_bins' bins
+    in_bin = np.zeros((len(c), n_bins))
+    in_bin[np.arange(len(c)), members] = 1.0
+    marks = (np.random.default_rng(seed).random((draws, len(c))) < c).astype(np.float64)
+    # a bin's |count| / n * |accuracy - mean confidence| is |right - sum of confidence| / n
+    errors = np.abs(marks @ in_bin - c @ in_bin).sum(axis=1) / len(c)
+    low, high = np.percentile(errors, [2.5, 97.5])
+    return float(low), float(high)
+
+
 def auroc(scores: Sequence[float], positive: Sequence[bool]) -> float | None:
     """P(score of a random positive > score of a random negative), ties 1/2; None when there
     are no positives or no negatives (the area is undefined)."""
@@ -362,6 +388,11 @@ def kalai_scores(right: Sequence[bool], given: Sequence[bool] | None = None) -> 
     question answered unless ``given`` says which are."""
     given = [True] * len(right) if given is None else given
     return {f"{t:g}": kalai_score(right, given, t) for t in KALAI_TARGETS}
+
+
+def chance_text(span: Sequence[float], n: int) -> str:
+    """What ece_by_chance's range ``span`` says, for ``n`` answers, in words."""
+    return f"a calibrated confidence scores {span[0]:.3f}-{span[1]:.3f} on these {n:,} answers by chance alone"
 
 
 def kalai_text(scores: dict[str, float], n: int) -> str:

@@ -331,7 +331,9 @@ async function loadDev() {
   try {
     state.dev = await api(`/api/dev?run=${Number($("dev-run").value)}`);
     $("dev-accuracy").textContent = `accuracy ${state.dev.text}; ECE ${state.dev.ece.toFixed(3)}` +
-      (state.dev.ece_corrected === null ? "" : `, ${state.dev.ece_corrected.toFixed(3)} after the run's stored correction`);
+      (state.dev.ece_corrected === null ? "" : `, ${state.dev.ece_corrected.toFixed(3)} after the run's stored correction`) +
+      (state.dev.ece_by_chance === null ? "" : ` (a calibrated confidence scores ${state.dev.ece_by_chance[0].toFixed(3)}-` +
+        `${state.dev.ece_by_chance[1].toFixed(3)} on these answers by chance alone)`);
     const names = Object.keys(state.dev.relations);
     $("dev-relation").replaceChildren(el("option", { value: "", textContent: "every relation" }),
       ...names.map((n) => el("option", { value: n, textContent: n })));
