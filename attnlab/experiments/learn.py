@@ -94,8 +94,9 @@ SHALLOWER_COST = 1.0
 # finetuning, the run's abstention rule and confidence correction are fitted on their questions
 # and stored with it (abstention.json), so that ask, evaluate, calibrate and serve have a rule fitted
 # on labels the model never trained on. Enough questions to fit the correction, few enough that a
-# pass grows little; at most a tenth of a small set's subjects.
+# pass grows little; at most CALIBRATION_MOST of a small set's subjects.
 CALIBRATION_SUBJECTS = 100
+CALIBRATION_MOST = 0.1
 # Which training subjects teach the format, are held out or only teach reading: a sample fixed
 # by a hash of each subject (data/subject_orders.py), not the training file's first and last,
 # since a user's file may be sorted (by answer, by relation) and its ends are then unlike the rest.
@@ -199,8 +200,8 @@ def quotes(facts: factsets.FactSet, recall_chars: int) -> bool:
 
 def calibration_fraction(subjects: int) -> float:
     """The share of training subjects held out for fitting the abstention rule
-    (CALIBRATION_SUBJECTS, at most a tenth); 0 for a set too small to spare any."""
-    return 0.0 if subjects < 20 else min(0.1, CALIBRATION_SUBJECTS / subjects)
+    (CALIBRATION_SUBJECTS, at most CALIBRATION_MOST of them); 0 for a set too small to spare any."""
+    return 0.0 if subjects < 20 else min(CALIBRATION_MOST, CALIBRATION_SUBJECTS / subjects)
 
 
 def after_pretraining(minutes: float) -> float:
