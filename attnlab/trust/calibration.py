@@ -72,8 +72,9 @@ def expected_calibration_error(confidence: Sequence[float], correct: Sequence[bo
     return sum(b.count / n * abs(b.accuracy - b.mean_confidence) for b in reliability_bins(confidence, correct, n_bins))
 
 
-# Draws of right/wrong marks behind ece_by_chance: enough that its 95% range moves by under a
-# thousandth between seeds on a few hundred answers.
+# Draws of right/wrong marks behind ece_by_chance: enough for the range's ends (its 2.5th and
+# 97.5th percentiles) to serve as a yardstick, not a test to the third decimal, and few enough
+# to add nothing noticeable to a report's time.
 CHANCE_DRAWS = 400
 
 
