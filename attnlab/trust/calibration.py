@@ -50,12 +50,17 @@ def _check(confidence: Sequence[float], correct: Sequence[bool]) -> None:
         raise ValueError(f"confidences must lie in [0, 1], got {bad[0]}")
 
 
+def bin_of(confidence: Sequence[float], n_bins: int = N_BINS) -> np.ndarray:
+    """Each confidence's equal-width bin over [0, 1]: bin m holds ((m-1)/M, m/M], the first also 0."""
+    return np.maximum(np.ceil(np.asarray(confidence, dtype=np.float64) * n_bins).astype(np.int64) - 1, 0)
+
+
 def reliability_bins(confidence: Sequence[float], correct: Sequence[bool], n_bins: int = N_BINS) -> list[Bin]:
-    """Equal-width bins over [0, 1]; bin m holds ((m-1)/M, m/M], the first bin also holds 0."""
+    """The bins of ``bin_of``, each with its count, mean confidence and accuracy."""
     _check(confidence, correct)
     members: list[list[int]] = [[] for _ in range(n_bins)]
-    for i, c in enumerate(confidence):
-        members[max(0, math.ceil(c * n_bins) - 1)].append(i)
+    for i, m in enumerate(bin_of(confidence, n_bins)):
+        members[m].append(i)
     bins = []
     for m, idx in enumerate(members):
         n = len(idx)
@@ -89,9 +94,8 @@ def ece_by_chance(confidence: Sequence[float], n_bins: int = N_BINS, draws: int 
     if not confidence:
         raise ValueError("no answers to measure")
     c = np.asarray(confidence, dtype=np.float64)
-    members = np.maximum(np.ceil(c * n_bins).astype(np.int64) - 1, 0)  # reliability_bins' bins
     in_bin = np.zeros((len(c), n_bins))
-    in_bin[np.arange(len(c)), members] = 1.0
+    in_bin[np.arange(len(c)), bin_of(c, n_bins)] = 1.0
     marks = (np.random.default_rng(seed).random((draws, len(c))) < c).astype(np.float64)
     # a bin's |count| / n * |accuracy - mean confidence| is |right - sum of confidence| / n
     errors = np.abs(marks @ in_bin - c @ in_bin).sum(axis=1) / len(c)
