@@ -478,6 +478,32 @@ def test_learn_begins_pretraining_again_with_the_layers_the_fit_calls_for(tmp_pa
     assert (resumed.model.n_layer, resumed.pretrain.minutes) == (2, saved["train"]["minutes"])
 
 
+def test_learn_begins_again_shallower_when_the_runs_own_pace_fits_too_few_passes(tmp_path, monkeypatch):
+    """The steps timed before pretraining promise every pass to three layers; the run's own
+    first steps fit fewer than the depth wants: at its first re-fit learn starts pretraining
+    again with two layers (in the same directory, nothing of the deeper start left), says which
+    pace decided, and records it."""
+    from attnlab.training import pipeline
+
+    monkeypatch.setattr(learn_recipe, "LAYERS_BY_LOAD", (0, 10 ** 12))  # three layers by the load
+    monkeypatch.setattr(pipeline, "step_seconds", lambda *args, **kwargs: 1e-9)  # an optimistic timing
+    facts, out, said = write_set(tmp_path / "towns"), tmp_path / "run", []
+    recipe = recipe_for(factset.load(facts), 0.2)
+    assert recipe.model.n_layer == 3
+    # the passes wanted lie just under all of them (what the optimistic timing fits)
+    monkeypatch.setattr(learn_recipe, "FEWER_LAYERS_BELOW", 99 * recipe.pretrain.epochs / recipe.model.block_size)
+    results = learn_recipe.learn(facts, out, minutes=0.2, log=said.append)
+    assert results["deeper_fit"]["layers"] == 3 and results["deeper_fit"]["pace"] == "run"
+    assert results["deeper_fit"]["passes"] < 0.99 * recipe.pretrain.epochs
+    assert results["recipe"]["model"]["n_layer"] == 2
+    assert any("3 layers fit" in line and "at the pace of its first steps" in line
+               and "begins again with 2 layers" in line for line in said)
+    assert json.loads((out / "pretrain" / "config.json").read_text())["model"]["n_layer"] == 2
+    rows = [json.loads(line) for line in (out / "pretrain" / "metrics.jsonl").read_text().splitlines()]
+    steps = [row["step"] for row in rows if "loss" in row]
+    assert steps == sorted(steps) and steps[0] == 1  # the deeper start's rows are gone
+
+
 def test_resume_continues_the_run_begun_and_refuses_another_in_words(tmp_path):
     """learn records what a run was begun with before training (learning.json): --resume with
     another budget or seed, or after the fact set changed, is refused naming what differs (not

@@ -148,6 +148,27 @@ def test_a_re_fit_ends_the_run_at_the_deadline_at_its_own_pace():
     assert d.steps_for(first, 400.0, 0.0) == first + 1
 
 
+def test_the_first_re_fit_alone_tells_its_length_to_on_first_refit_which_may_stop_the_run():
+    from attnlab.training.deadline import REFIT_FIRST, Deadline
+
+    told = []
+    d = _timed(Deadline(end=300.0, most_steps=1000, on_first_refit=told.append))
+    first = 1 + REFIT_FIRST
+    assert d.steps_for(first, 50.0, 0.0) == first + 250 and told == [first + 250]  # at the run's own pace
+    d.steps_for(first, 100.0, 0.0)
+    assert told == [first + 250]  # later re-fits are not told
+
+    class Stop(Exception):
+        pass
+
+    def stop(steps):
+        raise Stop(steps)
+
+    d = _timed(Deadline(end=300.0, most_steps=1000, on_first_refit=stop))
+    with pytest.raises(Stop):
+        d.steps_for(first, 50.0, 0.0)
+
+
 def test_no_re_fit_in_the_runs_last_tenth_nor_before_its_first_timed_steps():
     from attnlab.training.deadline import REFIT_EVERY, REFIT_FIRST, REFIT_UNTIL, Deadline
 

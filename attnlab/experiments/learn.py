@@ -384,13 +384,15 @@ def budget_check(minutes: float, recipe: Recipe, fitted: dict[str, float],
 
 def _pretrain_and_finetune(facts: factsets.FactSet, recipe: Recipe, out: Path, *, device: str, overwrite: bool,
                            resume: bool, log: Callable[[str], None],
-                           on_fit: Callable[[float, int], None] | None = None) -> int:
+                           on_fit: Callable[[float, int], None] | None = None,
+                           on_pace: Callable[[float], None] | None = None) -> int:
     """The recipe's two stages: pretraining in ``out/pretrain``, finetuning into ``out``; an
     interrupted pretraining is continued with ``resume``. Returns pretraining's steps."""
     pre_dir = out / "pretrain"
     _, _, result = pretrain(recipe.model, recipe.pretrain, corpus=facts.corpus, run_dir=pre_dir, log=log, mix_qa=facts.train,
              held_out=facts.held_out, vocab_text=facts.vocabulary_text(), device=device,
-             resume=resume and (pre_dir / CHECKPOINT_NAME).exists(), overwrite=overwrite, on_fit=on_fit)
+             resume=resume and (pre_dir / CHECKPOINT_NAME).exists(), overwrite=overwrite, on_fit=on_fit,
+             on_pace=on_pace)
     finetune(recipe.finetune, run_dir=out, init=pre_dir, corpus=facts.corpus, train_file=facts.train, log=log,
              device=device, overwrite=overwrite or resume)
     return result.steps
@@ -398,52 +400,72 @@ def _pretrain_and_finetune(facts: factsets.FactSet, recipe: Recipe, out: Path, *
 
 class TooDeep(Exception):
     """Pretraining's fit to the budget found too few passes for the recipe's depth
-    (FEWER_LAYERS_BELOW), before its first step."""
+    (FEWER_LAYERS_BELOW): before its first step, from the steps timed then, or at its first
+    re-fit, from its own first steps (``paced``)."""
 
-    def __init__(self, layers: int, passes: float, wanted: float, fewer: int):
+    def __init__(self, layers: int, passes: float, wanted: float, fewer: int, paced: bool = False):
         super().__init__(f"{layers} layers fit {passes:g} pretraining passes, fewer than {wanted:g}: take {fewer}")
-        self.layers, self.passes, self.wanted, self.fewer = layers, passes, wanted, fewer
+        self.layers, self.passes, self.wanted, self.fewer, self.paced = layers, passes, wanted, fewer, paced
+
+
+def _check_depth(recipe: Recipe, passes: float, *, paced: bool) -> None:
+    """Raises TooDeep where ``passes`` call for fewer layers than the recipe's (shallower_layers)."""
+    wanted = passes_wanted(recipe.model.block_size)
+    fewer = shallower_layers(recipe.model.n_layer, passes, wanted)
+    if fewer < recipe.model.n_layer:
+        raise TooDeep(recipe.model.n_layer, passes, wanted, fewer, paced)
 
 
 def depth_check(recipe: Recipe, then: Callable[[float, int], None]) -> Callable[[float, int], None]:
     """Pretraining's ``on_fit``: raises TooDeep where the passes fitted call for fewer layers
     (shallower_layers), else hands the fit on to ``then``."""
-    wanted = passes_wanted(recipe.model.block_size)
-
     def check(passes: float, steps_per_pass: int = 0) -> None:
-        fewer = shallower_layers(recipe.model.n_layer, passes, wanted)
-        if fewer < recipe.model.n_layer:
-            raise TooDeep(recipe.model.n_layer, passes, wanted, fewer)
+        _check_depth(recipe, passes, paced=False)
         then(passes, steps_per_pass)
     return check
+
+
+def pace_check(recipe: Recipe) -> Callable[[float], None]:
+    """Pretraining's ``on_pace``: the same rule on the passes the run fits at its own pace. The
+    few steps timed before a run can misjudge a shared machine's pace by a fifth either way,
+    and a depth kept on an optimistic guess falls short of the passes that store its facts."""
+    return lambda passes: _check_depth(recipe, passes, paced=True)
 
 
 def _pretrain_fitted(facts: factsets.FactSet, recipe: Recipe, out: Path, *, minutes: float, fitted: dict[str, Any],
                      device: str, overwrite: bool, resume: bool,
                      log: Callable[[str], None]) -> tuple[int, Recipe]:
     """The recipe's two stages (_pretrain_and_finetune), pretraining begun again with fewer layers
-    when its fit finds too few passes for its depth on this machine, the time of the first
-    fit taken from the second's budget. Returns pretraining's steps and the recipe trained."""
-    began = time.perf_counter()
-    try:
-        steps = _pretrain_and_finetune(facts, recipe, out, device=device, overwrite=overwrite, resume=resume, log=log,
-                                       on_fit=depth_check(recipe, budget_check(minutes, recipe, fitted, log)))
-        return steps, recipe
-    except TooDeep as deep:
-        layers, passes, wanted, fewer = deep.layers, deep.passes, deep.wanted, deep.fewer
-    recipe = shallower(recipe, fewer, (time.perf_counter() - began) / 60)
-    fitted["deeper_fit"] = {"layers": layers, "passes": round(passes, 2)}
-    log(f"{layers} layers fit {passes:.0f} pretraining passes on this machine, fewer than the {wanted:.0f} that a "
-        f"block of {recipe.model.block_size} characters wants: pretraining begins again with {recipe.model.n_layer} "
-        "layers (short of passes, more passes store more than depth)")
-    steps = _pretrain_and_finetune(facts, recipe, out, device=device, overwrite=overwrite, resume=resume, log=log,
-                                   on_fit=budget_check(minutes, recipe, fitted, log))
-    return steps, recipe
+    whenever its fit (before its first step, or at its own pace after its first steps) finds
+    too few passes for its depth on this machine, the time spent on the deeper starts taken
+    from the next one's budget. Returns pretraining's steps and the recipe trained."""
+    began, budget = time.perf_counter(), recipe.pretrain_minutes
+    while True:  # each start is shallower than the last, and two layers are never too deep
+        try:
+            steps = _pretrain_and_finetune(facts, recipe, out, device=device, overwrite=overwrite, resume=resume,
+                                           log=log, on_fit=depth_check(recipe, budget_check(minutes, recipe, fitted, log)),
+                                           on_pace=pace_check(recipe))
+            return steps, recipe
+        except TooDeep as deep:
+            recipe = shallower(recipe, deep.fewer, budget - (time.perf_counter() - began) / 60)
+            _say_too_deep(deep, recipe, fitted, log)
 
 
-def shallower(recipe: Recipe, layers: int, spent_minutes: float) -> Recipe:
-    """``recipe`` with ``layers`` layers, its pretraining's budget less ``spent_minutes``."""
-    return with_depth(recipe, layers, round(max(0.05, recipe.pretrain_minutes - spent_minutes), 2))
+def _say_too_deep(deep: TooDeep, recipe: Recipe, fitted: dict[str, Any], log: Callable[[str], None]) -> None:
+    """Records (``fitted["deeper_fit"]``: the first depth left) and says why pretraining begins
+    again with ``recipe``'s layers."""
+    fitted.pop("budget_short", None)  # the deeper start's warning; the next fit says its own
+    fitted.setdefault("deeper_fit", {"layers": deep.layers, "passes": round(deep.passes, 2),
+                                     "pace": "run" if deep.paced else "timed"})
+    how = "at the pace of its first steps" if deep.paced else "on this machine"
+    log(f"{deep.layers} layers fit {deep.passes:.0f} pretraining passes {how}, fewer than the {deep.wanted:.0f} "
+        f"that a block of {recipe.model.block_size} characters wants: pretraining begins again with "
+        f"{recipe.model.n_layer} layers (short of passes, more passes store more than depth)")
+
+
+def shallower(recipe: Recipe, layers: int, minutes_left: float) -> Recipe:
+    """``recipe`` with ``layers`` layers and what is left of its pretraining's budget."""
+    return with_depth(recipe, layers, round(max(0.05, minutes_left), 2))
 
 
 def as_pretrained(recipe: Recipe, pre_dir: Path) -> Recipe:

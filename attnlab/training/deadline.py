@@ -8,6 +8,7 @@ follows it: the lm objective anneals over the run itself)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # The first re-fit waits for this many timed steps (the fit made before the run holds until
@@ -26,12 +27,15 @@ class Deadline:
     are not training). ``most_steps``: the run's steps at its given epochs, never exceeded.
     ``tokens_per_step``: the run anneals over itself (the lm objective), so its final_tokens
     are its whole steps times this; 0 keeps them (span's schedule is the course's). ``timed_pace``:
-    the seconds a step the fit before the run measured (for the log)."""
+    the seconds a step the fit before the run measured (for the log). ``on_first_refit``: told the
+    run's length at its first re-fit, the first made at its own pace; it may raise to stop the
+    run there (before its first checkpoint: REFIT_FIRST is far below any checkpoint interval)."""
 
     end: float
     most_steps: int
     tokens_per_step: int = 0
     timed_pace: float = 0.0
+    on_first_refit: Callable[[int], None] | None = None
     refits: int = 0
     pace: float = 0.0  # seconds a step this run has taken so far (evaluations excluded)
     # the first step of this process (a warm-up, not timed); (step, moment, evaluation seconds) when timing began
@@ -57,7 +61,10 @@ class Deadline:
         self.pace = (now - began - (eval_seconds - evaluated)) / (step - first)
         left = self.end + eval_seconds - now
         self.refits += 1
-        return min(self.most_steps, step + max(1, math.floor(left / self.pace)))
+        steps = min(self.most_steps, step + max(1, math.floor(left / self.pace)))
+        if self.refits == 1 and self.on_first_refit is not None:
+            self.on_first_refit(steps)
+        return steps
 
     def summary(self, given_epochs: float, fitted_epochs: float) -> str:
         """What the re-fits made of the run, for its log."""

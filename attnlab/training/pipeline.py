@@ -33,7 +33,7 @@ from ..data.objectives import (corpus_sequences, mixed, one_fact_per_subject, pa
 from .shaping import shaping_loss_fn
 from ..model.shipped import output_dir
 from ..core.devices import resolve_device
-from .deadline import Deadline
+from .deadline import Deadline, epochs_for
 from .trainer import Plan, TrainResult, default_loss, step_seconds, total_steps, train
 from ..data.vocab import MASK_CHAR, Vocab
 
@@ -76,28 +76,32 @@ def pretrain(
     eval_file: str | Path | None = None,
     vocab_text: str = "",
     on_fit: Callable[[float, int], None] | None = None,
+    on_pace: Callable[[float], None] | None = None,
 ) -> tuple[GPT, Vocab, TrainResult]:
     """Pretraining (``pretrain_in``) in ``run_dir``: a directory holding a checkpoint needs
     ``resume`` (continue that run: the configs and data must be its own, rundir.resumed) or
     ``overwrite`` (replace it). ``on_fit`` is told the epochs a --minutes run fitted and the
-    steps of one epoch, before its first step."""
+    steps of one epoch, before its first step; ``on_pace`` the epochs it fits at its own pace,
+    at its first re-fit (deadline.Deadline.on_first_refit)."""
     with rundir.Run.open(run_dir, "pretrain", model_config, train_config, resume=resume, overwrite=overwrite,
                          log=log) as run:
         return pretrain_in(run, corpus=corpus, device=device, mix_qa=mix_qa, held_out=held_out,
-                           eval_file=eval_file, vocab_text=vocab_text, on_fit=on_fit)
+                           eval_file=eval_file, vocab_text=vocab_text, on_fit=on_fit, on_pace=on_pace)
 
 
 def pretrain_in(run: rundir.Run, *, corpus: str | Path = DEFAULT_CORPUS, device: str | None = None,
                 mix_qa: str | Path | None = DEFAULT_TRAIN,
                 held_out: tuple[str | Path, ...] = (DEFAULT_DEV, DEFAULT_TEST),
                 eval_file: str | Path | None = None, vocab_text: str = "",
-                on_fit: Callable[[float, int], None] | None = None) -> tuple[GPT, Vocab, TrainResult]:
+                on_fit: Callable[[float, int], None] | None = None,
+                on_pace: Callable[[float], None] | None = None) -> tuple[GPT, Vocab, TrainResult]:
     """Pretraining on the corpus (SPEC 3, 5) in an opened ``run``: span corruption, or
     next-character prediction on packed lines with training-file QA examples mixed in
     (attnlab/data/objectives.py). ``mix_qa`` people also asked in a ``held_out`` file are
     refused; ``eval_file`` is scored every ``eval_every`` steps; ``vocab_text`` adds characters
     to a new model's vocabulary; ``on_fit`` is told the epochs a --minutes run fitted and the
-    steps of one epoch."""
+    steps of one epoch, ``on_pace`` the epochs it fits at its own pace once it has timed its
+    first steps (it may raise to stop the run there)."""
     model_config, train_config, log = run.model_config, run.train_config, run.log
     text = read_text(corpus)
     dataset = SpanCorruptionDataset(text, model_config.block_size, vocab=_vocabulary(text, vocab_text))
@@ -110,6 +114,8 @@ def pretrain_in(run: rundir.Run, *, corpus: str | Path = DEFAULT_CORPUS, device:
     deadline = None
     if train_config.minutes and not run.resume:
         run.train_config, deadline = fit_to_minutes(model, batches, train_config, model_config, run.opened, log)
+        if on_pace is not None:
+            deadline.on_first_refit = lambda steps: on_pace(epochs_for(steps, batches.steps_per_epoch))
         if on_fit is not None:
             on_fit(run.train_config.epochs, batches.steps_per_epoch)
     files = rundir.data_files(corpus=[corpus], mix_qa=[mix_qa] if mixing else [],
