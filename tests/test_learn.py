@@ -495,6 +495,7 @@ def test_learn_begins_again_shallower_when_the_runs_own_pace_fits_too_few_passes
     results = learn_recipe.learn(facts, out, minutes=0.2, log=said.append)
     assert results["deeper_fit"]["layers"] == 3 and results["deeper_fit"]["pace"] == "run"
     assert results["deeper_fit"]["passes"] < 0.99 * recipe.pretrain.epochs
+    assert "pretraining_passes_paced" in results  # the two-layer run's own first re-fit, recorded
     assert results["recipe"]["model"]["n_layer"] == 2
     assert any("3 layers fit" in line and "at the pace of its first steps" in line
                and "begins again with 2 layers" in line for line in said)

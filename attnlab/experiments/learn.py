@@ -425,11 +425,15 @@ def depth_check(recipe: Recipe, then: Callable[[float, int], None]) -> Callable[
     return check
 
 
-def pace_check(recipe: Recipe) -> Callable[[float], None]:
-    """Pretraining's ``on_pace``: the same rule on the passes the run fits at its own pace. The
-    few steps timed before a run can misjudge a shared machine's pace by a fifth either way,
-    and a depth kept on an optimistic guess falls short of the passes that store its facts."""
-    return lambda passes: _check_depth(recipe, passes, paced=True)
+def pace_check(recipe: Recipe, fitted: dict[str, Any]) -> Callable[[float], None]:
+    """Pretraining's ``on_pace``: records the passes the run fits at its own pace
+    (``pretraining_passes_paced``) and applies the same rule to them. The few steps timed
+    before a run can misjudge a shared machine's pace by a fifth either way, and a depth kept on
+    an optimistic guess falls short of the passes that store its facts."""
+    def check(passes: float) -> None:
+        fitted["pretraining_passes_paced"] = round(passes, 2)
+        _check_depth(recipe, passes, paced=True)
+    return check
 
 
 def _pretrain_fitted(facts: factsets.FactSet, recipe: Recipe, out: Path, *, minutes: float, fitted: dict[str, Any],
@@ -444,7 +448,7 @@ def _pretrain_fitted(facts: factsets.FactSet, recipe: Recipe, out: Path, *, minu
         try:
             steps = _pretrain_and_finetune(facts, recipe, out, device=device, overwrite=overwrite, resume=resume,
                                            log=log, on_fit=depth_check(recipe, budget_check(minutes, recipe, fitted, log)),
-                                           on_pace=pace_check(recipe))
+                                           on_pace=pace_check(recipe, fitted))
             return steps, recipe
         except TooDeep as deep:
             recipe = shallower(recipe, deep.fewer, budget - (time.perf_counter() - began) / 60)
