@@ -210,9 +210,9 @@ class LoadedModel:
 
     def abstention_rule(self, train_file: str | os.PathLike | None = None, *, holdout_fraction: float | None = None,
                         keep_right: float = DEFAULT_KEEP_RIGHT, kind: str = "both") -> Rule:
-        """The rule ``ask --abstain auto`` fits, for ``ask(..., abstain=rule)``: thresholds on
-        the name's familiarity and the answer's confidence ("both"; "name" or "confidence"
-        alone), fitted on the last ``holdout_fraction`` of ``train_file`` (default: the
+        """The rule ``ask --abstain auto`` fits, for ``ask(..., abstain=rule)``: one threshold on
+        the name's familiarity and the answer's confidence together ("both"; "name" or
+        "confidence" alone), fitted on the last ``holdout_fraction`` of ``train_file`` (default: the
         course's training file, and the share the run recorded holding out, else 0.1) so that
         a new person's right answer is still given with probability ``keep_right``.
         ``Rule(confidence=0.8)`` is ``--abstain-below 0.8``."""

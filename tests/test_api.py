@@ -117,7 +117,7 @@ def test_ask_can_abstain_from_python(run):
 def test_the_fitted_rule_is_the_one_ask_fits(run, capsys):
     model = attnlab.load(run)
     rule = model.abstention_rule()
-    assert rule.confidence is not None and rule.familiarity is not None  # "both", as --abstain auto
+    assert rule.joint is not None and rule.needs_familiarity  # "both", as --abstain auto
     assert cli.main(["ask", str(run), QUESTIONS[0], "--abstain", "auto"]) == 0
     assert rule.describe() in capsys.readouterr().err
     assert model.abstention_rule(kind="confidence").familiarity is None

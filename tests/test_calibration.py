@@ -116,10 +116,36 @@ def test_the_fitted_confidence_threshold_answers_the_conformal_count_of_held_out
     held = HeldOut("ten people", right, confidence, [1.0] * 10)
     rules = rules_from(held, 0.75)
     assert rules["confidence"].confidence == 0.2  # the 8th most confident right answer, not the 7th (0.3)
-    # with the name check, which turns away up to (0 + 1) / (10 + 1) of real people: ceil((0.75 +
-    # 1/11) * 10) = 9, every right answer
-    assert rules["both"].confidence == 0.1 and "the 9 most confident" in rules["both"].how
-    assert "9.1% of real names" in rules["both"].how
+    # one joint check of the name and the answer keeps the same count: every name equally
+    # familiar here, so the 8th most confident right answer again sets it
+    from attnlab.trust.abstention import joint_score
+    assert rules["both"].joint == pytest.approx(joint_score(1.0, 0.2)) and "(the 8 with" in rules["both"].how
+    assert "9.1% of new real names" in rules["name"].how  # (0 + 1) / (10 + 1) of real people below it
+
+
+def test_the_joint_check_weighs_the_name_against_the_answers_odds():
+    """ln(familiarity) + logit(score): a name ten times less familiar needs an answer whose odds
+    are ten times higher; a name of probability 0 is never answered, and a score of 1 does not
+    outweigh every name."""
+    import math
+
+    from attnlab.trust.abstention import JOINT_ABOVE_ALL, HeldOut, Rule, joint_score, rules_from
+
+    assert joint_score(0.1, 0.5) == pytest.approx(math.log(0.1))
+    assert joint_score(0.01, 10 / 11) == pytest.approx(joint_score(0.1, 0.5))
+    assert joint_score(0.0, 0.99) == -math.inf and joint_score(1e-9, 1.0) < joint_score(1.0, 0.5)
+    rule = Rule(None, None, joint=joint_score(0.1, 0.5))
+    assert rule.answers(0.5, 0.1) and rule.answers(0.92, 0.01) and not rule.answers(0.9, 0.01)
+    assert not rule.answers(0.99, None) and rule.needs_familiarity  # no name read: not answered
+    assert rule.describe().startswith("abstain when ln(name familiarity) + logit(confidence) <")
+    # an invented name the name check alone lets through, with a doubtful answer, is withheld:
+    # the least familiar held-out name sets the name check; the joint check weighs both
+    held = HeldOut("six", [True] * 5 + [False], [0.9, 0.9, 0.9, 0.9, 0.6, 0.3], [0.5, 0.5, 0.5, 0.5, 0.05, 0.5])
+    rules = rules_from(held, 0.5)
+    assert rules["name"].answers(0.3, 0.06) and not rules["both"].answers(0.3, 0.06)
+    none_right = HeldOut("three", [False] * 3, [0.9, 0.8, 0.7], [0.5] * 3)
+    assert rules_from(none_right, 0.5)["both"].joint == JOINT_ABOVE_ALL  # nothing to keep: nothing answered
+    assert not rules_from(none_right, 0.5)["both"].answers(1.0, 1.0)
 
 
 def test_the_name_checks_share_counts_each_held_out_person_once():

@@ -401,11 +401,11 @@ def test_the_weights_digest_is_kept_until_a_weight_changes(tiny_config):
 
 
 def test_a_stored_rule_of_another_format_is_refitted_and_said_so(tmp_path, caplog):
-    from attnlab.trust.stored import FORMAT, read_stored
+    from attnlab.trust.stored import read_stored
 
     (tmp_path / "abstention.json").write_text(json.dumps({"format": 1, "temperature": 2.0}))
     assert read_stored(tmp_path) is None
-    assert f"format 1, this one reads {FORMAT}" in caplog.text and "attnlab calibrate" in caplog.text
+    assert "format 1, this one reads 3 and 4" in caplog.text and "attnlab calibrate" in caplog.text
     (tmp_path / "abstention.json").write_text("{not json")
     assert read_stored(tmp_path) is None  # a damaged file: fitted again, quietly
 
@@ -424,6 +424,25 @@ def test_a_stored_rule_that_does_not_read_is_refitted_and_said_so(tmp_path, capl
     assert "cannot be read (unknown name familiarity measure 'loudness'" in caplog.text
     (tmp_path / "abstention.json").write_text(json.dumps({**good, "correction": {"method": "beta calibration"}}))
     assert read_stored(tmp_path) is None  # a correction without its numbers
+
+
+def test_a_stored_rule_of_the_format_before_joint_thresholds_reads_as_written(tmp_path):
+    """A format-3 file (the shipped model's, written before rules held a joint threshold) is
+    read, its "both" rule the two thresholds it was stored with; the format written now stores
+    the joint threshold and reads it back."""
+    from attnlab.trust.abstention import Rule
+    from attnlab.trust.stored import FORMAT, read_stored, stored_json, stored_rules
+
+    old = {"format": 3, "weights": "w", "policy": {}, "correction": None,
+           "rules": {"both": {"confidence": 0.5, "familiarity": 1e-6, "how": "h", "measure": "name"}}}
+    (tmp_path / "abstention.json").write_text(json.dumps(old))
+    both = stored_rules(read_stored(tmp_path))["both"]
+    assert (both.confidence, both.familiarity, both.joint) == (0.5, 1e-6, None)
+    fit = {"holdout_file": "t", "holdout_fraction": 0.1, "keep_right": 0.97, "subject_order": "hashed"}
+    data = json.loads(stored_json("w", fit, {"both": Rule(None, None, "h", joint=-2.5)}, None, {}))
+    assert data["format"] == FORMAT and data["rules"]["both"]["joint"] == -2.5
+    assert data["rules"]["both"]["measure"] == "name"  # the joint check reads the name too
+    assert stored_rules(data)["both"].joint == -2.5 and stored_rules(data)["both"].needs_familiarity
 
 
 def test_the_default_policy_is_settled_by_what_the_run_held_out():
@@ -568,16 +587,20 @@ def test_a_rule_fitted_with_a_correction_thresholds_the_chance_and_is_stored_so(
     conf, right, parts = _parts_sample(400, 2)
     correction = fit_correction(conf, right, parts)
     rules = rules_from(HeldOut("the held-out", right, conf, [1.0] * len(conf), parts=parts), 0.9, correction)
-    rule = rules["both"]
+    rule = rules["confidence"]
     assert rule.chance == correction and rule.describe().startswith("abstain when chance right <")
     chance = [correction.chance(c, p) for c, p in zip(conf, parts)]
     given = [rule.answers(c, 1.0, p) for c, p in zip(conf, parts)]
     assert given == [x >= rule.confidence for x in chance]  # the chance decides, not the confidence
     assert sum(g and r for g, r in zip(given, right)) >= 0.9 * sum(right)
+    both = rules["both"]  # every name equally familiar: the joint check answers as the chance does
+    assert both.chance == correction and "logit(chance right)" in both.describe()
+    assert [both.answers(c, 1.0, p) for c, p in zip(conf, parts)] == given
     text = stored_json("w", {"holdout_file": "t", "holdout_fraction": 0.1, "keep_right": 0.9, "subject_order": "file"},
                        rules, correction, {"people": len(conf), "right": sum(right)})
     back = stored_rules(json.loads(text))
-    assert back["both"].chance == correction and back["both"].confidence == rule.confidence
+    assert back["both"].chance == correction and back["both"].joint == both.joint
+    assert back["confidence"].confidence == rule.confidence
     assert back["name"].chance is None
     older = json.loads(text)  # a rule stored before rules thresholded the chance: the confidence
     del older["rules"]["both"]["score"]
@@ -644,6 +667,10 @@ def test_the_page_says_how_often_answers_this_confident_are_right():
     assert in_words(rule, 0.7, True, 0.874) == ("sure: at or above this model's threshold 0.50; about 87 in 100 "
                                                 "answers this confident are right")
     assert in_words(rule, 0.3, False, None) == "unsure: below this model's threshold 0.50"
+    joint = Rule(None, None, "test", joint=-1.0)  # the default rule: the name and the answer together
+    assert in_words(joint, 0.7, True, None) == "sure: the name is familiar enough to this model for an answer this likely"
+    assert in_words(joint, 0.3, False, 0.3) == ("unsure: the name is too unfamiliar to this model for an answer this "
+                                                "unlikely; about 30 in 100 answers this confident are right")
 
 
 def test_subjects_of_one_word_are_invented_from_halves_of_their_names():

@@ -235,11 +235,15 @@ def in_words(rule: Rule | None, confidence: float, given: bool, chance_right: fl
     chance = "" if chance_right is None else f"; about {round(100 * chance_right)} in 100 answers this confident are right"
     if rule is None:
         return "no abstention rule for this run: every answer is given" + chance
+    if given and rule.joint is not None:
+        return "sure: the name is familiar enough to this model for an answer this likely" + chance
     if given:
         return "sure" + (f": {_its(rule)}at or above this model's threshold {rule.confidence:.2f}"
                          if rule.confidence is not None else "") + chance
     if rule.confidence is not None and confidence < rule.confidence:
         return f"unsure: {_its(rule)}below this model's threshold {rule.confidence:.2f}" + chance
+    if rule.joint is not None:
+        return "unsure: the name is too unfamiliar to this model for an answer this unlikely" + chance
     return "unsure: the name is less familiar to this model than its threshold allows" + chance
 
 

@@ -17,7 +17,13 @@ Two signals, both from the model alone (it never reads the corpus at answer time
   the measurements are in docs/notebook.md).
 
 A rule answers when confidence >= ``confidence`` and familiarity >= ``familiarity`` (either may
-be None: not checked). ``fit_rules`` sets them on training-file people held out from
+be None: not checked), and, where it has a ``joint`` threshold, when ln(familiarity) +
+logit(confidence) reaches it: the name's probability times the odds that the answer is right.
+The default rule ("both") is that one joint check. Apart, each check spends its own share of
+the right answers it may turn away, and a barely familiar name with a likely answer or a
+familiar name with a doubtful one passes both; together the two signals are weighed in their
+natural units (log-probability and log-odds) and one conformal count keeps the right answers.
+Invented names pass least often that way (docs/notebook.md). ``fit_rules`` sets them on training-file people held out from
 finetuning, never on dev or test labels. A rule fitted with a correction of the confidence
 (``chance``: a run that records held-out people) thresholds the corrected confidence, the chance
 that the answer is right, instead: a correction that weighs the confidence's parts apart ranks
@@ -62,6 +68,7 @@ class Rule:
     how: str = ""  # where the thresholds came from, in words
     chance: Correction | PartsCorrection | None = None  # threshold the corrected confidence instead
     measure: str = DEFAULT_MEASURE  # how the familiarity is measured (FAMILIARITY_MEASURES)
+    joint: float | None = None  # answer only when ln(familiarity) + logit(score) reaches this
 
     def __post_init__(self):
         if self.measure not in FAMILIARITY_MEASURES:
@@ -82,6 +89,9 @@ class Rule:
             return False
         if self.familiarity is not None and (familiarity is None or familiarity < self.familiarity):
             return False
+        if self.joint is not None and (familiarity is None
+                                       or joint_score(familiarity, self.score(confidence, parts)) < self.joint):
+            return False
         return True
 
     def describe(self) -> str:
@@ -91,12 +101,31 @@ class Rule:
         if self.familiarity is not None:
             of = "" if self.measure == DEFAULT_MEASURE else " (its least likely character)"
             parts.append(f"name familiarity{of} < {self.familiarity:.3g}")
+        if self.joint is not None:
+            parts.append(f"ln(name familiarity) + logit({self.scored}) < {self.joint:.3g}")
         text = "abstain when " + " or ".join(parts) if parts else "never abstain"
         return f"{text} ({self.how})" if self.how else text
 
     @property
     def needs_familiarity(self) -> bool:
-        return self.familiarity is not None
+        return self.familiarity is not None or self.joint is not None
+
+
+# Scores are clipped this far from 0 and 1 before their log-odds are taken: an uncorrected
+# confidence can round to 1, and its odds would then outweigh any name.
+JOINT_CLIP = 1e-6
+
+
+JOINT_ABOVE_ALL = math.nextafter(math.log((1 - JOINT_CLIP) / JOINT_CLIP), math.inf)
+
+
+def joint_score(familiarity: float, score: float) -> float:
+    """ln(familiarity) + logit(score): the name's log-probability plus the answer's log-odds of
+    being right (with a correction, its linear predictor); -inf for a name of probability 0."""
+    if familiarity <= 0:
+        return -math.inf
+    p = min(max(score, JOINT_CLIP), 1 - JOINT_CLIP)
+    return math.log(familiarity) + math.log(p / (1 - p))
 
 
 @torch.no_grad()
@@ -186,30 +215,25 @@ def rules_from(held: HeldOut, keep_right: float, chance: Correction | PartsCorre
     held-out ones (``conformal_count`` of the held-out right answers, which promises it for new
     people rather than for these): "confidence" (a confidence threshold alone), "name" (a
     familiarity threshold alone, keeping KNOWN_SHARE of the held-out people, who are all real)
-    and "both" (that familiarity threshold, then the highest confidence threshold that still
+    and "both" (the highest threshold on ln(familiarity) + logit(confidence), joint_score, that
     meets the target). With ``chance`` (the correction fitted on the same people) the thresholds
     are on the corrected confidence."""
     check_probability(keep_right, "--keep-right")
     right, familiar = held.right, held.familiarity
     confidence = corrected(held.confidence, chance, held.parts)
     familiarity_min = sorted(familiar, reverse=True)[math.ceil(KNOWN_SHARE * len(familiar)) - 1]
-    known = [f >= familiarity_min for f in familiar]
     needed = conformal_count(sum(right), keep_right)
     source = f"fitted on {held.source}: {len(right)} held-out {held.unit}, {sum(right)} answered correctly"
     how = f"{source}; target: answer {keep_right:.0%} of new people's right answers (the {needed} most confident of those)"
-    eligible = [r and k for r, k in zip(right, known)]
-    turned_away = name_check_share(held, familiarity_min)
-    # The name check turns some real people away too: the confidence threshold keeps that many
-    # more right answers, so that both checks together still answer keep_right of them.
-    needed_both = max(needed, min(conformal_count(sum(right), min(1.0, keep_right + turned_away)), sum(eligible)))
+    joint = [joint_score(f, c) for f, c in zip(familiar, confidence)]
     return {
         "confidence": Rule(_highest_keeping(confidence, right, needed), None, how, chance),
         "name": Rule(None, familiarity_min, f"fitted on {held.source}: keeps {KNOWN_SHARE:.1%} of its "
-                     f"{len(right)} held-out {held.unit}", measure=held.measure),
-        "both": Rule(_highest_keeping(confidence, eligible, needed_both), familiarity_min,
-                     f"{source}; target: answer {keep_right:.0%} of new people's right answers (the "
-                     f"{needed_both} most confident of those whose names pass the name check, which turns "
-                     f"away at most {turned_away:.1%} of real names)", chance, held.measure),
+                     f"{len(right)} held-out {held.unit} (turns away at most "
+                     f"{name_check_share(held, familiarity_min):.1%} of new real names)", measure=held.measure),
+        "both": Rule(None, None, f"{source}; target: answer {keep_right:.0%} of new people's right answers (the "
+                     f"{needed} with the most familiar names and likeliest answers, together)", chance,
+                     held.measure, joint=_highest_keeping(joint, right, needed, JOINT_ABOVE_ALL)),
     }
 
 
@@ -224,14 +248,13 @@ def name_check_share(held: HeldOut, threshold: float) -> float:
     return (sum(f < threshold for f in least.values()) + 1) / (len(least) + 1)
 
 
-def _highest_keeping(confidence: Sequence[float], eligible: Sequence[bool], needed: int) -> float:
-    """The highest threshold under which at least ``needed`` eligible answers reach it."""
+def _highest_keeping(confidence: Sequence[float], eligible: Sequence[bool], needed: int,
+                     above_all: float = 1.0) -> float:
+    """The highest threshold under which at least ``needed`` eligible answers reach it
+    (``above_all``, above any score, where there are none to keep)."""
     ranked = sorted((c for c, ok in zip(confidence, eligible) if ok), reverse=True)
-    if needed > len(ranked):
-        raise ValueError(f"only {len(ranked)} held-out right answers pass the name check, fewer than the "
-                         f"{needed} the target keeps; ask for a lower --keep-right")
     if needed == 0:
-        return math.nextafter(ranked[0], math.inf) if ranked else 1.0
+        return math.nextafter(ranked[0], math.inf) if ranked else above_all
     return ranked[needed - 1]
 
 

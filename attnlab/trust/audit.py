@@ -247,7 +247,7 @@ def name_echo(invented: Sequence[str], answers: Sequence[str], places_of: dict[s
 
 # ---- the whole audit (attnlab audit) ------------------------------------------------------------
 AUDIT_FILES = ["audit.png", "audit.json", "invented.txt"]
-FITTED = {"confidence": "confidence only", "name": "name familiarity only", "both": "confidence and name familiarity"}
+FITTED = {"confidence": "confidence only", "name": "name familiarity only", "both": "name familiarity and confidence together"}
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ def calibrate(model, vocab, examples: list[QAExample], rule: Rule, out_dir: str 
     k = sum(given)
     kept_right = sum(g and r for g, r in zip(given, right))
     report["rule"] = {"describe": rule.describe(), "confidence": rule.confidence, "familiarity": rule.familiarity,
-                      "measure": rule.measure if rule.familiarity is not None else None, "score": rule.scored,
+                      "joint": rule.joint, "measure": rule.measure if rule.needs_familiarity else None,
+                      "score": rule.scored,
                       "answered": k, "answered_right": kept_right, "right": sum(right), "total": len(right),
                       "kalai": kalai_scores(right, given),
                       "policy": policy.to_dict() if policy is not None else None}

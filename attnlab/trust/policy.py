@@ -35,9 +35,9 @@ DEFAULT_KEEP_RIGHT = 0.97
 MODE_HELP = {
     "off": "answer every question",
     "below": "withhold answers whose confidence is below `below` (--abstain-below P)",
-    "auto": "withhold answers below a confidence threshold and about names the model does not know, both "
-            "fitted on training-file people held out from finetuning for the target keep_right (--keep-right; "
-            "never on dev or test labels)",
+    "auto": "withhold answers whose name is too unfamiliar to the model for an answer that unlikely (one "
+            "threshold on the two together), fitted on training-file people held out from finetuning for the "
+            "target keep_right (--keep-right; never on dev or test labels)",
     "names": "only the name check (for a run with no held-out people, whose confidence fit is optimistic)",
     "run": "the run's default: auto when it records people held out from finetuning (finetune "
            "--holdout-fraction), else names; the rule stored with the run (abstention.json, written by finetune "

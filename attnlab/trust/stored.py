@@ -25,9 +25,12 @@ from ..data.subject_orders import DEFAULT_ORDER, recorded_holdout
 from .calibration import Correction, PartsCorrection
 
 STORED_NAME = "abstention.json"
-# 3: the confidence threshold keeps the conformal count of held-out right answers (2 kept
-# ceil(keep * n)); 2: the correction is beta calibration (1 stored a temperature).
-FORMAT = 3
+# 4: a rule may hold a joint threshold on the name and the answer together ("both" does); 3:
+# the confidence threshold keeps the conformal count of held-out right answers (2 kept
+# ceil(keep * n)); 2: the correction is beta calibration (1 stored a temperature). A format-3
+# file reads as it was written (its rules have no joint threshold).
+FORMAT = 4
+READS = (3, 4)
 # The policy fields a fit depends on; a stored fit answers a policy only when these agree. A fit
 # stored before a field existed was made at its value here.
 FIT_FIELDS = ("holdout_file", "holdout_fraction", "keep_right", "subject_order")
@@ -77,9 +80,9 @@ def read_stored(run: str | os.PathLike | None) -> dict[str, Any] | None:
         return None
     if not isinstance(data, dict):
         return None
-    if data.get("format") != FORMAT:
+    if data.get("format") not in READS:
         logs.warn(f"{path} was written by another version of attnlab (format {data.get('format')}, this one "
-                  f"reads {FORMAT}): the rule is fitted again at each start; `attnlab calibrate {path.parent}` "
+                  f"reads {' and '.join(map(str, READS))}): the rule is fitted again at each start; `attnlab calibrate {path.parent}` "
                   "stores a new one")
         return None
     try:  # every rule and the correction must read, or none is used
@@ -104,7 +107,8 @@ def stored_json(digest: str, fit: dict[str, Any], rules: dict[str, Any], correct
                 held_out: dict[str, int]) -> str:
     """The file's text: the weights, the policy fields, each fitted rule, the confidence correction."""
     rules_out = {kind: {"confidence": r.confidence, "familiarity": r.familiarity, "how": r.how,
-                        **({"measure": r.measure} if r.familiarity is not None else {}),
+                        **({"measure": r.measure} if r.needs_familiarity else {}),
+                        **({"joint": r.joint} if r.joint is not None else {}),
                         **({"score": "chance"} if r.chance is not None else {})}
                  for kind, r in rules.items()}
     body = {"format": FORMAT, "weights": digest, "policy": {k: fit[k] for k in FIT_FIELDS},
@@ -134,7 +138,8 @@ def stored_rules(stored: dict[str, Any]) -> dict[str, Any]:
         return None if value is None else float(value)
 
     return {kind: Rule(number(r.get("confidence")), number(r.get("familiarity")), f"stored: {r.get('how', '')}",
-                       chance if r.get("score") == "chance" else None, r.get("measure", MEASURE_BEFORE))
+                       chance if r.get("score") == "chance" else None, r.get("measure", MEASURE_BEFORE),
+                       number(r.get("joint")))
             for kind, r in stored.get("rules", {}).items()}
 
 

@@ -1,0 +1,78 @@
+"""The default abstention rule as one joint check of the name and the answer, against the two
+checks it replaced, on the same weights and the same held-out answers.
+
+    .venv/bin/python benchmarks/joint_rule.py runs/firms15 runs/species15 models/cpu --write
+
+Two checks (the rule before): a name familiarity threshold keeping 99.5% of the held-out
+subjects, then the highest threshold on the answer's chance right that keeps the conformal count
+of held-out right answers, raised by the share of real names the name check may turn away (so
+that both together keep ``--keep-right``). One joint check (the rule now): the highest threshold
+on ln(name familiarity) + logit(chance right) that keeps the conformal count. Both are fitted on
+the run's held-out training subjects only; judged on dev (right answers kept, wrong withheld)
+and on invented subjects (``attnlab audit``'s names of seeds 0 and 1).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from _common import count_with_interval, report, table  # puts the checkout's attnlab first on sys.path
+from confidence_parts import files_of, rule_cells, runs_arguments
+
+from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
+from attnlab.data.subject_orders import recorded_order  # noqa: E402
+from attnlab.model.checkpoint import load_model  # noqa: E402
+from attnlab.trust.abstention import HeldOut, Rule, held_out_signals, name_check_share, rules_from  # noqa: E402
+from attnlab.trust.audit import audit_answers, invent_people  # noqa: E402
+from attnlab.trust.calibration import conformal_count, correctable, corrected, fit_correction  # noqa: E402
+from attnlab.trust.policy import DEFAULT_HOLDOUT  # noqa: E402
+
+SEEDS = (0, 1)
+
+
+def two_checks(held: HeldOut, keep: float, chance, name_rule: Rule) -> Rule:
+    """The rule before: ``name_rule``'s familiarity threshold, then a chance threshold keeping the
+    conformal count of held-out right answers plus the name check's share (the union bound)."""
+    scores = corrected(held.confidence, chance, held.parts)
+    passing = sorted((s for s, r, f in zip(scores, held.right, held.familiarity)
+                      if r and f >= name_rule.familiarity), reverse=True)
+    share = name_check_share(held, name_rule.familiarity)
+    needed = max(conformal_count(sum(held.right), keep),
+                 min(conformal_count(sum(held.right), min(1.0, keep + share)), len(passing)))
+    return Rule(passing[needed - 1], name_rule.familiarity, "two checks", chance, held.measure)
+
+
+def measure(run: str, names: int, keep: float) -> list[list[str]]:
+    model, vocab, checkpoint = load_model(run, device="cpu")
+    corpus, train, dev_file = files_of(run)
+    fraction = float((checkpoint.meta.get("train_config") or {}).get("holdout_fraction") or DEFAULT_HOLDOUT)
+    held = held_out_signals(model, vocab, train, fraction, order=recorded_order(checkpoint.meta))
+    correction = fit_correction(held.confidence, held.right, held.parts) if correctable(held.right) else None
+    rules = rules_from(held, keep, correction)
+    compared = {"two checks (before)": two_checks(held, keep, correction, rules["name"]), "joint (now)": rules["both"]}
+    dev, docs = read_qa(dev_file, labelled=True), documents(read_text(corpus))
+    seen = [audit_answers(model, vocab, invent_people(docs, names, seed), dev, read_qa(train, labelled=True))
+            for seed in SEEDS]
+    rows = []
+    for label, rule in compared.items():
+        judged = [s.report(model, vocab, rule) for s in seen]
+        kept, withheld, _ = rule_cells(judged[0])
+        invented = [count_with_interval(j.invented_abstained, j.invented) for j in judged]
+        rows.append([run.rstrip("/").split("/")[-1], label, f"{sum(held.right)}/{len(held.right)}", kept, withheld,
+                     *invented])
+        print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = runs_arguments(__doc__, argv)
+    rows = [row for run in args.runs for row in measure(run, args.names, args.keep_right)]
+    headers = ["run", "rule", "held-out right", "dev right kept", "dev wrong withheld",
+               *[f"invented abstained (names of seed {s})" for s in SEEDS]]
+    report("joint-rule", table(headers, rows), write=args.write,
+           title="\"I don't know\": one joint check of the name and the answer, against two checks")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
