@@ -45,16 +45,23 @@ def files_of(run: str) -> tuple[Path, Path, Path]:
     return facts.corpus, facts.train, facts.dev
 
 
+def held_out_of(run: str):
+    """The run's model and vocabulary, its corpus, train and dev files, and its held-out
+    subjects answered once (the material every rule of these benchmarks is fitted on)."""
+    model, vocab, checkpoint = load_model(run, device="cpu")
+    corpus, train, dev_file = files_of(run)
+    fraction = float((checkpoint.meta.get("train_config") or {}).get("holdout_fraction") or DEFAULT_HOLDOUT)
+    held = held_out_signals(model, vocab, train, fraction, order=recorded_order(checkpoint.meta))
+    return model, vocab, (corpus, train, dev_file), held
+
+
 def log_loss(chance: list[float], right: list[bool]) -> float:
     clip = lambda p: min(max(p, 1e-6), 1 - 1e-6)
     return -sum(math.log(clip(p)) if r else math.log(1 - clip(p)) for p, r in zip(chance, right)) / len(right)
 
 
 def measure(run: str, names: int, keep: float) -> list[list[str]]:
-    model, vocab, checkpoint = load_model(run, device="cpu")
-    corpus, train, dev_file = files_of(run)
-    fraction = float((checkpoint.meta.get("train_config") or {}).get("holdout_fraction") or DEFAULT_HOLDOUT)
-    held = held_out_signals(model, vocab, train, fraction, order=recorded_order(checkpoint.meta))
+    model, vocab, (corpus, train, dev_file), held = held_out_of(run)
     dev = read_qa(dev_file, labelled=True)
     seen = audit_answers(model, vocab, invent_people(documents(read_text(corpus)), names, 0), dev,
                          read_qa(train, labelled=True))
@@ -94,14 +101,20 @@ def runs_arguments(doc: str, argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = runs_arguments(__doc__, argv)
+def judge_runs(doc: str, argv: list[str] | None, measure, name: str, headers: list[str], title: str) -> int:
+    """A benchmark that judges runs' rules: ``measure(run, names, keep_right)`` gives each run's
+    rows, reported under ``headers`` in section ``name`` of the benchmarks page."""
+    args = runs_arguments(doc, argv)
     rows = [row for run in args.runs for row in measure(run, args.names, args.keep_right)]
+    report(name, table(headers, rows), write=args.write, title=title)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
     headers = ["run", "correction, rule on", "held-out right", "dev ECE", "calibrated, by chance", "dev log-loss", "AUROC",
                "dev right kept", "dev wrong withheld", "invented abstained"]
-    report("confidence-parts", table(headers, rows), write=args.write,
-           title="The confidence's parts weighed apart, against beta calibration of their product")
-    return 0
+    return judge_runs(__doc__, argv, measure, "confidence-parts", headers,
+                      "The confidence's parts weighed apart, against beta calibration of their product")
 
 
 if __name__ == "__main__":

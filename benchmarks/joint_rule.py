@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import sys
 
-from _common import count_with_interval, report, table  # puts the checkout's attnlab first on sys.path
-from confidence_parts import files_of, rule_cells, runs_arguments
+from _common import count_with_interval  # puts the checkout's attnlab first on sys.path
+from confidence_parts import held_out_of, judge_runs, rule_cells
 
 from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
-from attnlab.data.subject_orders import recorded_order  # noqa: E402
-from attnlab.model.checkpoint import load_model  # noqa: E402
-from attnlab.trust.abstention import HeldOut, Rule, held_out_signals, name_check_share, rules_from  # noqa: E402
+from attnlab.trust.abstention import HeldOut, Rule, name_check_share, rules_from  # noqa: E402
 from attnlab.trust.audit import audit_answers, invent_people  # noqa: E402
 from attnlab.trust.calibration import conformal_count, correctable, corrected, fit_correction  # noqa: E402
-from attnlab.trust.policy import DEFAULT_HOLDOUT  # noqa: E402
 
 SEEDS = (0, 1)
 
@@ -43,10 +40,7 @@ def two_checks(held: HeldOut, keep: float, chance, name_rule: Rule) -> Rule:
 
 
 def measure(run: str, names: int, keep: float) -> list[list[str]]:
-    model, vocab, checkpoint = load_model(run, device="cpu")
-    corpus, train, dev_file = files_of(run)
-    fraction = float((checkpoint.meta.get("train_config") or {}).get("holdout_fraction") or DEFAULT_HOLDOUT)
-    held = held_out_signals(model, vocab, train, fraction, order=recorded_order(checkpoint.meta))
+    model, vocab, (corpus, train, dev_file), held = held_out_of(run)
     correction = fit_correction(held.confidence, held.right, held.parts) if correctable(held.right) else None
     rules = rules_from(held, keep, correction)
     compared = {"two checks (before)": two_checks(held, keep, correction, rules["name"]), "joint (now)": rules["both"]}
@@ -65,13 +59,10 @@ def measure(run: str, names: int, keep: float) -> list[list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = runs_arguments(__doc__, argv)
-    rows = [row for run in args.runs for row in measure(run, args.names, args.keep_right)]
     headers = ["run", "rule", "held-out right", "dev right kept", "dev wrong withheld",
                *[f"invented abstained (names of seed {s})" for s in SEEDS]]
-    report("joint-rule", table(headers, rows), write=args.write,
-           title="\"I don't know\": one joint check of the name and the answer, against two checks")
-    return 0
+    return judge_runs(__doc__, argv, measure, "joint-rule", headers,
+                      "\"I don't know\": one joint check of the name and the answer, against two checks")
 
 
 if __name__ == "__main__":

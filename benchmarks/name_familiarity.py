@@ -18,23 +18,17 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from _common import count_with_interval, report, table  # puts the checkout's attnlab first on sys.path
-from confidence_parts import files_of, rule_cells, runs_arguments
+from _common import count_with_interval  # puts the checkout's attnlab first on sys.path
+from confidence_parts import held_out_of, judge_runs, rule_cells
 
 from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
-from attnlab.data.subject_orders import recorded_order  # noqa: E402
-from attnlab.model.checkpoint import load_model  # noqa: E402
-from attnlab.trust.abstention import FAMILIARITY_MEASURES, held_out_signals, name_familiarity, people_of, rules_from  # noqa: E402
+from attnlab.trust.abstention import FAMILIARITY_MEASURES, name_familiarity, people_of, rules_from  # noqa: E402
 from attnlab.trust.audit import audit_answers, invent_people  # noqa: E402
 from attnlab.trust.calibration import auroc, correctable, fit_correction  # noqa: E402
-from attnlab.trust.policy import DEFAULT_HOLDOUT  # noqa: E402
 
 
 def measure(run: str, names: int, keep: float) -> list[list[str]]:
-    model, vocab, checkpoint = load_model(run, device="cpu")
-    corpus, train, dev_file = files_of(run)
-    fraction = float((checkpoint.meta.get("train_config") or {}).get("holdout_fraction") or DEFAULT_HOLDOUT)
-    held = held_out_signals(model, vocab, train, fraction, order=recorded_order(checkpoint.meta))
+    model, vocab, (corpus, train, dev_file), held = held_out_of(run)
     correction = fit_correction(held.confidence, held.right, held.parts) if correctable(held.right) else None
     dev = read_qa(dev_file, labelled=True)
     seen = audit_answers(model, vocab, invent_people(documents(read_text(corpus)), names, 0), dev,
@@ -57,13 +51,10 @@ def measure(run: str, names: int, keep: float) -> list[list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = runs_arguments(__doc__, argv)
-    rows = [row for run in args.runs for row in measure(run, args.names, args.keep_right)]
     headers = ["run", "familiarity of", "AUROC dev/invented names", "dev names passing", "invented names stopped",
                "dev right kept (rule)", "dev wrong withheld", "invented abstained (rule)"]
-    report("name-familiarity", table(headers, rows), write=args.write,
-           title="A name's familiarity: the whole name's probability against its least likely character")
-    return 0
+    return judge_runs(__doc__, argv, measure, "name-familiarity", headers,
+                      "A name's familiarity: the whole name's probability against its least likely character")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from attnlab.trust.stored import FORMAT
 from attnlab.trust.audit import corpus_people, invent_people
 from attnlab.model.checkpoint import load_checkpoint
 from attnlab.data.datasets import documents, read_qa, read_text
-from tests.conftest import DATA, PEOPLE
+from tests.conftest import DATA, PEOPLE, benchmark_fixture
 from tests.tiny_runs import ask_rows
 
 
@@ -688,3 +688,19 @@ def test_subjects_of_one_word_are_invented_from_halves_of_their_names():
     assert all(any(n.startswith(h) and n[len(h):] in tails for h in heads) for n in names)
     with pytest.raises(ValueError, match="too few subjects to recombine.*1 one-word name"):
         invent_people(["Hydrogen. It is the lightest.", "the rest. of it"], 2)
+
+
+joint_rule_benchmark = benchmark_fixture("joint_rule")
+
+
+def test_the_benchmarks_two_checks_are_the_rule_the_joint_check_replaced(joint_rule_benchmark):
+    """benchmarks/joint_rule.py's baseline: the name check keeping 99.5% of the held-out names,
+    then the chance threshold keeping the conformal count raised by the name check's share."""
+    from attnlab.trust.abstention import HeldOut, rules_from
+
+    confidence = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05]
+    held = HeldOut("ten people", [True] * 9 + [False], confidence, [1.0] * 10)
+    rules = rules_from(held, 0.75)
+    before = joint_rule_benchmark.two_checks(held, 0.75, None, rules["name"])
+    # (0 + 1) / (10 + 1) of real names below the least familiar: ceil((0.75 + 1/11) * 10) = 9 kept
+    assert (before.confidence, before.familiarity) == (0.1, rules["name"].familiarity) and before.joint is None
