@@ -23,8 +23,8 @@ The default rule ("both") is that one joint check. Apart, each check spends its 
 the right answers it may turn away, and a barely familiar name with a likely answer or a
 familiar name with a doubtful one passes both; together the two signals are weighed in their
 natural units (log-probability and log-odds) and one conformal count keeps the right answers.
-Invented names pass least often that way (docs/notebook.md). ``fit_rules`` sets them on training-file people held out from
-finetuning, never on dev or test labels. A rule fitted with a correction of the confidence
+Invented names pass least often that way (docs/notebook.md). ``fit_rules`` sets the thresholds
+on training-file people held out from finetuning, never on dev or test labels. A rule fitted with a correction of the confidence
 (``chance``: a run that records held-out people) thresholds the corrected confidence, the chance
 that the answer is right, instead: a correction that weighs the confidence's parts apart ranks
 right and wrong answers better than their product does (trust/calibration.py PartsCorrection).
@@ -114,8 +114,7 @@ class Rule:
 # Scores are clipped this far from 0 and 1 before their log-odds are taken: an uncorrected
 # confidence can round to 1, and its odds would then outweigh any name.
 JOINT_CLIP = 1e-6
-
-
+# Above every joint score: the threshold of a rule with no held-out right answer to keep.
 JOINT_ABOVE_ALL = math.nextafter(math.log((1 - JOINT_CLIP) / JOINT_CLIP), math.inf)
 
 
