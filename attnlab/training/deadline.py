@@ -29,7 +29,8 @@ class Deadline:
     are its whole steps times this; 0 keeps them (span's schedule is the course's). ``timed_pace``:
     the seconds a step the fit before the run measured (for the log). ``on_first_refit``: told the
     run's length at its first re-fit, the first made at its own pace; it may raise to stop the
-    run there (before its first checkpoint: REFIT_FIRST is far below any checkpoint interval)."""
+    run there, before its first checkpoint wherever checkpoints lie more than REFIT_FIRST steps
+    apart (learn's pretraining writes one every 500)."""
 
     end: float
     most_steps: int
