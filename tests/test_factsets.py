@@ -17,16 +17,19 @@ TOWNS = Schema((Relation("country", "Which country is {subject} in?"),
                 Relation("river", "Which river flows through {subject}?")))
 
 
-def write_set(root: Path, *, toml: str | None = None, corpus: str | None = None, train: str | None = None,
+def write_set(root: Path, *, toml: str | bytes | None = None, corpus: str | None = None, train: str | None = None,
               dev: str | None = None) -> Path:
     """A small valid two-relation fact set, with any file replaced."""
     root.mkdir(parents=True, exist_ok=True)
     towns = [("Ardale", "Velm", "Orna"), ("Brisk", "Tarn", "Kessa"), ("Colver", "Velm", "Drin"),
              ("Dunmoor", "Sorn", "Orna"), ("Eskby", "Tarn", "Drin")]
-    (root / "facts.toml").write_text(toml if toml is not None else (
-        'name = "towns"\ndescription = "invented towns"\n'
-        '[[relation]]\nname = "country"\nquestion = "Which country is {subject} in?"\n'
-        '[[relation]]\nname = "river"\nquestion = "Which river flows through {subject}?"\n'), encoding="utf-8")
+    if isinstance(toml, bytes):
+        (root / "facts.toml").write_bytes(toml)
+    else:
+        (root / "facts.toml").write_text(toml if toml is not None else (
+            'name = "towns"\ndescription = "invented towns"\n'
+            '[[relation]]\nname = "country"\nquestion = "Which country is {subject} in?"\n'
+            '[[relation]]\nname = "river"\nquestion = "Which river flows through {subject}?"\n'), encoding="utf-8")
     lines = [f"{t}. It trades with Zarn. {t} lies in {c}. The {r} flows through it." for t, c, r in towns]
     (root / "corpus.txt").write_text(corpus if corpus is not None else "\n".join(lines) + "\nWhich? None.\n",
                                      encoding="utf-8")
@@ -119,6 +122,11 @@ BAD = [
     (dict(dev="Which country is Ardale in?\n"), "dev.tsv:1: expected 'question<TAB>answer', found no tab"),
     (dict(train="Which country is Ardale in?\t\n"), "train.tsv:1: empty answer"),
     (dict(corpus=""), "corpus.txt: the corpus is empty"),
+    (dict(toml='[[relation]]\nname = "c"\nquestion = "Where is {subject}?"\n[[relation]]\nname = "d"\n'
+                'question = "where  is {subject}"\n'), "relations 'c' and 'd' ask the same question"),
+    (dict(toml='name = "x"\n\n[[relation]]\nname = "c"\nquestion = "Is {subject}?"\n\n[[relation]]\nnam = "d"\n'
+                'question = "Was {subject}?"\n'), "facts.toml:7: relation 2: needs name"),
+    (dict(toml='name = "x"\n'.encode("utf-8") + b'description = "caf\xe9"\n'), "facts.toml:2: not valid UTF-8"),
 ]
 
 
@@ -128,6 +136,46 @@ def test_a_bad_folder_is_one_clear_error(tmp_path, change, message):
     with pytest.raises(DataError) as e:
         factset.load(root)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_facts_toml_as_editors_save_it_loads(tmp_path):
+    """A byte-order mark and CRLF line ends (Windows editors) are read as plain UTF-8."""
+    plain = write_set(tmp_path / "plain")
+    text = (plain / "facts.toml").read_text(encoding="utf-8")
+    saved = write_set(tmp_path / "saved", toml="")
+    (saved / "facts.toml").write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode("utf-8"))
+    assert factset.load(saved).schema == factset.load(plain).schema == TOWNS
+
+
+def test_keys_facts_toml_does_not_read_are_named_with_their_line_and_likely_meaning(tmp_path):
+    from attnlab.experiments.learn import _say_undocumented
+
+    toml = ('name = "towns"\nnamesake = true\n[[relation]]\nname = "country"\nquestion = "Which country is '
+            '{subject} in?"\n[[relation]]\nname = "river"\nquestion = "Which river flows through {subject}?"\n'
+            'questoin = "x"\n[source]\nurl = "https://example.org"\n')
+    facts = factset.load(write_set(tmp_path / "typos", toml=toml))
+    found = factset.unknown_keys(facts)
+    assert facts.schema == TOWNS and not facts.namesakes  # read as before: the keys are not guessed at
+    assert [line.split(": unknown key ")[0].rsplit("/", 1)[1] for line in found] == [
+        "facts.toml:2", "facts.toml:10", "facts.toml:9"]
+    assert "did you mean 'namesakes'?" in found[0] and "did you mean" not in found[1]
+    assert "'questoin'" in found[2] and "did you mean 'question'?" in found[2]
+    said: list[str] = []
+    _say_undocumented(facts, said.append)
+    assert said == [f"warning: {line}" for line in found]
+    assert factset.unknown_keys(factset.load(write_set(tmp_path / "clean"))) == []
+
+
+def test_learn_warnings_are_kept_by_quiet(tmp_path, capsys):
+    from attnlab.core import logs
+    from attnlab.experiments.learn import _say_undocumented
+
+    facts = factset.load(write_set(tmp_path / "typo", toml='namesake = true\n[[relation]]\nname = "country"\n'
+                                   'question = "Which country is {subject} in?"\n[[relation]]\nname = "river"\n'
+                                   'question = "Which river flows through {subject}?"\n'))
+    with logs.level(logs.level_for(quiet=True)):
+        _say_undocumented(facts, logs.note)
+    assert "unknown key 'namesake'" in capsys.readouterr().err
 
 
 def test_a_missing_file_or_folder_is_named(tmp_path):

@@ -82,6 +82,12 @@ def results_via(log: Callable[[str], None]) -> Callable[[str], None]:
     return result if log is note else log
 
 
+def warnings_via(log: Callable[[str], None]) -> Callable[[str], None]:
+    """Where a function given ``log`` sends its warnings: the caller's own ``log`` when it passed
+    one, else ``warn`` (so --quiet keeps them)."""
+    return warn if log is note else log
+
+
 def shows(level: int = logging.INFO) -> bool:
     """Whether lines of ``level`` are shown now (progress bars ask for INFO)."""
     return logger.isEnabledFor(level)

@@ -22,6 +22,7 @@ config names no relations answers the course's one question, ``Where was {subjec
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
@@ -30,12 +31,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .corpus import CorpusIndex, quote_of, whole_words
-from .datasets import DataError, QAExample, documents, read_corpus, read_qa
+from .datasets import DataError, QAExample, documents, read_corpus, read_qa, read_text
 from .relations import Relation, Schema
 
 FACTS_FILE = "facts.toml"
 FILE_ROLES = ("corpus", "train", "dev", "test")
 DEFAULT_FILES = {"corpus": "corpus.txt", "train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
+# The keys facts.toml is read for; others are kept for people (a source, a licence) and reported,
+# since a misspelt key ("namesake") would otherwise be ignored without a word. ``generator`` is
+# the synthetic sets' record of the command that wrote them.
+TOP_KEYS = ("name", "description", "namesakes", "files", "relation", "generator")
+RELATION_KEYS = ("name", "question")
 
 
 # ------------------------------------------------------------------------------ the folder
@@ -180,9 +186,7 @@ def _read_toml(path: Path) -> dict:
         raise DataError(str(path), None, f"missing: a fact set describes itself in {FACTS_FILE} "
                         "(name, description, one [[relation]] per question form)")
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise DataError(str(path), None, "not valid UTF-8") from None
+        return tomllib.loads(read_text(path))  # a BOM and CRLF line ends, as editors write them, are fine
     except tomllib.TOMLDecodeError as e:
         line = re.search(r"line (\d+)", str(e))
         raise DataError(str(path), int(line.group(1)) if line else None, f"not valid TOML ({e})") from None
@@ -192,19 +196,51 @@ def _schema(meta: dict, path: Path) -> Schema:
     tables = meta.get("relation")
     if not isinstance(tables, list) or not tables:
         raise DataError(str(path), None, 'no [[relation]] table (each needs name = "..." and question = "...")')
+    headers = _relation_lines(path)
     relations = []
     for n, table in enumerate(tables, 1):
+        line = headers[n - 1] if n <= len(headers) else None
         name, question = (table.get("name"), table.get("question")) if isinstance(table, dict) else (None, None)
         if not isinstance(name, str) or not isinstance(question, str):
-            raise DataError(str(path), None, f"relation {n}: needs name = \"...\" and question = \"...\" (strings)")
+            raise DataError(str(path), line, f"relation {n}: needs name = \"...\" and question = \"...\" (strings)")
         try:
             relations.append(Relation(name, question))
         except ValueError as e:
-            raise DataError(str(path), None, str(e)) from None
+            raise DataError(str(path), line, str(e)) from None
     try:
         return Schema(tuple(relations))
     except ValueError as e:
         raise DataError(str(path), None, str(e)) from None
+
+
+def _relation_lines(path: Path) -> list[int]:
+    """The line of each ``[[relation]]`` header in facts.toml, in order."""
+    return [n for n, line in enumerate(read_text(path).split("\n"), 1)
+            if re.fullmatch(r"\s*\[\[\s*relation\s*\]\]\s*(#.*)?", line)]
+
+
+def unknown_keys(facts: FactSet) -> list[str]:
+    """One line per key of facts.toml that is not read (TOP_KEYS, RELATION_KEYS): where it is,
+    and the key it may stand for. Not an error: a set may carry notes for people."""
+    path = facts.root / FACTS_FILE
+    meta = _read_toml(path)
+    lines = read_text(path).split("\n")
+    headers = _relation_lines(path)
+    found = [(key, TOP_KEYS, 1, len(lines)) for key in meta if key not in TOP_KEYS]
+    for n, table in enumerate(meta.get("relation", [])):
+        start = headers[n] if n < len(headers) else 1
+        end = headers[n + 1] - 1 if n + 1 < len(headers) else len(lines)
+        found += [(key, RELATION_KEYS, start, end) for key in table if key not in RELATION_KEYS]
+    return [_unknown(path, lines, *entry) for entry in found]
+
+
+def _unknown(path: Path, lines: list[str], key: str, known: tuple[str, ...], start: int, end: int) -> str:
+    line = next((n for n in range(start, end + 1) if re.match(rf"\s*\[*\s*{re.escape(key)}\s*[=\]]", lines[n - 1])),
+                None)
+    where = f"{path}:{line}" if line else str(path)
+    near = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    return f"{where}: unknown key {key!r}, not read ({hint}known: {', '.join(known)})"
 
 
 def _files(root: Path, meta: dict, path: Path) -> dict[str, Path]:

@@ -32,6 +32,11 @@ class Relation:
         object.__setattr__(self, "_pattern", re.compile(
             _loose(before) + r"(?P<subject>.+?)" + _loose(after.rstrip("?").rstrip()) + r"\s*\??", re.IGNORECASE))
 
+    @property
+    def form(self) -> str:
+        """The question as ``subject_in`` matches it: any case, spaces collapsed, "?" optional."""
+        return " ".join(self.template.split()).rstrip("?").rstrip().lower()
+
     def ask(self, subject: str) -> str:
         """The question about ``subject``, as the fact set writes it."""
         return self.template.replace(SLOT, subject)
@@ -73,6 +78,12 @@ class Schema:
         twice = [n for n, k in seen.items() if k > 1]
         if twice:
             raise ValueError(f"relation {twice[0]!r} is named twice")
+        forms: dict[str, Relation] = {}
+        for r in self.relations:
+            first = forms.setdefault(r.form, r)
+            if first is not r:
+                raise ValueError(f"relations {first.name!r} and {r.name!r} ask the same question "
+                                 f"({r.template!r}): a question could not tell which is meant")
 
     @property
     def cued(self) -> bool:

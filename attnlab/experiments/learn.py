@@ -350,14 +350,19 @@ def _say_out_of_reach(sizes: factsets.Sizes, recall_chars: int, log: Callable[[s
         why.append(f"{late} are written past the first {recall_chars} characters, which the model recalls "
                    f"(at most {RECALL_MOST}: state the facts early in the document; a longer document also fits "
                    "fewer passes)")
-    log(f"warning: of {sizes.answers} training answers, {'; '.join(why)}: the model answers such a question only "
-        "where the recall writes the answer in other letters (\"provinces\" for \"Province\")")
+    warn = logs.warnings_via(log)
+    warn(f"warning: of {sizes.answers} training answers, {'; '.join(why)}: the model answers such a question only "
+         "where the recall writes the answer in other letters (\"provinces\" for \"Province\")")
 
 
 def _say_undocumented(facts: factsets.FactSet, log: Callable[[str], None]) -> None:
-    """Held-out subjects with no document are told before training: nothing can teach them."""
+    """Held-out subjects with no document are told before training: nothing can teach them; so
+    are keys of facts.toml that are not read (a misspelt one would change nothing)."""
+    warn = logs.warnings_via(log)
+    for line in factsets.unknown_keys(facts):
+        warn(f"warning: {line}")
     for role, (missing, subjects) in factsets.undocumented(facts).items():
-        log(f"warning: {missing} of {subjects} {role} subjects have no document in {facts.corpus} (a line "
+        warn(f"warning: {missing} of {subjects} {role} subjects have no document in {facts.corpus} (a line "
             f"beginning 'SUBJECT. '): the model never reads about them, so their questions are expected wrong")
 
 
@@ -375,7 +380,8 @@ def budget_check(minutes: float, recipe: Recipe, fitted: dict[str, float],
             return
         needed = math.ceil((minutes - recipe.pretrain_minutes) + recipe.pretrain_minutes * LEAST_PASSES / passes)
         fitted["budget_short"] = True
-        log(f"warning: {minutes:g} minutes fit {passes:.0f} pretraining passes on this machine, and this recipe "
+        logs.warnings_via(log)(
+            f"warning: {minutes:g} minutes fit {passes:.0f} pretraining passes on this machine, and this recipe "
             f"needs about {LEAST_PASSES} to store facts in documents of about 200 characters (longer ones need "
             f"more): expect answers near the most-frequent baseline (about {needed} minutes would fit "
             f"{LEAST_PASSES}); training goes on")
