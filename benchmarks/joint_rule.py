@@ -10,17 +10,25 @@ that both together keep ``--keep-right``). One joint check (the rule now): the h
 on ln(name familiarity) + logit(chance right) that keeps the conformal count. Both are fitted on
 the run's held-out training subjects only; judged on dev (right answers kept, wrong withheld)
 and on invented subjects (``attnlab audit``'s names of seeds 0 and 1).
+
+Two yardstick rows follow each run's rules: the same joint score, and the chance right alone,
+with the threshold placed on dev itself so that it keeps exactly ``--keep-right`` of dev's right
+answers. They read dev's labels, so no rule may be fitted that way; they say how many wrong
+answers any threshold on that score could withhold at that share kept, which a rule fitted on
+held-out subjects can only approach.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 
 from _common import count_with_interval  # puts the checkout's attnlab first on sys.path
 from confidence_parts import held_out_of, judge_runs, rule_cells
 
 from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
-from attnlab.trust.abstention import HeldOut, Rule, name_check_share, rules_from  # noqa: E402
+from attnlab.trust.abstention import (HeldOut, Rule, joint_score, name_check_share, name_familiarity,  # noqa: E402
+                                      people_of, rules_from)
 from attnlab.trust.audit import audit_answers, invent_people  # noqa: E402
 from attnlab.trust.calibration import conformal_count, correctable, corrected, fit_correction  # noqa: E402
 
@@ -39,14 +47,32 @@ def two_checks(held: HeldOut, keep: float, chance, name_rule: Rule) -> Rule:
     return Rule(passing[needed - 1], name_rule.familiarity, "two checks", chance, held.measure)
 
 
+def placed(scores: list[float], right: list[bool], keep: float) -> float:
+    """The highest threshold that keeps ceil(``keep`` x the right answers) of these: placed on
+    the answers it is judged on (a yardstick, never a fitted rule)."""
+    ranked = sorted((s for s, r in zip(scores, right) if r), reverse=True)
+    return ranked[max(1, math.ceil(keep * len(ranked))) - 1] if ranked else math.inf
+
+
+def yardsticks(model, vocab, seen, correction, measure: str, keep: float) -> dict[str, Rule]:
+    """The joint score's and the chance's thresholds placed on dev (``placed``)."""
+    chance = [Rule(chance=correction).score(a.confidence, a.parts) for a in seen.dev_answers]
+    familiar = name_familiarity(model, vocab, people_of(seen.dev, model), measure=measure)
+    joint = [joint_score(f, c) for f, c in zip(familiar, chance)]
+    return {"joint, placed on dev (yardstick)": Rule(joint=placed(joint, seen.dev_right, keep), chance=correction,
+                                                     measure=measure),
+            "chance alone, placed on dev (yardstick)": Rule(placed(chance, seen.dev_right, keep), chance=correction)}
+
+
 def measure(run: str, names: int, keep: float) -> list[list[str]]:
     model, vocab, (corpus, train, dev_file), held = held_out_of(run)
     correction = fit_correction(held.confidence, held.right, held.parts) if correctable(held.right) else None
     rules = rules_from(held, keep, correction)
-    compared = {"two checks (before)": two_checks(held, keep, correction, rules["name"]), "joint (now)": rules["both"]}
     dev, docs = read_qa(dev_file, labelled=True), documents(read_text(corpus))
     seen = [audit_answers(model, vocab, invent_people(docs, names, seed), dev, read_qa(train, labelled=True))
             for seed in SEEDS]
+    compared = {"two checks (before)": two_checks(held, keep, correction, rules["name"]), "joint (now)": rules["both"],
+                **yardsticks(model, vocab, seen[0], correction, held.measure, keep)}
     rows = []
     for label, rule in compared.items():
         judged = [s.report(model, vocab, rule) for s in seen]

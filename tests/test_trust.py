@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -704,3 +705,13 @@ def test_the_benchmarks_two_checks_are_the_rule_the_joint_check_replaced(joint_r
     before = joint_rule_benchmark.two_checks(held, 0.75, None, rules["name"])
     # (0 + 1) / (10 + 1) of real names below the least familiar: ceil((0.75 + 1/11) * 10) = 9 kept
     assert (before.confidence, before.familiarity) == (0.1, rules["name"].familiarity) and before.joint is None
+
+
+def test_the_benchmarks_yardstick_keeps_exactly_the_share_of_the_answers_it_is_placed_on(joint_rule_benchmark):
+    """benchmarks/joint_rule.py's yardstick rows: a threshold placed on dev keeping ceil(keep x
+    its right answers), the most wrong answers any threshold on that score could withhold."""
+    scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+    right = [True, False, True, True, False, True, False, True]  # right: 0.9 0.7 0.6 0.4 0.2
+    assert joint_rule_benchmark.placed(scores, right, 0.8) == 0.4  # ceil(0.8 x 5) = 4 kept
+    assert joint_rule_benchmark.placed(scores, right, 1.0) == 0.2
+    assert joint_rule_benchmark.placed(scores, [False] * 8, 0.97) == math.inf  # nothing right: answer nothing
