@@ -45,6 +45,13 @@ def files_of(run: str) -> tuple[Path, Path, Path]:
     return facts.corpus, facts.train, facts.dev
 
 
+def run_label(run: str) -> str:
+    """A run's name in a table: its folder, with the folder above when it is a stage of a
+    pipeline (``k15-s0/finetune``), so that runs of one recipe stay apart."""
+    path = Path(run)
+    return f"{path.parent.name}/{path.name}" if path.name in ("finetune", "pretrain") else path.name
+
+
 def held_out_of(run: str):
     """The run's model and vocabulary, its corpus, train and dev files, and its held-out
     subjects answered once (the material every rule of these benchmarks is fitted on)."""
@@ -74,7 +81,7 @@ def measure(run: str, names: int, keep: float) -> list[list[str]]:
         chance = corrected([a.confidence for a in answers], correction, [a.parts for a in answers])
         rule = rules_from(held, keep, correction if parts else None)["both"]
         label = f"{'parts' if isinstance(correction, PartsCorrection) else 'beta'}, {method.split(', ')[1]}"
-        rows.append([Path(run).name, label, f"{sum(held.right)}/{len(held.right)}",
+        rows.append([run_label(run), label, f"{sum(held.right)}/{len(held.right)}",
                      f"{expected_calibration_error(chance, right):.3f}", "{:.3f}-{:.3f}".format(*ece_by_chance(chance)),
                      f"{log_loss(chance, right):.3f}",
                      f"{auroc(chance, right):.3f}", *rule_cells(seen.report(model, vocab, rule))])

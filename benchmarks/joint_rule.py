@@ -24,7 +24,7 @@ import math
 import sys
 
 from _common import count_with_interval  # puts the checkout's attnlab first on sys.path
-from confidence_parts import held_out_of, judge_runs, rule_cells
+from confidence_parts import held_out_of, judge_runs, rule_cells, run_label
 
 from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
 from attnlab.trust.abstention import (HeldOut, Rule, joint_score, name_check_share, name_familiarity,  # noqa: E402
@@ -78,7 +78,7 @@ def measure(run: str, names: int, keep: float) -> list[list[str]]:
         judged = [s.report(model, vocab, rule) for s in seen]
         kept, withheld, _ = rule_cells(judged[0])
         invented = [count_with_interval(j.invented_abstained, j.invented) for j in judged]
-        rows.append([run.rstrip("/").split("/")[-1], label, f"{sum(held.right)}/{len(held.right)}", kept, withheld,
+        rows.append([run_label(run), label, f"{sum(held.right)}/{len(held.right)}", kept, withheld,
                      *invented])
         print(" | ".join(rows[-1]), flush=True)
     return rows

@@ -19,7 +19,7 @@ import dataclasses
 import sys
 
 from _common import count_with_interval  # puts the checkout's attnlab first on sys.path
-from confidence_parts import held_out_of, judge_runs, rule_cells
+from confidence_parts import held_out_of, judge_runs, rule_cells, run_label
 
 from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
 from attnlab.trust.abstention import FAMILIARITY_MEASURES, name_familiarity, people_of, rules_from  # noqa: E402
@@ -44,7 +44,7 @@ def measure(run: str, names: int, keep: float) -> list[list[str]]:
         separation = auroc(known + invented, [True] * len(known) + [False] * len(invented))
         passing = sum(f >= rules["name"].familiarity for f in known)
         stopped = sum(f < rules["name"].familiarity for f in invented)
-        rows.append([run.rstrip("/").split("/")[-1], how, f"{separation:.3f}", f"{passing}/{len(known)}",
+        rows.append([run_label(run), how, f"{separation:.3f}", f"{passing}/{len(known)}",
                      count_with_interval(stopped, len(invented)), *rule_cells(seen.report(model, vocab, rules["both"]))])
         print(" | ".join(rows[-1]), flush=True)
     return rows

@@ -715,3 +715,13 @@ def test_the_benchmarks_yardstick_keeps_exactly_the_share_of_the_answers_it_is_p
     assert joint_rule_benchmark.placed(scores, right, 0.8) == 0.4  # ceil(0.8 x 5) = 4 kept
     assert joint_rule_benchmark.placed(scores, right, 1.0) == 0.2
     assert joint_rule_benchmark.placed(scores, [False] * 8, 0.97) == math.inf  # nothing right: answer nothing
+
+
+confidence_parts_benchmark = benchmark_fixture("confidence_parts")
+
+
+def test_the_rule_benchmarks_name_a_pipelines_stage_with_its_run(confidence_parts_benchmark):
+    """Runs of one recipe (knowledge.py's RUN/finetune) stay apart in the rule benchmarks' tables."""
+    label = confidence_parts_benchmark.run_label
+    assert label("runs/k15-s0/finetune") == "k15-s0/finetune" and label("runs/k15-s1/finetune/") == "k15-s1/finetune"
+    assert label("models/cpu") == "cpu" and label("runs/firms-joint-s1") == "firms-joint-s1"
