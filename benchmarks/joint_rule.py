@@ -27,8 +27,8 @@ from _common import count_with_interval  # puts the checkout's attnlab first on 
 from confidence_parts import held_out_of, judge_runs, rule_cells, run_label
 
 from attnlab.data.datasets import documents, read_qa, read_text  # noqa: E402
-from attnlab.trust.abstention import (HeldOut, Rule, joint_score, name_check_share, name_familiarity,  # noqa: E402
-                                      people_of, rules_from)
+from attnlab.trust.abstention import (HeldOut, Rule, highest_keeping, joint_score, name_check_share,  # noqa: E402
+                                      name_familiarity, people_of, rules_from)
 from attnlab.trust.audit import audit_answers, invent_people  # noqa: E402
 from attnlab.trust.calibration import conformal_count, correctable, corrected, fit_correction  # noqa: E402
 
@@ -50,8 +50,7 @@ def two_checks(held: HeldOut, keep: float, chance, name_rule: Rule) -> Rule:
 def placed(scores: list[float], right: list[bool], keep: float) -> float:
     """The highest threshold that keeps ceil(``keep`` x the right answers) of these: placed on
     the answers it is judged on (a yardstick, never a fitted rule)."""
-    ranked = sorted((s for s, r in zip(scores, right) if r), reverse=True)
-    return ranked[max(1, math.ceil(keep * len(ranked))) - 1] if ranked else math.inf
+    return highest_keeping(scores, right, math.ceil(keep * sum(right)), math.inf)
 
 
 def yardsticks(model, vocab, seen, correction, measure: str, keep: float) -> dict[str, Rule]:

@@ -196,27 +196,31 @@ def _schema(meta: dict, path: Path) -> Schema:
     tables = meta.get("relation")
     if not isinstance(tables, list) or not tables:
         raise DataError(str(path), None, 'no [[relation]] table (each needs name = "..." and question = "...")')
-    headers = _relation_lines(path)
     relations = []
     for n, table in enumerate(tables, 1):
-        line = headers[n - 1] if n <= len(headers) else None
         name, question = (table.get("name"), table.get("question")) if isinstance(table, dict) else (None, None)
         if not isinstance(name, str) or not isinstance(question, str):
-            raise DataError(str(path), line, f"relation {n}: needs name = \"...\" and question = \"...\" (strings)")
+            raise DataError(str(path), _relation_line(path, n),
+                            f"relation {n}: needs name = \"...\" and question = \"...\" (strings)")
         try:
             relations.append(Relation(name, question))
         except ValueError as e:
-            raise DataError(str(path), line, str(e)) from None
+            raise DataError(str(path), _relation_line(path, n), str(e)) from None
     try:
         return Schema(tuple(relations))
     except ValueError as e:
         raise DataError(str(path), None, str(e)) from None
 
 
-def _relation_lines(path: Path) -> list[int]:
-    """The line of each ``[[relation]]`` header in facts.toml, in order."""
-    return [n for n, line in enumerate(read_text(path).split("\n"), 1)
-            if re.fullmatch(r"\s*\[\[\s*relation\s*\]\]\s*(#.*)?", line)]
+def _relation_lines(lines: list[str]) -> list[int]:
+    """The line number of each ``[[relation]]`` header among facts.toml's ``lines``, in order."""
+    return [n for n, line in enumerate(lines, 1) if re.fullmatch(r"\s*\[\[\s*relation\s*\]\]\s*(#.*)?", line)]
+
+
+def _relation_line(path: Path, n: int) -> int | None:
+    """The line of the ``n``-th ``[[relation]]`` table (from 1), for an error about it."""
+    headers = _relation_lines(read_text(path).split("\n"))
+    return headers[n - 1] if n <= len(headers) else None
 
 
 def unknown_keys(facts: FactSet) -> list[str]:
@@ -225,7 +229,7 @@ def unknown_keys(facts: FactSet) -> list[str]:
     path = facts.root / FACTS_FILE
     meta = _read_toml(path)
     lines = read_text(path).split("\n")
-    headers = _relation_lines(path)
+    headers = _relation_lines(lines)
     found = [(key, TOP_KEYS, 1, len(lines)) for key in meta if key not in TOP_KEYS]
     for n, table in enumerate(meta.get("relation", [])):
         start = headers[n] if n < len(headers) else 1

@@ -226,13 +226,13 @@ def rules_from(held: HeldOut, keep_right: float, chance: Correction | PartsCorre
     how = f"{source}; target: answer {keep_right:.0%} of new people's right answers (the {needed} most confident of those)"
     joint = [joint_score(f, c) for f, c in zip(familiar, confidence)]
     return {
-        "confidence": Rule(_highest_keeping(confidence, right, needed), None, how, chance),
+        "confidence": Rule(highest_keeping(confidence, right, needed), None, how, chance),
         "name": Rule(None, familiarity_min, f"fitted on {held.source}: keeps {KNOWN_SHARE:.1%} of its "
                      f"{len(right)} held-out {held.unit} (turns away at most "
                      f"{name_check_share(held, familiarity_min):.1%} of new real names)", measure=held.measure),
         "both": Rule(None, None, f"{source}; target: answer {keep_right:.0%} of new people's right answers (the "
                      f"{needed} with the most familiar names and likeliest answers, together)", chance,
-                     held.measure, joint=_highest_keeping(joint, right, needed, JOINT_ABOVE_ALL)),
+                     held.measure, joint=highest_keeping(joint, right, needed, JOINT_ABOVE_ALL)),
     }
 
 
@@ -247,7 +247,7 @@ def name_check_share(held: HeldOut, threshold: float) -> float:
     return (sum(f < threshold for f in least.values()) + 1) / (len(least) + 1)
 
 
-def _highest_keeping(confidence: Sequence[float], eligible: Sequence[bool], needed: int,
+def highest_keeping(confidence: Sequence[float], eligible: Sequence[bool], needed: int,
                      above_all: float = 1.0) -> float:
     """The highest threshold under which at least ``needed`` eligible answers reach it
     (``above_all``, above any score, where there are none to keep)."""
